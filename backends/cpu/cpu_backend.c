@@ -1,0 +1,132 @@
+/*
+ * cpu_backend.c — the CPU backend: host memory, the thread pool, and the
+ * table of operations implemented in the other files of this folder.
+ */
+#include "cpu_backend.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CPU_ALIGNMENT 64
+
+static void *cpu_alloc(nctmc_backend *be, size_t bytes)
+{
+    (void)be;
+    size_t rounded = (bytes + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
+    if (rounded < bytes)
+        return NULL;
+    if (rounded == 0)
+        rounded = CPU_ALIGNMENT;
+    void *p = aligned_alloc(CPU_ALIGNMENT, rounded);
+    if (p)
+        memset(p, 0, rounded);
+    return p;
+}
+
+static void cpu_free(nctmc_backend *be, void *ptr)
+{
+    (void)be;
+    free(ptr);
+}
+
+static void cpu_copy(nctmc_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+static void cpu_fill_zero(nctmc_backend *be, void *dst, size_t bytes)
+{
+    (void)be;
+    if (bytes)
+        memset(dst, 0, bytes);
+}
+
+static nctmc_status cpu_synchronize(nctmc_backend *be)
+{
+    (void)be;
+    return NCTMC_OK;
+}
+
+static void cpu_destroy(nctmc_backend *be)
+{
+    if (!be)
+        return;
+    cpu_pool_free(cpu_of(be)->pool);
+    free(be);
+}
+
+void cpu_parallel_chunks(cpu_backend *cb, int64_t n, int64_t chunk, cpu_pool_fn fn, void *arg)
+{
+    if (n <= 0)
+        return;
+    cpu_pool_run(cb->pool, (n + chunk - 1) / chunk, fn, arg);
+}
+
+static const nctmc_backend_ops cpu_ops = {
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .fill_zero = cpu_fill_zero,
+    .synchronize = cpu_synchronize,
+    .linear_forward = cpu_linear_forward,
+    .linear_backward = cpu_linear_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .timestep_embedding = cpu_timestep_embedding,
+    .silu_forward = cpu_silu_forward,
+    .silu_backward = cpu_silu_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .adaln_forward = cpu_adaln_forward,
+    .adaln_backward = cpu_adaln_backward,
+    .gated_residual_forward = cpu_gated_residual_forward,
+    .gated_residual_backward = cpu_gated_residual_backward,
+    .rotary_forward = cpu_rotary_forward,
+    .rotary_backward = cpu_rotary_backward,
+    .attention_saved_floats = cpu_attention_saved_floats,
+    .attention_workspace_floats = cpu_attention_workspace_floats,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .lcond = cpu_lcond,
+    .jump_output = cpu_jump_output,
+    .sum_squares = cpu_sum_squares,
+    .scale = cpu_scale,
+    .adamw = cpu_adamw,
+    .ema_update = cpu_ema_update,
+};
+
+nctmc_backend *nctmc_cpu_backend_create(int n_threads, char *err, size_t err_size)
+{
+    if (n_threads < 0) {
+        snprintf(err, err_size, "n_threads must be >= 0 (0 = all cores), got %d", n_threads);
+        return NULL;
+    }
+    if (n_threads == 0)
+        n_threads = cpu_online_cores();
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) {
+        snprintf(err, err_size, "out of memory creating the CPU backend");
+        return NULL;
+    }
+    cb->pool = cpu_pool_create(n_threads);
+    if (!cb->pool) {
+        free(cb);
+        snprintf(err, err_size, "could not start %d CPU threads", n_threads);
+        return NULL;
+    }
+    /* OpenBLAS's thread count is process-wide; the backend parallelises
+     * around single-threaded OpenBLAS calls with its own pool instead, so
+     * every split of the work is fixed and contexts do not fight over it. */
+    openblas_set_num_threads(1);
+    cb->base.ops = &cpu_ops;
+    cb->base.name = "cpu";
+    cb->base.n_threads = n_threads;
+    cb->base.error[0] = '\0';
+    return &cb->base;
+}

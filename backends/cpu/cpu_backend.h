@@ -1,0 +1,105 @@
+/*
+ * cpu_backend.h — the CPU backend's state and the operations each file of
+ * backends/cpu/ implements (see lib/backend.h for what each one computes).
+ */
+#ifndef NCTMC_CPU_BACKEND_H
+#define NCTMC_CPU_BACKEND_H
+
+#include "backend.h"
+#include "thread_pool.h"
+
+typedef struct cpu_backend {
+    nctmc_backend base;
+    cpu_pool *pool;
+} cpu_backend;
+
+static inline cpu_backend *cpu_of(nctmc_backend *be)
+{
+    return (cpu_backend *)be;
+}
+
+/* Rows per task for row-wise kernels: fixed, so the split of the work never
+ * depends on the thread count. */
+#define CPU_ROWS_PER_TASK 16
+
+/* Runs fn over ceil(n / chunk) tasks. */
+void cpu_parallel_chunks(cpu_backend *cb, int64_t n, int64_t chunk, cpu_pool_fn fn, void *arg);
+
+/* cpu_linear.c */
+void cpu_linear_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                        const float *x, const float *w, const float *bias, float *y);
+void cpu_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                         const float *x, const float *w, const float *dy, float *dx,
+                         bool accumulate_dx, float *dw, float *dbias, bool accumulate_params);
+/* C[M, N] = alpha op(A) op(B) + beta C on the pool, single-threaded OpenBLAS
+ * calls on fixed tiles of C (row-major, ld* are row strides). */
+void cpu_gemm(cpu_backend *cb, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+              float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+              float beta, float *c, int64_t ldc);
+
+/* cpu_embedding.c */
+void cpu_embedding_forward(nctmc_backend *be, int64_t rows, int32_t dim, const int32_t *ids,
+                           const float *table, float *out, bool accumulate);
+void cpu_embedding_backward(nctmc_backend *be, int64_t rows, int32_t dim, int32_t n_entries,
+                            const int32_t *ids, const float *dout, float *dtable,
+                            bool accumulate);
+void cpu_timestep_embedding(nctmc_backend *be, int32_t batch, int32_t dim, const float *times,
+                            float *out);
+
+/* cpu_activation.c */
+void cpu_silu_forward(nctmc_backend *be, int64_t n, const float *x, float *y);
+void cpu_silu_backward(nctmc_backend *be, int64_t n, const float *x, const float *dy,
+                       float *dx, bool accumulate);
+void cpu_gelu_forward(nctmc_backend *be, int64_t n, const float *x, float *y);
+void cpu_gelu_backward(nctmc_backend *be, int64_t n, const float *x, const float *dy,
+                       float *dx);
+
+/* cpu_adaln.c */
+void cpu_adaln_forward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t dim,
+                       const float *x, const float *w, const float *shift, const float *scale,
+                       int32_t mod_stride, float *y, float *mean, float *rstd);
+void cpu_adaln_backward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t dim,
+                        const float *x, const float *w, const float *scale, int32_t mod_stride,
+                        const float *mean, const float *rstd, const float *dy, float *dx,
+                        bool accumulate_dx, float *dw, bool accumulate_dw, float *dshift,
+                        float *dscale);
+
+/* cpu_residual.c */
+void cpu_gated_residual_forward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t dim,
+                                const float *x, const float *y, const float *gate,
+                                int32_t mod_stride, float *out);
+void cpu_gated_residual_backward(nctmc_backend *be, int64_t rows, int32_t seq_len,
+                                 int32_t dim, const float *y, const float *gate,
+                                 int32_t mod_stride, const float *dx, float *dy, float *dgate);
+
+/* cpu_rotary.c */
+void cpu_rotary_forward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t heads,
+                        int32_t head_dim, float base, float *qkv);
+void cpu_rotary_backward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t heads,
+                         int32_t head_dim, float base, float *dqkv);
+
+/* cpu_attention.c */
+size_t cpu_attention_saved_floats(nctmc_backend *be, int32_t batch, int32_t seq_len,
+                                  int32_t heads, int32_t head_dim);
+size_t cpu_attention_workspace_floats(nctmc_backend *be, int32_t batch, int32_t seq_len,
+                                      int32_t heads, int32_t head_dim);
+void cpu_attention_forward(nctmc_backend *be, int32_t batch, int32_t seq_len, int32_t heads,
+                           int32_t head_dim, const float *qkv, float *out, float *saved,
+                           float *workspace);
+void cpu_attention_backward(nctmc_backend *be, int32_t batch, int32_t seq_len, int32_t heads,
+                            int32_t head_dim, const float *qkv, const float *out, float *saved,
+                            const float *dout, float *dqkv, float *workspace);
+
+/* cpu_loss.c */
+void cpu_lcond(nctmc_backend *be, const nctmc_lcond_args *args);
+void cpu_jump_output(nctmc_backend *be, const nctmc_jump_output_args *args);
+
+/* cpu_optim.c */
+double cpu_sum_squares(nctmc_backend *be, int64_t n, const float *x);
+void cpu_scale(nctmc_backend *be, int64_t n, float *x, float s);
+void cpu_adamw(nctmc_backend *be, int64_t n, float *param, const float *grad, float *m,
+               float *v, float lr, float beta1, float beta2, float eps, float weight_decay,
+               int64_t step);
+void cpu_ema_update(nctmc_backend *be, int64_t n, float *ema, const float *param, float decay);
+
+#endif /* NCTMC_CPU_BACKEND_H */

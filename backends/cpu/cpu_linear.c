@@ -1,0 +1,194 @@
+/*
+ * cpu_linear.c — GEMM on the backend's pool, and the linear layer built on it.
+ *
+ * OpenBLAS runs single-threaded (see cpu_backend.c); parallelism comes from
+ * cutting C into a grid of tiles fixed by the shape alone, one OpenBLAS call
+ * per tile. A tile's result depends only on its own inputs, so the output is
+ * bitwise the same for every thread count.
+ */
+#include "cpu_backend.h"
+
+#include <cblas.h>
+#include <string.h>
+
+/* Below this many multiply-adds a single call beats the cost of waking the
+ * pool and of packing the operands once per tile. */
+#define GEMM_SPLIT_MIN_MACS (1 << 21)
+/* Enough tiles to keep any few threads busy to the end of the job... */
+#define GEMM_TARGET_TILES 16
+/* ...but no tile edge under this: OpenBLAS packs each tile's panels of A and B
+ * again, and thin tiles would spend their time packing. */
+#define GEMM_MIN_TILE_EDGE 64
+/* Tile edges are multiples of the widest OpenBLAS micro-kernel, so no tile
+ * but the last in a row or column runs a ragged edge. */
+#define GEMM_TILE_ALIGN 16
+
+/* Column chunk of the bias-gradient reduction: one task per chunk. */
+#define DBIAS_COLS_PER_TASK 64
+
+typedef struct gemm_job {
+    bool trans_a, trans_b;
+    int64_t m, n, k;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+    int64_t lda, ldb, ldc;
+    /* When set, C starts as this row vector broadcast over the rows and beta
+     * is ignored: the bias is written while the tile is about to be hot. */
+    const float *bias;
+    int64_t tile_m, tile_n, tiles_n;
+} gemm_job;
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* Halves the longer tile edge until there are enough tiles or no edge can be
+ * halved without going under the minimum; square-ish tiles pack the least
+ * per multiply-add. Depends on the shape only. */
+static void gemm_plan(gemm_job *job)
+{
+    int64_t cuts_m = 1, cuts_n = 1;
+    double macs = (double)job->m * (double)job->n * (double)job->k;
+    while (macs >= GEMM_SPLIT_MIN_MACS && cuts_m * cuts_n < GEMM_TARGET_TILES) {
+        bool split_m = job->m / (cuts_m * 2) >= GEMM_MIN_TILE_EDGE;
+        bool split_n = job->n / (cuts_n * 2) >= GEMM_MIN_TILE_EDGE;
+        if (!split_m && !split_n)
+            break;
+        if (split_m && (!split_n || job->m / cuts_m >= job->n / cuts_n))
+            cuts_m *= 2;
+        else
+            cuts_n *= 2;
+    }
+    job->tile_m = ceil_div(ceil_div(job->m, cuts_m), GEMM_TILE_ALIGN) * GEMM_TILE_ALIGN;
+    job->tile_n = ceil_div(ceil_div(job->n, cuts_n), GEMM_TILE_ALIGN) * GEMM_TILE_ALIGN;
+    job->tiles_n = ceil_div(job->n, job->tile_n);
+}
+
+/* C = beta C (or the bias) for an empty inner dimension, which OpenBLAS
+ * rejects through its leading-dimension checks. */
+static void tile_without_k(const gemm_job *job, float *restrict c, int64_t rows,
+                           int64_t cols, int64_t col0)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        float *restrict row = c + i * job->ldc;
+        for (int64_t j = 0; j < cols; j++)
+            row[j] = job->bias ? job->bias[col0 + j]
+                     : job->beta == 0.0f ? 0.0f : job->beta * row[j];
+    }
+}
+
+static void broadcast_bias(const float *restrict bias, float *restrict c, int64_t ldc,
+                           int64_t rows, int64_t cols)
+{
+    for (int64_t i = 0; i < rows; i++)
+        memcpy(c + i * ldc, bias, (size_t)cols * sizeof *c);
+}
+
+static void gemm_tile(void *arg, int64_t task, int worker)
+{
+    (void)worker;
+    const gemm_job *job = arg;
+    int64_t row0 = task / job->tiles_n * job->tile_m;
+    int64_t col0 = task % job->tiles_n * job->tile_n;
+    int64_t rows = min64(job->tile_m, job->m - row0);
+    int64_t cols = min64(job->tile_n, job->n - col0);
+    float *c = job->c + row0 * job->ldc + col0;
+    if (job->k == 0) {
+        tile_without_k(job, c, rows, cols, col0);
+        return;
+    }
+    float beta = job->beta;
+    if (job->bias) {
+        broadcast_bias(job->bias + col0, c, job->ldc, rows, cols);
+        beta = 1.0f;
+    }
+    const float *a = job->trans_a ? job->a + row0 : job->a + row0 * job->lda;
+    const float *b = job->trans_b ? job->b + col0 * job->ldb : job->b + col0;
+    cblas_sgemm(CblasRowMajor, job->trans_a ? CblasTrans : CblasNoTrans,
+                job->trans_b ? CblasTrans : CblasNoTrans, (blasint)rows, (blasint)cols,
+                (blasint)job->k, job->alpha, a, (blasint)job->lda, b, (blasint)job->ldb, beta,
+                c, (blasint)job->ldc);
+}
+
+static void gemm_run(cpu_backend *cb, gemm_job *job)
+{
+    if (job->m <= 0 || job->n <= 0)
+        return;
+    gemm_plan(job);
+    int64_t tiles = ceil_div(job->m, job->tile_m) * job->tiles_n;
+    cpu_pool_run(cb->pool, tiles, gemm_tile, job);
+}
+
+void cpu_gemm(cpu_backend *cb, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+              float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+              float beta, float *c, int64_t ldc)
+{
+    gemm_job job = {
+        .trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
+        .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c,
+        .lda = lda, .ldb = ldb, .ldc = ldc, .bias = NULL,
+    };
+    gemm_run(cb, &job);
+}
+
+void cpu_linear_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                        const float *x, const float *w, const float *bias, float *y)
+{
+    gemm_job job = {
+        .trans_a = false, .trans_b = true, .m = rows, .n = out, .k = in,
+        .alpha = 1.0f, .beta = 0.0f, .a = x, .b = w, .c = y,
+        .lda = in, .ldb = in, .ldc = out, .bias = bias,
+    };
+    gemm_run(cpu_of(be), &job);
+}
+
+typedef struct dbias_job {
+    int64_t rows;
+    int32_t cols;
+    const float *dy;
+    float *dbias;
+    bool accumulate;
+} dbias_job;
+
+/* Every column is summed over all rows in increasing row order, in double,
+ * by the one task that owns its chunk. */
+static void dbias_chunk(void *arg, int64_t task, int worker)
+{
+    (void)worker;
+    const dbias_job *job = arg;
+    int64_t col0 = task * DBIAS_COLS_PER_TASK;
+    int64_t width = min64(DBIAS_COLS_PER_TASK, job->cols - col0);
+    double sum[DBIAS_COLS_PER_TASK] = {0};
+    for (int64_t r = 0; r < job->rows; r++) {
+        const float *restrict row = job->dy + r * job->cols + col0;
+        for (int64_t j = 0; j < width; j++)
+            sum[j] += (double)row[j];
+    }
+    float *restrict dbias = job->dbias + col0;
+    for (int64_t j = 0; j < width; j++)
+        dbias[j] = job->accumulate ? (float)((double)dbias[j] + sum[j]) : (float)sum[j];
+}
+
+void cpu_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                         const float *x, const float *w, const float *dy, float *dx,
+                         bool accumulate_dx, float *dw, float *dbias, bool accumulate_params)
+{
+    cpu_backend *cb = cpu_of(be);
+    if (dx)
+        cpu_gemm(cb, false, false, rows, in, out, 1.0f, dy, out, w, in,
+                 accumulate_dx ? 1.0f : 0.0f, dx, in);
+    if (dw)
+        cpu_gemm(cb, true, false, out, in, rows, 1.0f, dy, out, x, in,
+                 accumulate_params ? 1.0f : 0.0f, dw, in);
+    if (dbias) {
+        dbias_job job = {rows, out, dy, dbias, accumulate_params};
+        cpu_parallel_chunks(cb, out, DBIAS_COLS_PER_TASK, dbias_chunk, &job);
+    }
+}

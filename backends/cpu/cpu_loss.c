@@ -1,0 +1,205 @@
+/*
+ * cpu_loss.c — the fused L_cond loss and the model's jump outputs.
+ *
+ * Each row (position) makes one streaming pass over its S valid logits,
+ * skipping the current token i, for the statistics lcond_math.h asks for:
+ * the running max, the sum of exp(z - max) rescaled whenever the max grows,
+ * and the sum of the data tokens' logits (the prior is constant over data
+ * tokens, so prior_dot = pi_data * that sum + pi_mask * z_mask). The pass
+ * works in chunks: a chunk's max is taken first, so each exp is evaluated
+ * once, against a max that is final for that chunk. The sums are kept in
+ * LANES partials (vectorisable, fixed order) and combined in a fixed tree.
+ * The per-position math then comes from lcond_math.h, shared with CUDA.
+ */
+#include <math.h>
+
+#include "cpu_backend.h"
+#include "cpu_math.h"
+#include "lcond_math.h"
+
+#define LANES 16
+#define CHUNK (4 * LANES)
+
+typedef struct row_stream {
+    float max;
+    float sum_exp[LANES];
+    float sum_z[LANES];
+} row_stream;
+
+static float lanes_total(const float acc[LANES])
+{
+    float t[LANES];
+    for (int k = 0; k < LANES; k++)
+        t[k] = acc[k];
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++)
+            t[k] += t[k + w];
+    return t[0];
+}
+
+static float chunk_max(const float *restrict z, int32_t n)
+{
+    float m[LANES];
+    for (int k = 0; k < LANES; k++)
+        m[k] = -INFINITY;
+    int32_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int k = 0; k < LANES; k++)
+            m[k] = z[j + k] > m[k] ? z[j + k] : m[k];
+    for (int k = 0; j + k < n; k++)
+        m[k] = z[j + k] > m[k] ? z[j + k] : m[k];
+    float best = m[0];
+    for (int k = 1; k < LANES; k++)
+        best = m[k] > best ? m[k] : best;
+    return best;
+}
+
+static void chunk_sums(const float *restrict z, int32_t n, float max, float *restrict se,
+                       float *restrict sz)
+{
+    int32_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int k = 0; k < LANES; k++) {
+            se[k] += cpu_expf(z[j + k] - max);
+            sz[k] += z[j + k];
+        }
+    for (int k = 0; j + k < n; k++) {
+        se[k] += cpu_expf(z[j + k] - max);
+        sz[k] += z[j + k];
+    }
+}
+
+/* Adds logits [lo, hi) to the stream. */
+static void stream_range(row_stream *s, const float *z, int32_t lo, int32_t hi)
+{
+    for (int32_t c = lo; c < hi; c += CHUNK) {
+        int32_t n = hi - c < CHUNK ? hi - c : CHUNK;
+        float m = chunk_max(z + c, n);
+        if (m > s->max) {
+            float f = cpu_expf(s->max - m);
+            for (int k = 0; k < LANES; k++)
+                s->sum_exp[k] *= f;
+            s->max = m;
+        }
+        chunk_sums(z + c, n, s->max, s->sum_exp, s->sum_z);
+    }
+}
+
+/* The row statistics over j != i, j < S. */
+static lcond_row_stats row_stats(const nctmc_fp *fp, const float *z, int32_t i)
+{
+    int32_t n_data = fp_n_data(fp);
+    int32_t mask = fp_mask(fp);
+    row_stream s = {.max = -INFINITY};
+    int32_t cut = i >= 0 && i < n_data ? i : n_data;
+    stream_range(&s, z, 0, cut);
+    stream_range(&s, z, cut < n_data ? cut + 1 : n_data, n_data);
+    double prior_dot = fp_prior_data(fp) * (double)lanes_total(s.sum_z);
+    if (mask >= 0 && mask != i) {
+        stream_range(&s, z, mask, mask + 1);
+        prior_dot += fp_prior_mask(fp) * (double)z[mask];
+    }
+    lcond_row_stats st = {s.max, lanes_total(s.sum_exp), (float)prior_dot};
+    return st;
+}
+
+static float logit_at(const float *z, int32_t j, int32_t vocab)
+{
+    return j >= 0 && j < vocab ? z[j] : 0.0f;
+}
+
+typedef struct loss_job {
+    const nctmc_lcond_args *lc;
+    const nctmc_jump_output_args *jo;
+} loss_job;
+
+/* d_logits may be the logits row: each z_j is read before d_j is written,
+ * and z_{x0} was read before this runs. */
+static void lcond_write_grads(const lcond_position *p, const nctmc_fp *fp, const float *z,
+                              double lse, float grad_scale, float *d, int32_t vocab,
+                              int32_t row_stride)
+{
+    for (int32_t j = 0; j < vocab; j++)
+        d[j] = lcond_grad_logit(p, j, z[j], lse, fp_prior(fp, j)) * grad_scale;
+    for (int32_t j = vocab; j < row_stride; j++)
+        d[j] = 0.0f;
+}
+
+static void lcond_row(const nctmc_lcond_args *a, int64_t r)
+{
+    const float *z = a->logits + r * a->row_stride;
+    int32_t i = a->x_t[r], x0 = a->x_0[r];
+    double t = (double)a->times[r / a->seq_len];
+    float h = a->rate_h ? a->rate_h[r] : 0.0f;
+    lcond_position p = lcond_prepare(&a->fp, t, i, x0, h);
+    lcond_row_stats st = row_stats(&a->fp, z, i);
+    if (a->loss)
+        a->loss[r] = (float)lcond_value(&p, st, logit_at(z, x0, a->vocab));
+    if (a->d_rate_h)
+        a->d_rate_h[r] = (float)(lcond_grad_h(&a->fp, &p) * (double)a->grad_scale);
+    if (a->d_logits)
+        lcond_write_grads(&p, &a->fp, z, lcond_lse(st), a->grad_scale,
+                          a->d_logits + r * a->row_stride, a->vocab, a->row_stride);
+}
+
+static void lcond_task(void *arg, int64_t task, int worker)
+{
+    (void)worker;
+    const nctmc_lcond_args *a = ((const loss_job *)arg)->lc;
+    int64_t r0 = task * CPU_ROWS_PER_TASK;
+    int64_t r1 = r0 + CPU_ROWS_PER_TASK < a->n_rows ? r0 + CPU_ROWS_PER_TASK : a->n_rows;
+    for (int64_t r = r0; r < r1; r++)
+        lcond_row(a, r);
+}
+
+/* The math indexes the mask token by fp.vocab and the row by vocab: a
+ * mismatch would read outside the row, so such a call does nothing. */
+void cpu_lcond(nctmc_backend *be, const nctmc_lcond_args *args)
+{
+    if (args->seq_len <= 0 || args->vocab != args->fp.vocab)
+        return;
+    loss_job job = {args, NULL};
+    cpu_parallel_chunks(cpu_of(be), args->n_rows, CPU_ROWS_PER_TASK, lcond_task, &job);
+}
+
+static void jump_logprob_row(const float *restrict z, double lse, int32_t i,
+                             float *restrict out, int32_t vocab)
+{
+    for (int32_t j = 0; j < vocab; j++)
+        out[j] = (float)((double)z[j] - lse);
+    if (i >= 0 && i < vocab)
+        out[i] = -INFINITY;
+}
+
+static void jump_output_row(const nctmc_jump_output_args *a, int64_t r)
+{
+    const float *z = a->logits + r * a->row_stride;
+    int32_t i = a->x_t[r];
+    if (a->log_rate) {
+        double t = (double)a->times[r / a->seq_len];
+        float h = a->rate_h ? a->rate_h[r] : 0.0f;
+        a->log_rate[r] = (float)fp_model_log_rate(&a->fp, t, i, h);
+    }
+    if (a->jump_logprobs) {
+        double lse = lcond_lse(row_stats(&a->fp, z, i));
+        jump_logprob_row(z, lse, i, a->jump_logprobs + r * a->vocab, a->vocab);
+    }
+}
+
+static void jump_output_task(void *arg, int64_t task, int worker)
+{
+    (void)worker;
+    const nctmc_jump_output_args *a = ((const loss_job *)arg)->jo;
+    int64_t r0 = task * CPU_ROWS_PER_TASK;
+    int64_t r1 = r0 + CPU_ROWS_PER_TASK < a->n_rows ? r0 + CPU_ROWS_PER_TASK : a->n_rows;
+    for (int64_t r = r0; r < r1; r++)
+        jump_output_row(a, r);
+}
+
+void cpu_jump_output(nctmc_backend *be, const nctmc_jump_output_args *args)
+{
+    if (args->seq_len <= 0 || args->vocab != args->fp.vocab)
+        return;
+    loss_job job = {NULL, args};
+    cpu_parallel_chunks(cpu_of(be), args->n_rows, CPU_ROWS_PER_TASK, jump_output_task, &job);
+}

@@ -1,0 +1,126 @@
+/*
+ * dit_backward.c — the DiT backward pass, the forward pass in reverse.
+ *
+ * Scratch use: d_x carries the residual stream's gradient from the output
+ * layer down to the embedding; d_u holds the gradient of whatever a branch
+ * produced last; d_cond collects the conditioning gradient from every
+ * adaLN modulation before it flows into the time MLP.
+ */
+#include "dit_internal.h"
+
+static void output_layer_backward(const nctmc_model *m, dit_workspace *ws, int64_t N,
+                                  int32_t B, int32_t L, const dit_view *g, bool acc)
+{
+    nctmc_backend *be = ws->be;
+    const dit_view *w = &m->view;
+    const dit_dims *z = &m->dims;
+    dit_grad_scratch *s = &ws->grad;
+    const float *x = dit_layer(ws, z->n_layers - 1)->x_out;
+    be->ops->linear_backward(be, N, z->d, z->V, ws->uf, w->out_w, ws->logits, s->d_u, false,
+                             g->out_w, g->out_b, acc);
+    if (m->fp.process == NCTMC_FP_MASKED) {
+        /* the masked process's exit rate is exact: the head gets no signal */
+        if (!acc) {
+            be->ops->fill_zero(be, g->rate_w, (size_t)z->d * sizeof(float));
+            be->ops->fill_zero(be, g->rate_b, sizeof(float));
+        }
+    } else {
+        be->ops->linear_backward(be, N, z->d, 1, ws->uf, w->rate_w, s->d_rate_h, s->d_u, true,
+                                 g->rate_w, g->rate_b, acc);
+    }
+    be->ops->adaln_backward(be, N, L, z->d, x, w->final_norm_w, ws->modf + z->d, 2 * z->d,
+                            ws->lnf_mean, ws->lnf_rstd, s->d_u, s->d_x, false, g->final_norm_w,
+                            acc, s->d_modf, s->d_modf + z->d);
+    be->ops->linear_backward(be, B, z->c, 2 * z->d, ws->cond, w->final_ada_w, s->d_modf,
+                             s->d_cond, false, g->final_ada_w, g->final_ada_b, acc);
+}
+
+static void mlp_branch_backward(const nctmc_model *m, dit_workspace *ws, dit_layer_acts *a,
+                                const dit_block_view *w, dit_block_view *gw, int64_t N,
+                                int32_t L, bool acc)
+{
+    nctmc_backend *be = ws->be;
+    const dit_dims *z = &m->dims;
+    dit_grad_scratch *s = &ws->grad;
+    int32_t ms = 6 * z->d;
+    be->ops->gated_residual_backward(be, N, L, z->d, a->m2, a->mod + MOD_GATE_MLP * z->d, ms,
+                                     s->d_x, s->d_u, s->d_mod + MOD_GATE_MLP * z->d);
+    be->ops->linear_backward(be, N, z->F, z->d, a->g, w->mlp2_w, s->d_u, s->d_f, false,
+                             gw->mlp2_w, gw->mlp2_b, acc);
+    be->ops->gelu_backward(be, N * z->F, a->m1, s->d_f, s->d_f);
+    be->ops->linear_backward(be, N, z->d, z->F, a->u2, w->mlp0_w, s->d_f, s->d_u, false,
+                             gw->mlp0_w, gw->mlp0_b, acc);
+    be->ops->adaln_backward(be, N, L, z->d, a->x_mid, w->norm2_w,
+                            a->mod + MOD_SCALE_MLP * z->d, ms, a->ln2_mean, a->ln2_rstd, s->d_u,
+                            s->d_x, true, gw->norm2_w, acc, s->d_mod + MOD_SHIFT_MLP * z->d,
+                            s->d_mod + MOD_SCALE_MLP * z->d);
+}
+
+static void attention_branch_backward(const nctmc_model *m, dit_workspace *ws,
+                                      dit_layer_acts *a, const dit_block_view *w,
+                                      dit_block_view *gw, int32_t B, int32_t L, bool acc)
+{
+    nctmc_backend *be = ws->be;
+    const dit_dims *z = &m->dims;
+    dit_grad_scratch *s = &ws->grad;
+    int64_t N = (int64_t)B * L;
+    int32_t ms = 6 * z->d;
+    be->ops->gated_residual_backward(be, N, L, z->d, a->y_attn, a->mod + MOD_GATE_MSA * z->d,
+                                     ms, s->d_x, s->d_u, s->d_mod + MOD_GATE_MSA * z->d);
+    be->ops->linear_backward(be, N, z->d, z->d, a->att_out, w->out_w, s->d_u, s->d_att, false,
+                             gw->out_w, NULL, acc);
+    be->ops->attention_backward(be, B, L, z->H, z->D, a->qkv, a->att_out, a->att_saved,
+                                s->d_att, s->d_qkv, ws->att_workspace);
+    be->ops->rotary_backward(be, N, L, z->H, z->D, NCTMC_ROPE_BASE, s->d_qkv);
+    be->ops->linear_backward(be, N, z->d, 3 * z->d, a->u1, w->qkv_w, s->d_qkv, s->d_u, false,
+                             gw->qkv_w, NULL, acc);
+    be->ops->adaln_backward(be, N, L, z->d, a->x_in, w->norm1_w, a->mod + MOD_SCALE_MSA * z->d,
+                            ms, a->ln1_mean, a->ln1_rstd, s->d_u, s->d_x, true, gw->norm1_w, acc,
+                            s->d_mod + MOD_SHIFT_MSA * z->d, s->d_mod + MOD_SCALE_MSA * z->d);
+}
+
+static void block_backward(const nctmc_model *m, dit_workspace *ws, int32_t k, int32_t B,
+                           int32_t L, const dit_view *g, bool acc)
+{
+    nctmc_backend *be = ws->be;
+    dit_layer_acts *a = dit_layer(ws, k);
+    const dit_block_view *w = &m->view.blocks[k];
+    dit_block_view *gw = &g->blocks[k];
+    mlp_branch_backward(m, ws, a, w, gw, (int64_t)B * L, L, acc);
+    attention_branch_backward(m, ws, a, w, gw, B, L, acc);
+    be->ops->linear_backward(be, B, m->dims.c, 6 * m->dims.d, ws->cond, w->ada_w,
+                             ws->grad.d_mod, ws->grad.d_cond, true, gw->ada_w, gw->ada_b, acc);
+}
+
+/* From d cond back through the label embedding and the time MLP. */
+static void time_conditioning_backward(const nctmc_model *m, dit_workspace *ws, int32_t B,
+                                       const dit_view *g, bool acc)
+{
+    nctmc_backend *be = ws->be;
+    const dit_view *w = &m->view;
+    dit_grad_scratch *s = &ws->grad;
+    int32_t c = m->dims.c;
+    int64_t n = (int64_t)B * c;
+    if (m->dims.n_labels > 0)
+        be->ops->embedding_backward(be, B, c, m->dims.n_labels, ws->labels, s->d_cond,
+                                    g->label_embed, acc);
+    be->ops->silu_backward(be, n, ws->t_a3, s->d_cond, s->d_tmp, false);
+    be->ops->linear_backward(be, B, c, c, ws->t_a2, w->time_w2, s->d_tmp, s->d_cond, false,
+                             g->time_w2, g->time_b2, acc);
+    be->ops->silu_backward(be, n, ws->t_a1, s->d_cond, s->d_tmp, false);
+    be->ops->linear_backward(be, B, NCTMC_TIME_FEATURES, c, ws->tfreq, w->time_w1, s->d_tmp,
+                             NULL, false, g->time_w1, g->time_b1, acc);
+}
+
+void dit_backward(const nctmc_model *m, dit_workspace *ws, const dit_batch *b,
+                  const dit_view *g, bool acc)
+{
+    int32_t B = b->batch, L = b->length;
+    int64_t N = (int64_t)B * L;
+    output_layer_backward(m, ws, N, B, L, g, acc);
+    for (int32_t k = m->dims.n_layers - 1; k >= 0; k--)
+        block_backward(m, ws, k, B, L, g, acc);
+    ws->be->ops->embedding_backward(ws->be, N, m->dims.d, m->dims.V, ws->x_t, ws->grad.d_x,
+                                    g->vocab_embed, acc);
+    time_conditioning_backward(m, ws, B, g, acc);
+}

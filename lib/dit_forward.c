@@ -1,0 +1,108 @@
+/*
+ * dit_forward.c — the DiT forward pass (DESIGN §2) as a sequence of backend
+ * operations: time conditioning, blocks, output layer with the jump logits
+ * and the exit-rate head.
+ */
+#include "dit_internal.h"
+
+static void upload_inputs(const nctmc_model *m, dit_workspace *ws, const dit_batch *b)
+{
+    nctmc_backend *be = ws->be;
+    size_t n = (size_t)b->batch * (size_t)b->length;
+    be->ops->upload(be, ws->x_t, b->x_t, n * sizeof(int32_t));
+    be->ops->upload(be, ws->times, b->times, (size_t)b->batch * sizeof(float));
+    if (m->dims.n_labels > 0) {
+        const int32_t *labels = b->labels ? b->labels : ws->host_labels;
+        be->ops->upload(be, ws->labels, labels, (size_t)b->batch * sizeof(int32_t));
+    }
+}
+
+/* cond = SiLU(mlp.2(SiLU(mlp.0(sinusoid(t))))) (+ label embedding) */
+static void time_conditioning(const nctmc_model *m, dit_workspace *ws, int32_t B)
+{
+    nctmc_backend *be = ws->be;
+    const dit_view *w = &m->view;
+    int32_t c = m->dims.c;
+    be->ops->timestep_embedding(be, B, NCTMC_TIME_FEATURES, ws->times, ws->tfreq);
+    be->ops->linear_forward(be, B, NCTMC_TIME_FEATURES, c, ws->tfreq, w->time_w1, w->time_b1,
+                            ws->t_a1);
+    be->ops->silu_forward(be, (int64_t)B * c, ws->t_a1, ws->t_a2);
+    be->ops->linear_forward(be, B, c, c, ws->t_a2, w->time_w2, w->time_b2, ws->t_a3);
+    be->ops->silu_forward(be, (int64_t)B * c, ws->t_a3, ws->cond);
+    if (m->dims.n_labels > 0)
+        be->ops->embedding_forward(be, B, c, ws->labels, w->label_embed, ws->cond, true);
+}
+
+static void attention_branch(const nctmc_model *m, dit_workspace *ws, dit_layer_acts *a,
+                             const dit_block_view *w, int32_t B, int32_t L)
+{
+    nctmc_backend *be = ws->be;
+    const dit_dims *z = &m->dims;
+    int64_t N = (int64_t)B * L;
+    int32_t ms = 6 * z->d;
+    be->ops->adaln_forward(be, N, L, z->d, a->x_in, w->norm1_w, a->mod + MOD_SHIFT_MSA * z->d,
+                           a->mod + MOD_SCALE_MSA * z->d, ms, a->u1, a->ln1_mean, a->ln1_rstd);
+    be->ops->linear_forward(be, N, z->d, 3 * z->d, a->u1, w->qkv_w, NULL, a->qkv);
+    be->ops->rotary_forward(be, N, L, z->H, z->D, NCTMC_ROPE_BASE, a->qkv);
+    be->ops->attention_forward(be, B, L, z->H, z->D, a->qkv, a->att_out, a->att_saved,
+                               ws->att_workspace);
+    be->ops->linear_forward(be, N, z->d, z->d, a->att_out, w->out_w, NULL, a->y_attn);
+    be->ops->gated_residual_forward(be, N, L, z->d, a->x_in, a->y_attn,
+                                    a->mod + MOD_GATE_MSA * z->d, ms, a->x_mid);
+}
+
+static void mlp_branch(const nctmc_model *m, dit_workspace *ws, dit_layer_acts *a,
+                       const dit_block_view *w, int32_t B, int32_t L)
+{
+    nctmc_backend *be = ws->be;
+    const dit_dims *z = &m->dims;
+    int64_t N = (int64_t)B * L;
+    int32_t ms = 6 * z->d;
+    be->ops->adaln_forward(be, N, L, z->d, a->x_mid, w->norm2_w, a->mod + MOD_SHIFT_MLP * z->d,
+                           a->mod + MOD_SCALE_MLP * z->d, ms, a->u2, a->ln2_mean, a->ln2_rstd);
+    be->ops->linear_forward(be, N, z->d, z->F, a->u2, w->mlp0_w, w->mlp0_b, a->m1);
+    be->ops->gelu_forward(be, N * z->F, a->m1, a->g);
+    be->ops->linear_forward(be, N, z->F, z->d, a->g, w->mlp2_w, w->mlp2_b, a->m2);
+    be->ops->gated_residual_forward(be, N, L, z->d, a->x_mid, a->m2,
+                                    a->mod + MOD_GATE_MLP * z->d, ms, a->x_out);
+}
+
+static void block_forward(const nctmc_model *m, dit_workspace *ws, int32_t k, int32_t B,
+                          int32_t L)
+{
+    dit_layer_acts *a = dit_layer(ws, k);
+    const dit_block_view *w = &m->view.blocks[k];
+    ws->be->ops->linear_forward(ws->be, B, m->dims.c, 6 * m->dims.d, ws->cond, w->ada_w,
+                                w->ada_b, a->mod);
+    attention_branch(m, ws, a, w, B, L);
+    mlp_branch(m, ws, a, w, B, L);
+}
+
+/* norm_final + adaLN, then the jump logits and the exit-rate head h. */
+static void output_layer(const nctmc_model *m, dit_workspace *ws, int32_t B, int32_t L)
+{
+    nctmc_backend *be = ws->be;
+    const dit_view *w = &m->view;
+    const dit_dims *z = &m->dims;
+    int64_t N = (int64_t)B * L;
+    const float *x = dit_layer(ws, z->n_layers - 1)->x_out;
+    be->ops->linear_forward(be, B, z->c, 2 * z->d, ws->cond, w->final_ada_w, w->final_ada_b,
+                            ws->modf);
+    be->ops->adaln_forward(be, N, L, z->d, x, w->final_norm_w, ws->modf, ws->modf + z->d,
+                           2 * z->d, ws->uf, ws->lnf_mean, ws->lnf_rstd);
+    be->ops->linear_forward(be, N, z->d, z->V, ws->uf, w->out_w, w->out_b, ws->logits);
+    be->ops->linear_forward(be, N, z->d, 1, ws->uf, w->rate_w, w->rate_b, ws->rate_h);
+}
+
+void dit_forward(const nctmc_model *m, dit_workspace *ws, const dit_batch *b)
+{
+    nctmc_backend *be = ws->be;
+    int64_t N = (int64_t)b->batch * b->length;
+    upload_inputs(m, ws, b);
+    be->ops->embedding_forward(be, N, m->dims.d, ws->x_t, m->view.vocab_embed, ws->x_embed,
+                               false);
+    time_conditioning(m, ws, b->batch);
+    for (int32_t k = 0; k < m->dims.n_layers; k++)
+        block_forward(m, ws, k, b->batch, b->length);
+    output_layer(m, ws, b->batch, b->length);
+}

@@ -1,0 +1,106 @@
+/*
+ * dit_internal.h — the activation workspace's layout, shared by the files
+ * that run the DiT graph (not by anything else).
+ */
+#ifndef NCTMC_DIT_INTERNAL_H
+#define NCTMC_DIT_INTERNAL_H
+
+#include "dit.h"
+
+/* The six per-sequence modulation chunks of a block, in the order the
+ * adaLN_modulation output is split (DiT / SEDD / MDLM). */
+enum { MOD_SHIFT_MSA, MOD_SCALE_MSA, MOD_GATE_MSA, MOD_SHIFT_MLP, MOD_SCALE_MLP, MOD_GATE_MLP };
+
+/* One block's activations. In a training workspace every block has its own;
+ * in an inference workspace all blocks share one set and the residual
+ * stream is updated in place (x_in == x_mid == x_out). */
+typedef struct dit_layer_acts {
+    float *x_in;       /* [N, d] block input (the previous block's x_out) */
+    float *mod;        /* [B, 6d] shift/scale/gate for attention, then MLP */
+    float *ln1_mean;   /* [N] */
+    float *ln1_rstd;   /* [N] */
+    float *u1;         /* [N, d] modulated norm1(x_in) */
+    float *qkv;        /* [N, 3d] after rotary */
+    float *att_saved;  /* backend-defined, NULL in inference */
+    float *att_out;    /* [N, d] attention output before attn_out */
+    float *y_attn;     /* [N, d] attn_out(att_out) */
+    float *x_mid;      /* [N, d] x_in + gate_msa * y_attn */
+    float *ln2_mean;   /* [N] */
+    float *ln2_rstd;   /* [N] */
+    float *u2;         /* [N, d] modulated norm2(x_mid) */
+    float *m1;         /* [N, F] mlp.0 output (pre-GELU) */
+    float *g;          /* [N, F] GELU(m1) (== m1 in inference) */
+    float *m2;         /* [N, d] mlp.2 output */
+    float *x_out;      /* [N, d] x_mid + gate_mlp * m2 */
+} dit_layer_acts;
+
+/* Gradient scratch of a training workspace. */
+typedef struct dit_grad_scratch {
+    float *d_x;        /* [N, d] gradient of the residual stream */
+    float *d_u;        /* [N, d] gradient of a modulated norm / branch output */
+    float *d_att;      /* [N, d] gradient of the attention output */
+    float *d_f;        /* [N, F] gradient inside the MLP */
+    float *d_qkv;      /* [N, 3d] */
+    float *d_mod;      /* [B, 6d] */
+    float *d_modf;     /* [B, 2d] */
+    float *d_cond;     /* [B, c] */
+    float *d_tmp;      /* [B, c] */
+    float *d_rate_h;   /* [N] */
+} dit_grad_scratch;
+
+struct dit_workspace {
+    nctmc_backend *be;
+    bool training;
+    int32_t max_batch;
+    int32_t max_length;
+    void *arena;
+    size_t arena_bytes;
+
+    /* uploaded inputs */
+    int32_t *x_t;      /* [N] */
+    int32_t *x_0;      /* [N] */
+    int32_t *labels;   /* [B] */
+    float *times;      /* [B] */
+
+    /* time conditioning */
+    float *tfreq;      /* [B, 256] */
+    float *t_a1;       /* [B, c] mlp.0 output */
+    float *t_a2;       /* [B, c] SiLU(t_a1) */
+    float *t_a3;       /* [B, c] mlp.2 output */
+    float *cond;       /* [B, c] SiLU(t_a3) (+ label embedding) */
+
+    float *x_embed;    /* [N, d] */
+    int32_t n_layer_acts;
+    dit_layer_acts *layers;
+
+    /* output layer */
+    float *modf;       /* [B, 2d] */
+    float *lnf_mean;   /* [N] */
+    float *lnf_rstd;   /* [N] */
+    float *uf;         /* [N, d] */
+    float *logits;     /* [N, V] (gradients overwrite them in place) */
+    float *rate_h;     /* [N] */
+    float *loss;       /* [N] */
+
+    float *att_workspace;
+    dit_grad_scratch grad;
+    dit_block_view *grad_blocks;  /* host array: a gradient slab's block view */
+
+    /* host staging */
+    int32_t *host_labels;  /* [B] null labels when the caller passes none */
+    float *host_loss;      /* [N] */
+};
+
+/* The activations of block k. */
+static inline dit_layer_acts *dit_layer(dit_workspace *ws, int32_t k)
+{
+    return &ws->layers[ws->n_layer_acts == 1 ? 0 : k];
+}
+
+/* Backward pass: given d_logits (in place in ws->logits) and
+ * ws->grad.d_rate_h from the loss op, writes (or adds) every parameter's
+ * gradient into the slab viewed by g. */
+void dit_backward(const nctmc_model *m, dit_workspace *ws, const dit_batch *b,
+                  const dit_view *g, bool accumulate);
+
+#endif /* NCTMC_DIT_INTERNAL_H */

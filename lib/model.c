@@ -1,0 +1,354 @@
+/*
+ * model.c — the model handle: creation, introspection, tensor access and the
+ * public forward call.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checked.h"
+#include "dit.h"
+#include "model.h"
+
+#define MODEL_FAIL(model, status, ...) \
+    nctmc_fail((model)->last_error, sizeof (model)->last_error, (status), __VA_ARGS__)
+
+static nctmc_status upload_initial_weights(nctmc_model *m, char *err, size_t err_size)
+{
+    size_t bytes;
+    if (!checked_mul(m->slab_floats, sizeof(float), &bytes))
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                          "parameter slab of %zu floats overflows", m->slab_floats);
+    nctmc_backend *be = m->ctx->backend;
+    m->weights = be->ops->alloc(be, bytes);
+    if (!m->weights)
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                          "cannot allocate %zu bytes of weights on the %s backend", bytes,
+                          be->name);
+    float *host = malloc(bytes);
+    if (!host)
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                          "cannot allocate %zu bytes of host memory for initialisation",
+                          bytes);
+    dit_init_weights(m, host);
+    be->ops->upload(be, m->weights, host, bytes);
+    free(host);
+    nctmc_status st = be->ops->synchronize(be);
+    if (st != NCTMC_OK)
+        return nctmc_fail(err, err_size, st, "uploading weights: %s", be->error);
+    return NCTMC_OK;
+}
+
+NCTMC_API nctmc_status nctmc_model_create(nctmc_context *ctx, const nctmc_model_config *config,
+                                          nctmc_model **out)
+{
+    if (!ctx)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    if (!out)
+        return nctmc_fail(ctx->last_error, sizeof ctx->last_error,
+                          NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_create: out is NULL");
+    *out = NULL;
+    dit_dims dims;
+    nctmc_status st = dit_config_validate(config, &dims, ctx->last_error, sizeof ctx->last_error);
+    if (st != NCTMC_OK)
+        return st;
+    nctmc_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return nctmc_fail(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_OUT_OF_MEMORY,
+                          "out of memory");
+    m->ctx = ctx;
+    m->config = *config;
+    m->dims = dims;
+    m->fp = dit_config_fp(config);
+    st = dit_tensor_table(&dims, &m->tensors, &m->n_tensors, &m->slab_floats, &m->n_params);
+    if (st == NCTMC_OK) {
+        m->view.blocks = calloc((size_t)dims.n_layers, sizeof(dit_block_view));
+        if (!m->view.blocks)
+            st = NCTMC_ERR_OUT_OF_MEMORY;
+    }
+    if (st != NCTMC_OK) {
+        nctmc_model_free(m);
+        return nctmc_fail(ctx->last_error, sizeof ctx->last_error, st,
+                          "out of memory building the tensor table");
+    }
+    st = upload_initial_weights(m, ctx->last_error, sizeof ctx->last_error);
+    if (st != NCTMC_OK) {
+        nctmc_model_free(m);
+        return st;
+    }
+    dit_view_bind(m, m->weights, m->view.blocks, &m->view);
+    nctmc_log(ctx, NCTMC_LOG_INFO, "model: %d layers, d=%d, %d heads, S=%d, L=%d, %lld params",
+              dims.n_layers, dims.d, dims.H, dims.S, dims.L, (long long)m->n_params);
+    *out = m;
+    return NCTMC_OK;
+}
+
+NCTMC_API void nctmc_model_free(nctmc_model *model)
+{
+    if (!model)
+        return;
+    if (model->weights)
+        model->ctx->backend->ops->free(model->ctx->backend, model->weights);
+    free(model->view.blocks);
+    free(model->tensors);
+    free(model);
+}
+
+NCTMC_API nctmc_status nctmc_model_get_config(const nctmc_model *model,
+                                              nctmc_model_config *config)
+{
+    if (!model || !config)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    if (config->struct_size != sizeof *config)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    *config = model->config;
+    return NCTMC_OK;
+}
+
+NCTMC_API const char *nctmc_model_last_error(const nctmc_model *model)
+{
+    return model ? model->last_error : "";
+}
+
+NCTMC_API int64_t nctmc_model_n_params(const nctmc_model *model)
+{
+    return model ? model->n_params : 0;
+}
+
+NCTMC_API int32_t nctmc_model_n_tensors(const nctmc_model *model)
+{
+    return model ? model->n_tensors : 0;
+}
+
+NCTMC_API nctmc_status nctmc_model_tensor_info(const nctmc_model *model, int32_t index,
+                                               nctmc_tensor_info *info)
+{
+    if (!model)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    nctmc_model *m = (nctmc_model *)model;
+    if (!info)
+        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_tensor_info: info is NULL");
+    if (info->struct_size != sizeof *info)
+        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+                          "nctmc_tensor_info.struct_size is %zu, expected %zu",
+                          info->struct_size, sizeof *info);
+    if (index < 0 || index >= model->n_tensors)
+        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+                          "tensor index %d is out of range [0, %d)", index, model->n_tensors);
+    const dit_tensor *t = &model->tensors[index];
+    info->name = t->name;
+    info->n_dims = t->n_dims;
+    memcpy(info->shape, t->shape, sizeof info->shape);
+    info->n_elements = t->n_elements;
+    return NCTMC_OK;
+}
+
+/* Looks a tensor up for read/write, recording why it cannot be used. */
+static nctmc_status lookup_tensor(nctmc_model *m, const char *name, int64_t n_elements,
+                                  const void *buffer, const dit_tensor **out)
+{
+    if (!name)
+        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "tensor name is NULL");
+    if (!buffer)
+        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "buffer for tensor \"%.64s\" is NULL",
+                          name);
+    int32_t k = dit_find_tensor(m, name);
+    if (k < 0)
+        return MODEL_FAIL(m, NCTMC_ERR_NOT_FOUND, "no tensor named \"%.64s\"", name);
+    const dit_tensor *t = &m->tensors[k];
+    if (n_elements != t->n_elements)
+        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+                          "tensor \"%s\" has %lld elements, the buffer was given as %lld",
+                          t->name, (long long)t->n_elements, (long long)n_elements);
+    *out = t;
+    return NCTMC_OK;
+}
+
+NCTMC_API nctmc_status nctmc_model_find_tensor(const nctmc_model *model, const char *name,
+                                               int32_t *index)
+{
+    if (!model)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    nctmc_model *m = (nctmc_model *)model;
+    if (!name || !index)
+        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+                          "nctmc_model_find_tensor: name and index must not be NULL");
+    int32_t k = dit_find_tensor(model, name);
+    if (k < 0)
+        return MODEL_FAIL(m, NCTMC_ERR_NOT_FOUND, "no tensor named \"%.64s\"", name);
+    *index = k;
+    return NCTMC_OK;
+}
+
+NCTMC_API nctmc_status nctmc_model_read_tensor(const nctmc_model *model, const char *name,
+                                               float *dst, int64_t n_elements)
+{
+    if (!model)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    nctmc_model *m = (nctmc_model *)model;
+    const dit_tensor *t = NULL;
+    nctmc_status st = lookup_tensor(m, name, n_elements, dst, &t);
+    if (st != NCTMC_OK)
+        return st;
+    nctmc_backend *be = m->ctx->backend;
+    be->ops->download(be, dst, m->weights + t->offset, (size_t)t->n_elements * sizeof(float));
+    st = be->ops->synchronize(be);
+    if (st != NCTMC_OK)
+        return MODEL_FAIL(m, st, "reading \"%s\": %s", t->name, be->error);
+    return NCTMC_OK;
+}
+
+NCTMC_API nctmc_status nctmc_model_write_tensor(nctmc_model *model, const char *name,
+                                                const float *src, int64_t n_elements)
+{
+    if (!model)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    const dit_tensor *t = NULL;
+    nctmc_status st = lookup_tensor(model, name, n_elements, src, &t);
+    if (st != NCTMC_OK)
+        return st;
+    for (int64_t e = 0; e < n_elements; e++)
+        if (!isfinite(src[e]))
+            return MODEL_FAIL(model, NCTMC_ERR_INVALID_ARGUMENT,
+                              "tensor \"%s\": element %lld is not finite", t->name,
+                              (long long)e);
+    nctmc_backend *be = model->ctx->backend;
+    be->ops->upload(be, model->weights + t->offset, src, (size_t)n_elements * sizeof(float));
+    st = be->ops->synchronize(be);
+    if (st != NCTMC_OK)
+        return MODEL_FAIL(model, st, "writing \"%s\": %s", t->name, be->error);
+    return NCTMC_OK;
+}
+
+NCTMC_API void nctmc_forward_params_init(nctmc_forward_params *params)
+{
+    if (!params)
+        return;
+    memset(params, 0, sizeof *params);
+    params->struct_size = sizeof *params;
+}
+
+/* Backend buffers for the two public outputs of one forward call. */
+typedef struct forward_outputs {
+    float *log_rate;
+    float *jump_logprobs;
+    size_t log_rate_bytes;
+    size_t jump_bytes;
+} forward_outputs;
+
+static nctmc_status alloc_forward_outputs(nctmc_backend *be, const nctmc_forward_params *p,
+                                          int32_t S, forward_outputs *o, char *err,
+                                          size_t err_size)
+{
+    memset(o, 0, sizeof *o);
+    size_t rows = (size_t)p->batch * (size_t)p->length;
+    if (!checked_mul(rows, sizeof(float), &o->log_rate_bytes) ||
+        !checked_mul3(rows, (size_t)S, sizeof(float), &o->jump_bytes))
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                          "forward outputs for batch %d x length %d overflow", p->batch,
+                          p->length);
+    if (p->log_rate && !(o->log_rate = be->ops->alloc(be, o->log_rate_bytes)))
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                          "cannot allocate %zu bytes for log_rate", o->log_rate_bytes);
+    if (p->jump_logprobs && !(o->jump_logprobs = be->ops->alloc(be, o->jump_bytes)))
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                          "cannot allocate %zu bytes for jump_logprobs", o->jump_bytes);
+    return NCTMC_OK;
+}
+
+static void free_forward_outputs(nctmc_backend *be, forward_outputs *o)
+{
+    if (o->log_rate)
+        be->ops->free(be, o->log_rate);
+    if (o->jump_logprobs)
+        be->ops->free(be, o->jump_logprobs);
+}
+
+static nctmc_status check_forward_params(const nctmc_forward_params *p, char *err,
+                                         size_t err_size)
+{
+    if (!p)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "params is NULL");
+    if (p->struct_size != sizeof *p)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "nctmc_forward_params.struct_size is %zu, expected %zu (call "
+                          "nctmc_forward_params_init)",
+                          p->struct_size, sizeof *p);
+    if (!p->log_rate && !p->jump_logprobs)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "neither log_rate nor jump_logprobs is requested");
+    return NCTMC_OK;
+}
+
+/* Runs the model and the output op, then copies the results to the host. */
+static nctmc_status run_forward(const nctmc_model *m, nctmc_backend *be,
+                                const nctmc_forward_params *p, char *err, size_t err_size)
+{
+    dit_workspace *ws = NULL;
+    nctmc_status st = dit_workspace_create(m, be, p->batch, p->length, false, &ws, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
+    dit_batch batch = {p->batch, p->length, p->tokens, p->times, p->labels, NULL};
+    st = dit_batch_validate(m, ws, &batch, false, err, err_size);
+    forward_outputs o;
+    if (st == NCTMC_OK)
+        st = alloc_forward_outputs(be, p, m->dims.S, &o, err, err_size);
+    else
+        memset(&o, 0, sizeof o);
+    if (st == NCTMC_OK) {
+        dit_forward(m, ws, &batch);
+        nctmc_jump_output_args a = {
+            .n_rows = (int64_t)p->batch * p->length,
+            .seq_len = p->length,
+            .vocab = m->dims.S,
+            .row_stride = m->dims.V,
+            .logits = dit_ws_logits(ws),
+            .rate_h = m->fp.process == NCTMC_FP_MASKED ? NULL : dit_ws_rate_h(ws),
+            .x_t = dit_ws_x_t(ws),
+            .times = dit_ws_times(ws),
+            .fp = m->fp,
+            .log_rate = o.log_rate,
+            .jump_logprobs = o.jump_logprobs,
+        };
+        be->ops->jump_output(be, &a);
+        if (p->log_rate)
+            be->ops->download(be, p->log_rate, o.log_rate, o.log_rate_bytes);
+        if (p->jump_logprobs)
+            be->ops->download(be, p->jump_logprobs, o.jump_logprobs, o.jump_bytes);
+        st = be->ops->synchronize(be);
+        if (st != NCTMC_OK)
+            nctmc_fail(err, err_size, st, "forward: %s", be->error);
+    }
+    free_forward_outputs(be, &o);
+    dit_workspace_free(ws);
+    return st;
+}
+
+NCTMC_API nctmc_status nctmc_model_forward(nctmc_model *model, const nctmc_forward_params *params)
+{
+    if (!model)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    nctmc_status st = check_forward_params(params, model->last_error, sizeof model->last_error);
+    if (st != NCTMC_OK)
+        return st;
+    return run_forward(model, model->ctx->backend, params, model->last_error,
+                       sizeof model->last_error);
+}
+
+NCTMC_API nctmc_status nctmc_model_forward_ex(const nctmc_model *model, nctmc_context *ctx,
+                                              const nctmc_forward_params *params)
+{
+    if (!ctx)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    if (!model)
+        return nctmc_fail(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_INVALID_ARGUMENT,
+                          "nctmc_model_forward_ex: model is NULL");
+    if (strcmp(ctx->backend->name, model->ctx->backend->name) != 0)
+        return nctmc_fail(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_INVALID_ARGUMENT,
+                          "the model lives on the %s backend, the context is %s",
+                          model->ctx->backend->name, ctx->backend->name);
+    nctmc_status st = check_forward_params(params, ctx->last_error, sizeof ctx->last_error);
+    if (st != NCTMC_OK)
+        return st;
+    return run_forward(model, ctx->backend, params, ctx->last_error, sizeof ctx->last_error);
+}

@@ -1,0 +1,123 @@
+/*
+ * model.h — the model handle's internals: configuration, derived sizes, the
+ * parameter table (names, shapes, offsets into one slab) and the typed view
+ * of a slab that the DiT code uses (the same view serves weights and
+ * gradients, which share one layout).
+ */
+#ifndef NCTMC_MODEL_H
+#define NCTMC_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "context.h"
+#include "forward_process.h"
+#include "nctmc.h"
+
+#define NCTMC_TIME_FEATURES 256   /* sinusoidal features of t */
+#define NCTMC_ROPE_BASE 10000.0f
+#define NCTMC_TENSOR_NAME_MAX 64
+
+/* Sizes derived from a validated configuration. */
+typedef struct dit_dims {
+    int32_t S;          /* states */
+    int32_t V;          /* padded vocabulary rows (>= S) */
+    int32_t L;          /* longest sequence */
+    int32_t n_layers;
+    int32_t d;          /* hidden width */
+    int32_t H;          /* heads */
+    int32_t D;          /* head width d / H */
+    int32_t F;          /* MLP width 4d */
+    int32_t c;          /* conditioning width */
+    int32_t n_labels;   /* n_classes + 1 rows of label_embed, or 0 */
+} dit_dims;
+
+/* How a tensor starts (DESIGN §2: adaLN modulations and the output
+ * projections start at zero so a fresh model is the identity per block). */
+typedef enum dit_init {
+    DIT_INIT_ZERO,
+    DIT_INIT_ONE,
+    DIT_INIT_UNIFORM   /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = shape[1] */
+} dit_init;
+
+typedef struct dit_tensor {
+    char name[NCTMC_TENSOR_NAME_MAX];
+    dit_init init;
+    int32_t n_dims;
+    int64_t shape[NCTMC_MAX_DIMS];
+    int64_t n_elements;
+    size_t offset;      /* in floats, from the start of the slab */
+} dit_tensor;
+
+/* One block's tensors inside a slab (weights or gradients). */
+typedef struct dit_block_view {
+    float *norm1_w;     /* [d] */
+    float *qkv_w;       /* [3d, d] */
+    float *out_w;       /* [d, d] */
+    float *norm2_w;     /* [d] */
+    float *mlp0_w;      /* [F, d] */
+    float *mlp0_b;      /* [F] */
+    float *mlp2_w;      /* [d, F] */
+    float *mlp2_b;      /* [d] */
+    float *ada_w;       /* [6d, c] */
+    float *ada_b;       /* [6d] */
+} dit_block_view;
+
+/* The whole model's tensors inside a slab. `blocks` has n_layers entries. */
+typedef struct dit_view {
+    float *vocab_embed;     /* [V, d] */
+    float *time_w1;         /* [c, 256] */
+    float *time_b1;         /* [c] */
+    float *time_w2;         /* [c, c] */
+    float *time_b2;         /* [c] */
+    float *label_embed;     /* [n_labels, c] or NULL */
+    dit_block_view *blocks;
+    float *final_norm_w;    /* [d] */
+    float *final_ada_w;     /* [2d, c] */
+    float *final_ada_b;     /* [2d] */
+    float *out_w;           /* [V, d] */
+    float *out_b;           /* [V] */
+    float *rate_w;          /* [1, d] */
+    float *rate_b;          /* [1] */
+} dit_view;
+
+struct nctmc_model {
+    nctmc_context *ctx;
+    nctmc_model_config config;
+    dit_dims dims;
+    nctmc_fp fp;
+    int32_t n_tensors;
+    dit_tensor *tensors;
+    size_t slab_floats;     /* total floats of a parameter slab (with padding) */
+    int64_t n_params;       /* scalar parameters (without padding) */
+    float *weights;         /* backend memory, slab_floats */
+    dit_view view;          /* typed pointers into `weights` */
+    char last_error[512];
+};
+
+/* Checks a configuration and derives its sizes; on failure writes why. */
+nctmc_status dit_config_validate(const nctmc_model_config *config, dit_dims *dims,
+                                 char *err, size_t err_size);
+
+/* The forward process of a configuration. */
+nctmc_fp dit_config_fp(const nctmc_model_config *config);
+
+/* Builds the tensor table of a configuration (names, shapes, offsets).
+ * *tensors is malloc'ed; frees nothing on failure. */
+nctmc_status dit_tensor_table(const dit_dims *dims, dit_tensor **tensors, int32_t *n_tensors,
+                              size_t *slab_floats, int64_t *n_params);
+
+/* Points a view at a slab with the model's layout; blocks must have
+ * n_layers entries (the view keeps the pointer). */
+void dit_view_bind(const nctmc_model *model, float *slab, dit_block_view *blocks,
+                   dit_view *view);
+
+/* Index of the named tensor, or -1. */
+int32_t dit_find_tensor(const nctmc_model *model, const char *name);
+
+/* Fills a host slab with the seeded initial weights. */
+void dit_init_weights(const nctmc_model *model, float *host_slab);
+
+#endif /* NCTMC_MODEL_H */

@@ -1,0 +1,41 @@
+#!/bin/sh
+# Installs what building and testing libnctmc needs on Debian 12, using
+# apt-get, and only what is missing. Run as root (or with sudo available).
+#
+#   scripts/install-deps.sh          build + test dependencies
+#   scripts/install-deps.sh --build  only what building needs
+set -eu
+
+build_pkgs="gcc pkg-config meson ninja-build libopenblas-dev"
+test_pkgs="clang libclang-rt-14-dev python3 python3-numpy python3-torch"
+
+pkgs="$build_pkgs"
+[ "${1:-}" = "--build" ] || pkgs="$pkgs $test_pkgs"
+
+missing=""
+for p in $pkgs; do
+    status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    case "$status" in
+        *"install ok installed"*) ;;
+        *) missing="$missing $p" ;;
+    esac
+done
+
+if [ -z "$missing" ]; then
+    echo "install-deps: everything is installed"
+    exit 0
+fi
+
+echo "install-deps: installing$missing"
+if [ "$(id -u)" -eq 0 ]; then
+    as_root=""
+elif command -v sudo >/dev/null 2>&1; then
+    as_root="sudo"
+else
+    echo "install-deps: need root to install:$missing" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+$as_root apt-get update -q
+# shellcheck disable=SC2086
+$as_root apt-get install -y -q --no-install-recommends $missing

@@ -1,0 +1,61 @@
+#!/bin/sh
+# Installs what is missing, builds libnctmc and runs every test:
+#   1. gcc release build with the PyTorch parity tests (CI's main run),
+#   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer,
+#   3. a clang build (-Werror) with its test suite,
+#   4. an install into a scratch prefix, and a program built against the
+#      installed library through pkg-config.
+# Ends with one line "tests: N passed, N failed, N skipped".
+set -eu
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+scripts/install-deps.sh
+
+configure() { # dir, extra meson args...
+    dir=$1
+    shift
+    if [ -d "$dir" ]; then
+        meson setup --reconfigure "$dir" "$@" >/dev/null
+    else
+        meson setup "$dir" "$@" >/dev/null
+    fi
+}
+
+results=""
+run_suite() { # build dir, label
+    if meson test -C "$1" --print-errorlogs --num-processes 2; then
+        :
+    else
+        echo "test suite '$2' failed" >&2
+    fi
+    results="$results $1/meson-logs/testlog.json"
+}
+
+echo "== gcc release build =="
+configure build-ci -Dreference_tests=enabled
+ninja -C build-ci
+run_suite build-ci gcc
+
+echo "== gcc + ASan + UBSan =="
+configure build-ci-asan -Dreference_tests=enabled -Db_sanitize=address,undefined \
+    -Dbuildtype=debugoptimized -Db_lundef=false
+ninja -C build-ci-asan
+# huge-allocation tests expect NULL from the allocator, not an abort
+ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    run_suite build-ci-asan asan
+
+echo "== clang build =="
+CC=clang configure build-ci-clang -Dreference_tests=disabled
+ninja -C build-ci-clang
+run_suite build-ci-clang clang
+
+echo "== install + pkg-config consumer =="
+prefix="$root/build-ci/install-root"
+rm -rf "$prefix"
+meson install -C build-ci --destdir "$prefix" >/dev/null
+/usr/bin/python3 scripts/check_install.py "$prefix" || echo "install check failed" >&2
+results="$results $root/build-ci/install-check.json"
+
+/usr/bin/python3 scripts/summarize_tests.py $results

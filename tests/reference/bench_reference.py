@@ -1,0 +1,97 @@
+"""Times the PyTorch reference model on the CPU, to set beside
+tests/bench/bench_train_step.c (libnctmc) on the same machine.
+
+    /usr/bin/python3 bench_reference.py [--threads N] [--batch B] [--reps R]
+                                        [--warmup W] [--config cpu-small|tiny]
+
+Same model (float32, every tensor random), same batch construction and the
+same two measurements as the C benchmark:
+  forward     the backbone to the jump logits and the exit-rate head
+              (what dit_forward computes), without autograd;
+  train_step  forward + L_cond loss + backward to every parameter (what
+              dit_loss with gradients computes), the loss in its vectorised
+              form (nctmc_reference.lcond_loss_fast), not the brute force.
+Each is run `warmup` times, then `reps` times; the median is reported:
+  bench=forward impl=torch config=cpu-small threads=2 batch=8 ms=... tokens_per_s=...
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.dont_write_bytecode = True   # keep the source tree clean when meson runs this
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nctmc_reference as ref  # noqa: E402
+
+CONFIGS = {
+    # nctmc_model_config_init(): uniform process, linear schedule
+    "cpu-small": dict(S=256, L=256, n_layers=6, d=384, H=6, c=128),
+    "tiny": dict(S=32, L=32, n_layers=2, d=64, H=2, c=128),
+}
+
+
+def make_batch(cfg, B):
+    """The C benchmark's batch: x0 from a multiplicative hash, every third
+    token replaced, times at the centres of B equal bins."""
+    N = B * cfg.L
+    i = torch.arange(N, dtype=torch.int64)
+    x0 = (i * 2654435761) % 2 ** 32 % cfg.S
+    noise = (i * 40503) % 2 ** 32 % cfg.S
+    x_t = torch.where(i % 3 != 0, x0, noise)
+    t = ((torch.arange(B, dtype=torch.float64) + 0.5) / B).float()
+    return x_t.reshape(B, cfg.L), x0.reshape(B, cfg.L), t
+
+
+def median_ms(fn, warmup, reps):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="cpu-small")
+    args = ap.parse_args()
+    torch.set_num_threads(max(1, args.threads))
+
+    cfg = ref.Config(**CONFIGS[args.config], process="uniform", schedule="linear")
+    params = ref.random_params(cfg, torch.Generator().manual_seed(0), dtype=torch.float32)
+    for v in params.values():
+        v.requires_grad_(True)
+    x_t, x0, t = make_batch(cfg, args.batch)
+
+    def forward():
+        with torch.no_grad():
+            ref.forward(params, cfg, x_t, t)
+
+    def train_step():
+        for v in params.values():
+            v.grad = None
+        logits, h = ref.forward(params, cfg, x_t, t)
+        log_rate, jump_logprobs = ref.model_outputs(cfg, logits, h, x_t, t)
+        loss = ref.lcond_loss_fast(cfg, log_rate, jump_logprobs, x_t, x0, t).mean()
+        loss.backward()
+
+    tokens = args.batch * cfg.L
+    for name, fn in (("forward", forward), ("train_step", train_step)):
+        ms = median_ms(fn, args.warmup, args.reps)
+        print("bench=%s impl=torch config=%s threads=%d batch=%d ms=%.2f tokens_per_s=%.1f "
+              "torch=%s" % (name, args.config, torch.get_num_threads(), args.batch, ms,
+                            tokens / (ms * 1e-3), torch.__version__), flush=True)
+
+
+if __name__ == "__main__":
+    main()

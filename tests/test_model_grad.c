@@ -1,0 +1,311 @@
+/*
+ * test_model_grad.c — the whole model + L_cond loss: gradients against
+ * central finite differences (per element for a sample of every tensor, and
+ * along random directions through all parameters at once), for every forward
+ * process; gradient accumulation; and bitwise determinism run after run and
+ * across thread counts.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dit.h"
+#include "test_util.h"
+
+typedef struct grad_fixture {
+    nctmc_context *ctx;
+    nctmc_model *model;
+    dit_workspace *ws;
+    float *grads;        /* backend slab */
+    float *host_grads;   /* host copy */
+    float *host_weights; /* host copy of the weights slab */
+    int32_t B, L;
+    int32_t *x_t, *x_0, *labels;
+    float *times;
+} grad_fixture;
+
+static nctmc_model_config small_config(nctmc_process process, int32_t n_classes)
+{
+    nctmc_model_config c;
+    nctmc_model_config_init(&c);
+    c.vocab_size = 9;
+    c.vocab_pad_multiple = 4; /* V = 12 > S: padding must stay out of the math */
+    c.seq_len = 5;
+    c.n_layers = 2;
+    c.d_model = 16;
+    c.n_heads = 2;
+    c.cond_dim = 8;
+    c.n_classes = n_classes;
+    c.process = process;
+    c.schedule = process == NCTMC_PROCESS_MASKED ? NCTMC_SCHEDULE_COSINE : NCTMC_SCHEDULE_LINEAR;
+    c.mixture_uniform = 0.4f;
+    c.seed = 3;
+    return c;
+}
+
+static size_t slab_bytes(const nctmc_model *m)
+{
+    return m->slab_floats * sizeof(float);
+}
+
+/* Random weights everywhere (zero-initialised tensors included, so every
+ * gradient path carries signal), a random batch with x_t ~ q(. | x0). */
+static void fixture_init(grad_fixture *f, nctmc_process process, int32_t n_classes,
+                         int n_threads, uint64_t seed)
+{
+    memset(f, 0, sizeof *f);
+    nctmc_context_params p;
+    nctmc_context_params_init(&p);
+    p.n_threads = n_threads;
+    nctmc_context_create(&p, &f->ctx);
+    nctmc_model_config cfg = small_config(process, n_classes);
+    CHECK(nctmc_model_create(f->ctx, &cfg, &f->model) == NCTMC_OK, "create: %s",
+          nctmc_context_last_error(f->ctx));
+    nctmc_model *m = f->model;
+    test_rng rng = test_rng_seed(seed);
+    f->host_weights = calloc(m->slab_floats, sizeof(float));
+    for (int32_t k = 0; k < m->n_tensors; k++)
+        test_fill_uniform(&rng, f->host_weights + m->tensors[k].offset,
+                          (size_t)m->tensors[k].n_elements, -0.3f, 0.3f);
+    nctmc_backend *be = f->ctx->backend;
+    be->ops->upload(be, m->weights, f->host_weights, slab_bytes(m));
+
+    f->B = 3;
+    f->L = 5;
+    int32_t N = f->B * f->L, S = cfg.vocab_size;
+    f->x_t = malloc(sizeof(int32_t) * (size_t)N);
+    f->x_0 = malloc(sizeof(int32_t) * (size_t)N);
+    f->times = malloc(sizeof(float) * (size_t)f->B);
+    f->labels = n_classes ? malloc(sizeof(int32_t) * (size_t)f->B) : NULL;
+    int32_t n_data = process == NCTMC_PROCESS_UNIFORM ? S : S - 1;
+    for (int32_t b = 0; b < f->B; b++) {
+        f->times[b] = 0.2f + 0.3f * (float)b;
+        if (f->labels)
+            f->labels[b] = b % (n_classes + 1);
+    }
+    for (int32_t r = 0; r < N; r++) {
+        f->x_0[r] = test_randint(&rng, n_data);
+        /* half the positions noised: to the mask, or to a random state */
+        if (r % 2 == 0)
+            f->x_t[r] = f->x_0[r];
+        else if (process == NCTMC_PROCESS_UNIFORM)
+            f->x_t[r] = test_randint(&rng, S);
+        else
+            f->x_t[r] = (r % 4 == 1 || process == NCTMC_PROCESS_MASKED) ? S - 1
+                                                                        : test_randint(&rng, S);
+    }
+    char err[256];
+    CHECK(dit_workspace_create(m, be, f->B, f->L, true, &f->ws, err, sizeof err) == NCTMC_OK,
+          "workspace: %s", err);
+    f->grads = be->ops->alloc(be, slab_bytes(m));
+    f->host_grads = calloc(m->slab_floats, sizeof(float));
+}
+
+static void fixture_free(grad_fixture *f)
+{
+    nctmc_backend *be = f->ctx->backend;
+    be->ops->free(be, f->grads);
+    dit_workspace_free(f->ws);
+    nctmc_model_free(f->model);
+    nctmc_context_free(f->ctx);
+    free(f->host_grads);
+    free(f->host_weights);
+    free(f->x_t);
+    free(f->x_0);
+    free(f->times);
+    free(f->labels);
+}
+
+static dit_batch fixture_batch(const grad_fixture *f)
+{
+    dit_batch b = {f->B, f->L, f->x_t, f->times, f->labels, f->x_0};
+    return b;
+}
+
+/* The mean loss at the current weights; with_grads also fills host_grads. */
+static double eval_loss(grad_fixture *f, bool with_grads)
+{
+    dit_batch b = fixture_batch(f);
+    double loss = NAN;
+    char err[256];
+    nctmc_status st = dit_loss(f->model, f->ws, &b, with_grads ? f->grads : NULL, false, &loss,
+                               err, sizeof err);
+    CHECK(st == NCTMC_OK, "dit_loss: %s", err);
+    if (with_grads) {
+        nctmc_backend *be = f->ctx->backend;
+        be->ops->download(be, f->host_grads, f->grads, slab_bytes(f->model));
+    }
+    return loss;
+}
+
+static void set_weight(grad_fixture *f, size_t at, float value)
+{
+    nctmc_backend *be = f->ctx->backend;
+    be->ops->upload(be, f->model->weights + at, &value, sizeof value);
+}
+
+/* Central difference of the loss in one weight. */
+static double fd_element(grad_fixture *f, size_t at, float eps)
+{
+    float w0 = f->host_weights[at];
+    set_weight(f, at, w0 + eps);
+    double up = eval_loss(f, false);
+    set_weight(f, at, w0 - eps);
+    double down = eval_loss(f, false);
+    set_weight(f, at, w0);
+    return (up - down) / (2.0 * (double)eps);
+}
+
+/* Per-element checks on a few entries of every tensor. Float32 forward
+ * passes make the difference noisy at the 1e-5 level of the loss, so the
+ * tolerance combines a relative part and an absolute floor. */
+static void check_elements(grad_fixture *f, const char *what)
+{
+    nctmc_model *m = f->model;
+    double loss = eval_loss(f, true);
+    CHECK(isfinite(loss) && loss > 0.0, "%s: loss %g", what, loss);
+    test_rng rng = test_rng_seed(99);
+    int checked = 0, failed = 0;
+    double worst = 0.0;
+    for (int32_t k = 0; k < m->n_tensors; k++) {
+        const dit_tensor *t = &m->tensors[k];
+        bool masked_rate = m->fp.process == NCTMC_FP_MASKED && strstr(t->name, "rate_head");
+        for (int s = 0; s < 3; s++) {
+            size_t at = t->offset + (size_t)test_randint(&rng, (int32_t)t->n_elements);
+            double g = f->host_grads[at];
+            double fd = fd_element(f, at, 2e-3f);
+            double err = fabs(g - fd);
+            double tol = 2e-2 * fabs(fd) + 2e-4 * fmax(1.0, loss);
+            if (masked_rate)
+                tol = 0.0; /* exact zero expected */
+            checked++;
+            if (!(err <= tol)) {
+                failed++;
+                fprintf(stderr, "  %s %s[%zu]: grad %.6g fd %.6g\n", what, t->name,
+                        at - t->offset, g, fd);
+            }
+            worst = fmax(worst, err / (fabs(fd) + 1e-3));
+        }
+    }
+    CHECK(failed == 0, "%s: %d of %d sampled gradients disagree with finite differences",
+          what, failed, checked);
+    printf("%s: %d elements checked, worst relative error %.2e\n", what, checked, worst);
+}
+
+/* d/de loss(w + e v) against g . v for a random direction v over all
+ * parameters at once: a single number that every gradient contributes to. */
+static void check_directions(grad_fixture *f, const char *what)
+{
+    nctmc_model *m = f->model;
+    nctmc_backend *be = f->ctx->backend;
+    double loss = eval_loss(f, true);
+    test_rng rng = test_rng_seed(7);
+    float *dir = calloc(m->slab_floats, sizeof(float));
+    float *moved = calloc(m->slab_floats, sizeof(float));
+    for (int rep = 0; rep < 3; rep++) {
+        double gv = 0.0;
+        for (int32_t k = 0; k < m->n_tensors; k++) {
+            const dit_tensor *t = &m->tensors[k];
+            for (int64_t e = 0; e < t->n_elements; e++) {
+                size_t at = t->offset + (size_t)e;
+                dir[at] = test_uniform(&rng, -1.0f, 1.0f);
+                gv += (double)dir[at] * f->host_grads[at];
+            }
+        }
+        const float eps = 1e-3f;
+        double val[2];
+        for (int side = 0; side < 2; side++) {
+            float s = side == 0 ? eps : -eps;
+            for (size_t i = 0; i < m->slab_floats; i++)
+                moved[i] = f->host_weights[i] + s * dir[i];
+            be->ops->upload(be, m->weights, moved, slab_bytes(m));
+            val[side] = eval_loss(f, false);
+        }
+        be->ops->upload(be, m->weights, f->host_weights, slab_bytes(m));
+        double fd = (val[0] - val[1]) / (2.0 * eps);
+        CHECK_CLOSE(gv, fd, 1e-2, 1e-3 * fmax(1.0, loss), what);
+    }
+    free(dir);
+    free(moved);
+}
+
+static void test_gradients(nctmc_process process, int32_t n_classes, const char *what)
+{
+    grad_fixture f;
+    fixture_init(&f, process, n_classes, 2, 1234 + (uint64_t)process);
+    check_elements(&f, what);
+    check_directions(&f, what);
+    fixture_free(&f);
+}
+
+/* accumulate = true adds to the slab: two passes give twice one pass (to
+ * rounding). */
+static void test_accumulation(void)
+{
+    grad_fixture f;
+    fixture_init(&f, NCTMC_PROCESS_UNIFORM, 2, 2, 5);
+    nctmc_model *m = f.model;
+    nctmc_backend *be = f.ctx->backend;
+    eval_loss(&f, true);
+    float *once = malloc(slab_bytes(m));
+    memcpy(once, f.host_grads, slab_bytes(m));
+    dit_batch b = fixture_batch(&f);
+    double loss;
+    char err[256];
+    dit_loss(m, f.ws, &b, f.grads, true, &loss, err, sizeof err);
+    be->ops->download(be, f.host_grads, f.grads, slab_bytes(m));
+    int bad = 0;
+    for (int32_t k = 0; k < m->n_tensors; k++)
+        for (int64_t e = 0; e < m->tensors[k].n_elements; e++) {
+            size_t at = m->tensors[k].offset + (size_t)e;
+            /* adding term by term into a non-zero slab rounds differently
+             * from adding the finished sum, hence the tolerance */
+            double want = 2.0 * (double)once[at];
+            if (!(fabs(f.host_grads[at] - want) <= 1e-5 * fabs(want) + 1e-9)) {
+                bad++;
+                fprintf(stderr, "  %s[%lld]: %.9g vs 2 x %.9g\n", m->tensors[k].name,
+                        (long long)e, f.host_grads[at], once[at]);
+            }
+        }
+    CHECK(bad == 0, "accumulated gradient != 2 x single: %d entries", bad);
+    free(once);
+    fixture_free(&f);
+}
+
+/* The same inputs give the same bits, run after run and on 1, 2 or 3
+ * threads (every split of the work is fixed by the shapes). */
+static void test_determinism(void)
+{
+    float *ref = NULL;
+    double ref_loss = 0.0;
+    for (int threads = 1; threads <= 3; threads++) {
+        for (int rep = 0; rep < 2; rep++) {
+            grad_fixture f;
+            fixture_init(&f, NCTMC_PROCESS_MIXTURE, 3, threads, 42);
+            double loss = eval_loss(&f, true);
+            size_t bytes = slab_bytes(f.model);
+            if (!ref) {
+                ref = malloc(bytes);
+                memcpy(ref, f.host_grads, bytes);
+                ref_loss = loss;
+            } else {
+                CHECK(memcmp(&loss, &ref_loss, sizeof loss) == 0,
+                      "loss differs (threads %d, run %d)", threads, rep);
+                CHECK(memcmp(ref, f.host_grads, bytes) == 0,
+                      "gradients differ (threads %d, run %d)", threads, rep);
+            }
+            fixture_free(&f);
+        }
+    }
+    free(ref);
+}
+
+int main(void)
+{
+    test_gradients(NCTMC_PROCESS_UNIFORM, 0, "uniform");
+    test_gradients(NCTMC_PROCESS_MASKED, 0, "masked");
+    test_gradients(NCTMC_PROCESS_MIXTURE, 3, "mixture+labels");
+    test_accumulation();
+    test_determinism();
+    return test_finish("model_grad");
+}
