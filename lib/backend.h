@@ -45,8 +45,7 @@ typedef struct nctmc_backend nctmc_backend;
 typedef struct nctmc_lcond_args {
     int64_t n_rows;        /* N = B * L positions */
     int32_t seq_len;       /* L: rows per sequence (indexes `times`) */
-    int32_t vocab;         /* S: valid logits per row */
-    int32_t row_stride;    /* V >= S: floats between rows of logits */
+    int32_t row_stride;    /* V >= S = fp.vocab: floats between rows of logits */
     const float *logits;   /* [N, V] jump logits z (padding ignored) */
     const float *rate_h;   /* [N] exit-rate head output h; NULL for masked */
     const int32_t *x_t;    /* [N] current state i */
@@ -65,8 +64,7 @@ typedef struct nctmc_lcond_args {
 typedef struct nctmc_jump_output_args {
     int64_t n_rows;
     int32_t seq_len;
-    int32_t vocab;         /* S */
-    int32_t row_stride;    /* V */
+    int32_t row_stride;    /* V >= S = fp.vocab */
     const float *logits;   /* [N, V] */
     const float *rate_h;   /* [N]; NULL for masked */
     const int32_t *x_t;    /* [N] */
@@ -214,7 +212,8 @@ typedef struct nctmc_backend_ops {
     /* One AdamW step with decoupled weight decay and bias correction:
      *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
      *   p -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps)
-     *   p -= lr * wd * p_old                       (step >= 1) */
+     *   p -= lr * wd * p_old
+     * step counts from 1 (the caller guarantees step >= 1). */
     void (*adamw)(nctmc_backend *be, int64_t n, float *param, const float *grad, float *m,
                   float *v, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t step);

@@ -12,7 +12,6 @@ static void run_loss_op(const nctmc_model *m, dit_workspace *ws, const dit_batch
     nctmc_lcond_args a = {
         .n_rows = N,
         .seq_len = b->length,
-        .vocab = m->dims.S,
         .row_stride = m->dims.V,
         .logits = ws->logits,
         .rate_h = m->fp.process == NCTMC_FP_MASKED ? NULL : ws->rate_h,

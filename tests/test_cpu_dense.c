@@ -223,10 +223,10 @@ static void test_gemm(const backends *bs, test_rng *rng)
 {
     static const gemm_case cases[] = {
         /* big enough to be cut into ragged tiles in both directions */
-        {false, false, 333, 201, 40, 1.0f, 0.0f},
-        {false, true, 333, 201, 40, 0.75f, 1.0f},
-        {true, false, 201, 333, 41, 1.0f, -0.5f},
-        {true, true, 257, 290, 33, -1.25f, 0.25f},
+        {false, false, 600, 290, 40, 1.0f, 0.0f},
+        {false, true, 555, 301, 33, 0.75f, 1.0f},
+        {true, false, 290, 600, 41, 1.0f, -0.5f},
+        {true, true, 517, 263, 35, -1.25f, 0.25f},
         /* too small to split */
         {false, true, 7, 5, 3, 1.0f, 0.0f},
         {true, false, 1, 9, 13, 2.0f, 1.0f},
@@ -476,8 +476,8 @@ static void test_linear_backward(const backends *bs, linear_shape s, test_rng *r
 
 static void test_linear(const backends *bs, test_rng *rng)
 {
-    /* one tiled in every GEMM of the backward pass, one far too small */
-    static const linear_shape shapes[] = {{515, 96, 130}, {37, 19, 23}, {1, 5, 3}};
+    /* one tiled in every GEMM of both passes, two far too small */
+    static const linear_shape shapes[] = {{515, 200, 300}, {37, 19, 23}, {1, 5, 3}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         test_linear_forward(bs, shapes[i], rng);
         test_linear_backward(bs, shapes[i], rng);

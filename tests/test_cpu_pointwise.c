@@ -4,8 +4,8 @@
  * outputs and the optimiser operations.
  *
  * Every operation is checked against a double-precision reference written
- * here (for the loss: a brute force straight from the definition, sharing
- * no code with lib/lcond_math.h or lib/forward_process.h), every backward
+ * here (for the loss: a brute force straight from the definition, calling
+ * no function of lib/lcond_math.h or lib/forward_process.h), every backward
  * against central finite differences of the forward, accumulate flags and
  * aliasing as backend.h allows them, and bitwise equality of all outputs
  * for 1, 2 and 3 threads. Sizes are odd on purpose (partial tasks, partial
@@ -973,7 +973,7 @@ static nctmc_lcond_args lcond_args(const lcond_case *c, const float *logits,
                                    const float *rate_h, float *loss, float *d_logits,
                                    float *d_rate_h)
 {
-    nctmc_lcond_args a = {c->n, c->seq_len, c->vocab, c->stride, logits, rate_h, c->x_t,
+    nctmc_lcond_args a = {c->n, c->seq_len, c->stride, logits, rate_h, c->x_t,
                           c->x_0, c->times, c->fp, c->grad_scale, loss, d_logits, d_rate_h};
     return a;
 }
@@ -1156,7 +1156,7 @@ static void test_lcond_case(const backends *bs, test_rng *rng, int32_t process,
 
 static void jump_run(nctmc_backend *be, const lcond_case *c, float *log_rate, float *logprobs)
 {
-    nctmc_jump_output_args a = {c->n, c->seq_len, c->vocab, c->stride, c->logits, c->rate_h,
+    nctmc_jump_output_args a = {c->n, c->seq_len, c->stride, c->logits, c->rate_h,
                                 c->x_t, c->times, c->fp, log_rate, logprobs};
     be->ops->jump_output(be, &a);
 }

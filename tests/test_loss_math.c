@@ -790,11 +790,11 @@ static lcond_row_stats test_row_stats(const nctmc_fp *fp, const float *z, int32_
         if (j == i)
             continue;
         se += (double)expf(z[j] - m);
-        pd += fp_prior(fp, j) * (double)z[j];
+        pd += fp_prior(fp, j) * ((double)z[j] - (double)m);
     }
     s.max_logit = m;
     s.sum_exp = (float)se;
-    s.prior_dot = (float)pd;
+    s.prior_dot = pd;
     return s;
 }
 
@@ -953,7 +953,6 @@ static bool run_lcond(nctmc_backend *be, batch *b, bool in_place, bool grads)
         memset(&a, 0, sizeof a);
         a.n_rows = b->N;
         a.seq_len = b->L;
-        a.vocab = b->S;
         a.row_stride = b->V;
         a.logits = logits;
         a.rate_h = h;
@@ -1001,7 +1000,6 @@ static bool run_jump_output(nctmc_backend *be, batch *b)
         memset(&a, 0, sizeof a);
         a.n_rows = b->N;
         a.seq_len = b->L;
-        a.vocab = b->S;
         a.row_stride = b->V;
         a.logits = logits;
         a.rate_h = h;

@@ -5,7 +5,9 @@
  * skipping the current token i, for the statistics lcond_math.h asks for:
  * the running max, the sum of exp(z - max) rescaled whenever the max grows,
  * and the sum of the data tokens' logits (the prior is constant over data
- * tokens, so prior_dot = pi_data * that sum + pi_mask * z_mask). The pass
+ * tokens, so prior_dot = pi_data * that sum + pi_mask * z_mask, both taken
+ * relative to the max; the sum is accumulated against the row's first
+ * logit so that a common offset of the logits costs no precision). The pass
  * works in chunks: a chunk's max is taken first, so each exp is evaluated
  * once, against a max that is final for that chunk. The sums are kept in
  * LANES partials (vectorisable, fixed order) and combined in a fixed tree.
@@ -22,6 +24,7 @@
 
 typedef struct row_stream {
     float max;
+    float ref;               /* sum_z holds sum (z - ref) */
     float sum_exp[LANES];
     float sum_z[LANES];
 } row_stream;
@@ -54,18 +57,18 @@ static float chunk_max(const float *restrict z, int32_t n)
     return best;
 }
 
-static void chunk_sums(const float *restrict z, int32_t n, float max, float *restrict se,
-                       float *restrict sz)
+static void chunk_sums(const float *restrict z, int32_t n, float max, float ref,
+                       float *restrict se, float *restrict sz)
 {
     int32_t j = 0;
     for (; j + LANES <= n; j += LANES)
         for (int k = 0; k < LANES; k++) {
             se[k] += cpu_expf(z[j + k] - max);
-            sz[k] += z[j + k];
+            sz[k] += z[j + k] - ref;
         }
     for (int k = 0; j + k < n; k++) {
         se[k] += cpu_expf(z[j + k] - max);
-        sz[k] += z[j + k];
+        sz[k] += z[j + k] - ref;
     }
 }
 
@@ -81,7 +84,7 @@ static void stream_range(row_stream *s, const float *z, int32_t lo, int32_t hi)
                 s->sum_exp[k] *= f;
             s->max = m;
         }
-        chunk_sums(z + c, n, s->max, s->sum_exp, s->sum_z);
+        chunk_sums(z + c, n, s->max, s->ref, s->sum_exp, s->sum_z);
     }
 }
 
@@ -90,16 +93,20 @@ static lcond_row_stats row_stats(const nctmc_fp *fp, const float *z, int32_t i)
 {
     int32_t n_data = fp_n_data(fp);
     int32_t mask = fp_mask(fp);
-    row_stream s = {.max = -INFINITY};
     int32_t cut = i >= 0 && i < n_data ? i : n_data;
+    int32_t n_counted = cut < n_data ? n_data - 1 : n_data;
+    /* any logit the row really has serves as the reference */
+    row_stream s = {.max = -INFINITY, .ref = z[cut == 0 ? 1 : 0]};
     stream_range(&s, z, 0, cut);
     stream_range(&s, z, cut < n_data ? cut + 1 : n_data, n_data);
-    double prior_dot = fp_prior_data(fp) * (double)lanes_total(s.sum_z);
-    if (mask >= 0 && mask != i) {
+    double dev_data = (double)lanes_total(s.sum_z);
+    if (mask >= 0 && mask != i)
         stream_range(&s, z, mask, mask + 1);
-        prior_dot += fp_prior_mask(fp) * (double)z[mask];
-    }
-    lcond_row_stats st = {s.max, lanes_total(s.sum_exp), (float)prior_dot};
+    double max = (double)s.max, ref = (double)s.ref;
+    double prior_dot = fp_prior_data(fp) * (dev_data + (double)n_counted * (ref - max));
+    if (mask >= 0 && mask != i)
+        prior_dot += fp_prior_mask(fp) * ((double)z[mask] - max);
+    lcond_row_stats st = {s.max, lanes_total(s.sum_exp), prior_dot};
     return st;
 }
 
@@ -113,15 +120,22 @@ typedef struct loss_job {
     const nctmc_jump_output_args *jo;
 } loss_job;
 
-/* d_logits may be the logits row: each z_j is read before d_j is written,
- * and z_{x0} was read before this runs. */
-static void lcond_write_grads(const lcond_position *p, const nctmc_fp *fp, const float *z,
-                              double lse, float grad_scale, float *d, int32_t vocab,
-                              int32_t row_stride)
+/* d_logits may be the logits row: the few logits the patch-up needs are read
+ * before the vectorised pass overwrites them. */
+static void lcond_write_grads(const lcond_grad_coef *g, const lcond_position *p,
+                              const nctmc_fp *fp, const float *z, float *d, int32_t row_stride)
 {
-    for (int32_t j = 0; j < vocab; j++)
-        d[j] = lcond_grad_logit(p, j, z[j], lse, fp_prior(fp, j)) * grad_scale;
-    for (int32_t j = vocab; j < row_stride; j++)
+    int32_t S = fp->vocab, mask = fp_mask(fp);
+    float z_mask = mask >= 0 ? z[mask] : 0.0f;
+    for (int32_t j = 0; j < S; j++)
+        d[j] = g->scale * cpu_expf(z[j] - g->lse) - g->sub_data;
+    if (mask >= 0)
+        d[mask] = g->scale * cpu_expf(z_mask - g->lse) - g->sub_mask;
+    if (p->x0 >= 0 && p->x0 < S)
+        d[p->x0] -= g->sub_x0;
+    if (p->i >= 0 && p->i < S)
+        d[p->i] = 0.0f;
+    for (int32_t j = S; j < row_stride; j++)
         d[j] = 0.0f;
 }
 
@@ -134,12 +148,13 @@ static void lcond_row(const nctmc_lcond_args *a, int64_t r)
     lcond_position p = lcond_prepare(&a->fp, t, i, x0, h);
     lcond_row_stats st = row_stats(&a->fp, z, i);
     if (a->loss)
-        a->loss[r] = (float)lcond_value(&p, st, logit_at(z, x0, a->vocab));
+        a->loss[r] = (float)lcond_value(&p, st, logit_at(z, x0, a->fp.vocab));
     if (a->d_rate_h)
         a->d_rate_h[r] = (float)(lcond_grad_h(&a->fp, &p) * (double)a->grad_scale);
-    if (a->d_logits)
-        lcond_write_grads(&p, &a->fp, z, lcond_lse(st), a->grad_scale,
-                          a->d_logits + r * a->row_stride, a->vocab, a->row_stride);
+    if (a->d_logits) {
+        lcond_grad_coef g = lcond_grad_coefficients(&a->fp, &p, st, a->grad_scale);
+        lcond_write_grads(&g, &p, &a->fp, z, a->d_logits + r * a->row_stride, a->row_stride);
+    }
 }
 
 static void lcond_task(void *arg, int64_t task, int worker)
@@ -152,12 +167,8 @@ static void lcond_task(void *arg, int64_t task, int worker)
         lcond_row(a, r);
 }
 
-/* The math indexes the mask token by fp.vocab and the row by vocab: a
- * mismatch would read outside the row, so such a call does nothing. */
 void cpu_lcond(nctmc_backend *be, const nctmc_lcond_args *args)
 {
-    if (args->seq_len <= 0 || args->vocab != args->fp.vocab)
-        return;
     loss_job job = {args, NULL};
     cpu_parallel_chunks(cpu_of(be), args->n_rows, CPU_ROWS_PER_TASK, lcond_task, &job);
 }
@@ -182,7 +193,7 @@ static void jump_output_row(const nctmc_jump_output_args *a, int64_t r)
     }
     if (a->jump_logprobs) {
         double lse = lcond_lse(row_stats(&a->fp, z, i));
-        jump_logprob_row(z, lse, i, a->jump_logprobs + r * a->vocab, a->vocab);
+        jump_logprob_row(z, lse, i, a->jump_logprobs + r * a->fp.vocab, a->fp.vocab);
     }
 }
 
@@ -198,8 +209,6 @@ static void jump_output_task(void *arg, int64_t task, int worker)
 
 void cpu_jump_output(nctmc_backend *be, const nctmc_jump_output_args *args)
 {
-    if (args->seq_len <= 0 || args->vocab != args->fp.vocab)
-        return;
     loss_job job = {NULL, args};
     cpu_parallel_chunks(cpu_of(be), args->n_rows, CPU_ROWS_PER_TASK, jump_output_task, &job);
 }

@@ -5,7 +5,7 @@
  * the compiler from vectorising a loop; these are plain arithmetic (no
  * branches, no library calls), so loops over them vectorise on any x86-64 or
  * AArch64 target, and they give the same bits for the same input everywhere.
- * Relative error of cpu_expf is below 2e-7 over its whole range.
+ * Relative error of cpu_expf is below 2e-7 over its range.
  */
 #ifndef NCTMC_CPU_MATH_H
 #define NCTMC_CPU_MATH_H
@@ -13,12 +13,14 @@
 #include <stdint.h>
 #include <string.h>
 
-/* e^x for finite x; saturates to ~1e-38 below -87.3 and to ~1.7e38 above 88.3
- * (both far outside anything the model's kernels produce). */
-static inline float cpu_expf(float x)
+/* e^x: exact to 2e-7 relative on [-87.3, 88.3]; 0 below (where the true
+ * value is subnormal or smaller, -inf included), 1.7e38 above, NaN for NaN.
+ * The comparisons are written so that a NaN never reaches the float-to-int
+ * conversion. */
+static inline float cpu_expf(float x_in)
 {
-    x = x < -87.3f ? -87.3f : x;
-    x = x > 88.3f ? 88.3f : x;
+    float x = x_in >= -87.3f ? x_in : -87.3f;
+    x = x <= 88.3f ? x : 88.3f;
     /* n = round(x / ln 2) with the 1.5 * 2^23 trick (round to nearest even) */
     const float magic = 12582912.0f;
     float n = (x * 1.44269504088896341f + magic) - magic;
@@ -37,7 +39,9 @@ static inline float cpu_expf(float x)
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    float y = p * scale;
+    y = x_in < -87.3f ? 0.0f : y;
+    return x_in == x_in ? y : x_in;
 }
 
 /* tanh(x) = 1 - 2 / (1 + e^{2x}); exact to about 2e-7 absolute. */
