@@ -2,7 +2,8 @@
 # Installs what is missing, builds libnctmc and runs every test:
 #   1. gcc release build with the PyTorch parity tests (CI's main run),
 #   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer,
-#   3. a clang build (-Werror) with its test suite,
+#   3. a clang build (-Werror) with its test suite, under clang's
+#      sanitizers (which add checks gcc's lack, e.g. float-cast-overflow),
 #   4. an install into a scratch prefix, and a program built against the
 #      installed library through pkg-config.
 # Ends with one line "tests: N passed, N failed, N skipped".
@@ -46,10 +47,13 @@ ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     run_suite build-ci-asan asan
 
-echo "== clang build =="
-CC=clang configure build-ci-clang -Dreference_tests=disabled
+echo "== clang + ASan + UBSan =="
+CC=clang configure build-ci-clang -Dreference_tests=enabled -Db_sanitize=address,undefined \
+    -Dbuildtype=debugoptimized -Db_lundef=false
 ninja -C build-ci-clang
-run_suite build-ci-clang clang
+ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    run_suite build-ci-clang clang
 
 echo "== install + pkg-config consumer =="
 prefix="$root/build-ci/install-root"
