@@ -639,6 +639,25 @@ static void test_forward_errors(void)
     CHECK(st == NCTMC_ERR_OUT_OF_MEMORY, "huge batch: %d (%s)", st, nctmc_model_last_error(m));
 
     /* and the model still works afterwards */
+    CHECK(nctmc_model_forward(m, &p) == NCTMC_OK, "forward after a huge batch");
+
+    /* a batch whose byte counts overflow size_t: caught, not wrapped */
+    nctmc_model_config wide = tiny_config();
+    wide.vocab_size = 1 << 20;
+    wide.seq_len = 1 << 20;
+    wide.n_layers = 1;
+    wide.d_model = 2;
+    wide.n_heads = 1;
+    wide.cond_dim = 1;
+    nctmc_model *wm = make_model(ctx, &wide);
+    q = params_of(&io);
+    q.batch = INT32_MAX;
+    q.length = 1 << 20;
+    st = nctmc_model_forward(wm, &q);
+    CHECK(st == NCTMC_ERR_OUT_OF_MEMORY && strstr(nctmc_model_last_error(wm), "overflow"),
+          "overflowing batch: %d (%s)", st, nctmc_model_last_error(wm));
+    nctmc_model_free(wm);
+
     CHECK(nctmc_model_forward(m, &p) == NCTMC_OK, "forward after errors");
     free_io(&io);
     nctmc_model_free(m);

@@ -81,6 +81,7 @@ static float sum_fixed_order(const float *restrict x, int32_t n)
 }
 
 /* Lanes again, so the max reduction vectorises without fast-math. */
+CPU_VECTOR_CLONES
 static float row_max(const float *restrict x, int32_t n)
 {
     float lanes[SUM_LANES];
@@ -100,6 +101,7 @@ static float row_max(const float *restrict x, int32_t n)
 
 /* x = softmax(x) over one row; subtracting the max keeps every exponent
  * <= 0, so nothing overflows. */
+CPU_VECTOR_CLONES
 static void softmax_row(float *restrict x, int32_t n)
 {
     float m = row_max(x, n);
@@ -111,6 +113,7 @@ static void softmax_row(float *restrict x, int32_t n)
 }
 
 /* dS = P (dP - sum_j dP_j P_j) over one row, written over dP. */
+CPU_VECTOR_CLONES
 static void softmax_backward_row(const float *restrict p, float *restrict dp, int32_t n)
 {
     float delta = dot_fixed_order(dp, p, n);

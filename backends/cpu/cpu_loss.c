@@ -40,6 +40,7 @@ static float lanes_total(const float acc[LANES])
     return t[0];
 }
 
+CPU_VECTOR_CLONES
 static float chunk_max(const float *restrict z, int32_t n)
 {
     float m[LANES];
@@ -57,6 +58,7 @@ static float chunk_max(const float *restrict z, int32_t n)
     return best;
 }
 
+CPU_VECTOR_CLONES
 static void chunk_sums(const float *restrict z, int32_t n, float max, float ref,
                        float *restrict se, float *restrict sz)
 {
@@ -122,6 +124,7 @@ typedef struct loss_job {
 
 /* d_logits may be the logits row: the few logits the patch-up needs are read
  * before the vectorised pass overwrites them. */
+CPU_VECTOR_CLONES
 static void lcond_write_grads(const lcond_grad_coef *g, const lcond_position *p,
                               const nctmc_fp *fp, const float *z, float *d, int32_t row_stride)
 {

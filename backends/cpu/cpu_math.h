@@ -13,6 +13,22 @@
 #include <stdint.h>
 #include <string.h>
 
+/*
+ * Loops that evaluate these functions are compute-bound, and the library is
+ * built for baseline x86-64 (SSE2, 4 floats per instruction). Marked with
+ * CPU_VECTOR_CLONES, a function is also compiled for AVX2 and the loader
+ * picks the variant the CPU supports (GNU ifunc). Both variants perform the
+ * same IEEE operations in the same order (no FMA contraction: the build uses
+ * -ffp-contract=off, and no reduction is reassociated), so their results are
+ * bitwise identical; only the vector width differs.
+ */
+#if defined(__x86_64__) && defined(__ELF__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(NCTMC_NO_VECTOR_CLONES)
+#define CPU_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CPU_VECTOR_CLONES
+#endif
+
 /* e^x: exact to 2e-7 relative on [-87.3, 88.3]; 0 below (where the true
  * value is subnormal or smaller, -inf included), 1.7e38 above, NaN for NaN.
  * The comparisons are written so that a NaN never reaches the float-to-int

@@ -12,8 +12,8 @@ same two measurements as the C benchmark:
               dit_loss with gradients computes), the loss in its vectorised
               form (nctmc_reference.lcond_loss_fast), not the brute force.
 --threads N sets both torch's intra-op threads and OpenBLAS's (which does its
-matrix products); OMP_WAIT_POLICY defaults to PASSIVE (see main()). Each is run `warmup` times, then `reps` times; the median
-is reported:
+matrix products); OMP_WAIT_POLICY defaults to PASSIVE (see main()). Each
+measurement is run `warmup` times, then `reps` times; the median is reported:
   bench=forward impl=torch config=cpu-small threads=2 batch=8 ms=... tokens_per_s=...
 """
 
