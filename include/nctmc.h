@@ -33,7 +33,7 @@
  * OpenBLAS keeps one process-wide thread setting; every CPU context sets it
  * to 1 and runs its own pool of threads around the matrix products instead,
  * so contexts with different thread counts can live in one process. A host
- * application that raises OpenBLAS's setting again gets the same results,
+ * application that raises OpenBLAS's setting again still gets correct results,
  * computed more slowly (OpenBLAS's threads then compete with the pool's).
  */
 #ifndef NCTMC_H
