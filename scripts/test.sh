@@ -4,6 +4,7 @@
 #   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer,
 #   3. a clang build (-Werror) with its test suite, under clang's
 #      sanitizers (which add checks gcc's lack, e.g. float-cast-overflow),
+#      including 20 s of coverage-guided fuzzing of the public API,
 #   4. an install into a scratch prefix, and a program built against the
 #      installed library through pkg-config.
 # Ends with one line "tests: N passed, N failed, N skipped".
@@ -49,7 +50,7 @@ UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 
 echo "== clang + ASan + UBSan =="
 CC=clang configure build-ci-clang -Dreference_tests=enabled -Db_sanitize=address,undefined \
-    -Dbuildtype=debugoptimized -Db_lundef=false
+    -Dbuildtype=debugoptimized -Db_lundef=false -Dfuzzing=true
 ninja -C build-ci-clang
 ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
