@@ -238,6 +238,47 @@ static void test_gemm(const backends *bs, test_rng *rng)
         test_gemm_case(bs, &cases[i], rng);
 }
 
+/* Pools of 2, 8 and 32 threads cut the DiT's products into 8, 16 and 64
+ * tiles: the values must not depend on the tiling. */
+static void test_gemm_tiling(test_rng *rng)
+{
+    static const gemm_case cases[] = {
+        {false, true, 2048, 1152, 384, 1.0f, 0.0f},  /* qkv forward */
+        {false, false, 2048, 384, 1536, 1.0f, 1.0f}, /* dx of mlp.2, accumulating */
+        {true, false, 384, 1536, 2048, 1.0f, 0.0f},  /* dw of mlp.0 */
+    };
+    static const int threads[] = {2, 8, 32};
+    nctmc_backend *be[3];
+    char err[256];
+    for (int t = 0; t < 3; t++)
+        be[t] = nctmc_cpu_backend_create(threads[t], err, sizeof err);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const gemm_case *gc = &cases[i];
+        int64_t lda = gc->ta ? gc->m : gc->k, ldb = gc->tb ? gc->k : gc->n;
+        size_t a_n = (size_t)(gc->m * gc->k), b_n = (size_t)(gc->k * gc->n);
+        size_t c_n = (size_t)(gc->m * gc->n);
+        float *a = random_floats(rng, a_n, -1.0f, 1.0f), *b = random_floats(rng, b_n, -1.0f, 1.0f);
+        float *c0 = random_floats(rng, c_n, -1.0f, 1.0f), *c[3];
+        for (int t = 0; t < 3; t++) {
+            c[t] = copy_floats(c0, c_n);
+            cpu_gemm(cpu_of(be[t]), gc->ta, gc->tb, gc->m, gc->n, gc->k, gc->alpha, a, lda, b,
+                     ldb, gc->beta, c[t], gc->n);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "tiling of gemm %c%c %ldx%ldx%ld", gc->ta ? 'T' : 'N',
+                 gc->tb ? 'T' : 'N', (long)gc->m, (long)gc->n, (long)gc->k);
+        check_same_bits(what, c[0], c[1], c_n, threads[1]);
+        check_same_bits(what, c[0], c[2], c_n, threads[2]);
+        for (int t = 0; t < 3; t++)
+            free(c[t]);
+        free(a);
+        free(b);
+        free(c0);
+    }
+    for (int t = 0; t < 3; t++)
+        be[t]->ops->destroy(be[t]);
+}
+
 /* ---- linear --------------------------------------------------------- */
 
 /* Float sums of up to ~500 products of numbers in [-1, 1], relative to
@@ -1152,6 +1193,7 @@ int main(void)
     }
     test_rng rng = test_rng_seed(20240611);
     test_gemm(&bs, &rng);
+    test_gemm_tiling(&rng);
     test_linear(&bs, &rng);
     test_attention(&bs, &rng);
     test_rotary(&bs, &rng);

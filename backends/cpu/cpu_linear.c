@@ -2,9 +2,9 @@
  * cpu_linear.c — GEMM on the backend's pool, and the linear layer built on it.
  *
  * OpenBLAS runs single-threaded (see cpu_backend.c); parallelism comes from
- * cutting C into a grid of tiles fixed by the shape alone, one OpenBLAS call
- * per tile. A tile's result depends only on its own inputs, so the output is
- * bitwise the same for every thread count.
+ * cutting C into a grid of tiles, one OpenBLAS call per tile. A tile's result
+ * depends only on its own inputs, and each element's value not on the tile
+ * it lies in, so the output is bitwise the same for every thread count.
  */
 #include "cpu_backend.h"
 
@@ -14,11 +14,14 @@
 /* Below this many multiply-adds a single call beats the cost of waking the
  * pool and of packing the operands once per tile. */
 #define GEMM_SPLIT_MIN_MACS (1 << 21)
-/* Tiles per GEMM when the shape allows: enough to keep a few threads busy to
- * the end of the job. Each tile repacks its panels of A and B, and on the
- * 2-core reference machine 8 tiles of the DiT shapes run as fast as one
- * 2-thread OpenBLAS call while 16 run about 5% slower. */
-#define GEMM_TARGET_TILES 8
+/* Tiles per GEMM when the shape allows: at least this many, and two per
+ * thread on larger pools, so that every thread has work to the end of the
+ * job. Each tile repacks its panels of A and B: on the 2-core reference
+ * machine 8 tiles of the DiT shapes run as fast as one 2-thread OpenBLAS
+ * call while 16 run about 5% slower, and on 16 cores a fixed 8 tiles left
+ * half the cores idle. */
+#define GEMM_MIN_TARGET_TILES 8
+#define GEMM_MAX_TARGET_TILES 128
 /* No tile edge under this: thinner tiles spend their time packing. */
 #define GEMM_MIN_TILE_EDGE 128
 /* Tile edges are multiples of the widest OpenBLAS micro-kernel, so no tile
@@ -54,15 +57,20 @@ static int64_t min64(int64_t a, int64_t b)
 /* Cuts C into row bands first, then the bands into columns, halving each
  * while the pieces keep the minimum edge. Row bands are contiguous in C and
  * share nothing but B; measured on the DiT shapes they beat square tiles of
- * the same count. Depends on the shape only. */
-static void gemm_plan(gemm_job *job)
+ * the same count. The grid depends on the shape and, above 4 threads, on
+ * the pool size; the values do not: OpenBLAS computes each element of C
+ * with the same sequence of operations whatever tile it lies in (its inner
+ * dimension is blocked by k alone), which tests/test_cpu_dense.c checks. */
+static void gemm_plan(gemm_job *job, int threads)
 {
+    int64_t target = 2 * (int64_t)threads;
+    target = target < GEMM_MIN_TARGET_TILES ? GEMM_MIN_TARGET_TILES : target;
+    target = target > GEMM_MAX_TARGET_TILES ? GEMM_MAX_TARGET_TILES : target;
     int64_t cuts_m = 1, cuts_n = 1;
     if ((double)job->m * (double)job->n * (double)job->k >= GEMM_SPLIT_MIN_MACS) {
-        while (cuts_m * 2 <= GEMM_TARGET_TILES && job->m / (cuts_m * 2) >= GEMM_MIN_TILE_EDGE)
+        while (cuts_m * 2 <= target && job->m / (cuts_m * 2) >= GEMM_MIN_TILE_EDGE)
             cuts_m *= 2;
-        while (cuts_m * cuts_n * 2 <= GEMM_TARGET_TILES &&
-               job->n / (cuts_n * 2) >= GEMM_MIN_TILE_EDGE)
+        while (cuts_m * cuts_n * 2 <= target && job->n / (cuts_n * 2) >= GEMM_MIN_TILE_EDGE)
             cuts_n *= 2;
     }
     job->tile_m = ceil_div(ceil_div(job->m, cuts_m), GEMM_TILE_ALIGN) * GEMM_TILE_ALIGN;
@@ -120,7 +128,7 @@ static void gemm_run(cpu_backend *cb, gemm_job *job)
 {
     if (job->m <= 0 || job->n <= 0)
         return;
-    gemm_plan(job);
+    gemm_plan(job, cpu_pool_size(cb->pool));
     int64_t tiles = ceil_div(job->m, job->tile_m) * job->tiles_n;
     cpu_pool_run(cb->pool, tiles, gemm_tile, job);
 }
