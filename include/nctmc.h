@@ -87,7 +87,18 @@ typedef enum nctmc_status {
     /** No tensor, backend or item of that name exists. */
     NCTMC_ERR_NOT_FOUND = 4,
     /** The compute backend reported a failure. */
-    NCTMC_ERR_BACKEND = 5
+    NCTMC_ERR_BACKEND = 5,
+    /** Reading or writing a file failed (the system's reason is in the
+     *  message). No file is left half-written. */
+    NCTMC_ERR_IO = 6,
+    /** A file is truncated, corrupt, not of the expected kind, or does not
+     *  match what it is used with (model, vocabulary, sequence length). */
+    NCTMC_ERR_FORMAT = 7,
+    /** A callback asked to stop; outputs hold the state reached so far. */
+    NCTMC_ERR_CANCELLED = 8,
+    /** A training step produced a non-finite loss or gradient; the step was
+     *  skipped and the weights are untouched. */
+    NCTMC_ERR_NON_FINITE = 9
 } nctmc_status;
 
 /** A short constant description of a status code ("invalid argument", ...).
@@ -317,6 +328,485 @@ NCTMC_API nctmc_status nctmc_model_forward(nctmc_model *model, const nctmc_forwa
  */
 NCTMC_API nctmc_status nctmc_model_forward_ex(const nctmc_model *model, nctmc_context *ctx,
                                               const nctmc_forward_params *params);
+
+/* ------------------------------------------------------------------------ */
+/* Tokenizers                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* A tokenizer maps between text (or images) and the model's data tokens.
+ * It is stored inside every checkpoint, so a loaded model decodes its own
+ * samples without further files. For the masked and mixture processes the
+ * model's vocabulary is the tokenizer's plus one (the mask token, S - 1). */
+typedef struct nctmc_tokenizer nctmc_tokenizer;
+
+typedef enum nctmc_tokenizer_kind {
+    /** One token per byte: vocabulary 256. Encodes any input. */
+    NCTMC_TOKENIZER_BYTES = 0,
+    /** One token per Unicode character of a fixed alphabet (built from a
+     *  corpus, in code-point order). Text must be valid UTF-8. */
+    NCTMC_TOKENIZER_CHARS = 1,
+    /** Grey-level images: width * height tokens in row-major order, each a
+     *  level 0 .. levels - 1 (0 is white, levels - 1 black). Decoding gives
+     *  an ASCII picture, one text line per image row. */
+    NCTMC_TOKENIZER_IMAGE = 2
+} nctmc_tokenizer_kind;
+
+/** Creates the byte tokenizer. Fails only for a NULL out. */
+NCTMC_API nctmc_status nctmc_tokenizer_create_bytes(nctmc_tokenizer **out);
+
+/** Creates a character tokenizer whose alphabet is every distinct character
+ *  of `corpus` (n_bytes of UTF-8), at most 65536 of them. Invalid UTF-8 is
+ *  rejected with NCTMC_ERR_INVALID_ARGUMENT; the reason (with the byte
+ *  offset) is logged to ctx, which may be NULL. */
+NCTMC_API nctmc_status nctmc_tokenizer_create_chars(nctmc_context *ctx, const char *corpus,
+                                                    size_t n_bytes, nctmc_tokenizer **out);
+
+/** Creates an image tokenizer: width * height in 1 .. 65536, levels in
+ *  2 .. 65536. Errors are logged to ctx, which may be NULL. */
+NCTMC_API nctmc_status nctmc_tokenizer_create_image(nctmc_context *ctx, int32_t width,
+                                                    int32_t height, int32_t levels,
+                                                    nctmc_tokenizer **out);
+
+/** Releases a tokenizer. */
+NCTMC_API void nctmc_tokenizer_free(nctmc_tokenizer *tok);
+
+/** The tokenizer's kind; NCTMC_TOKENIZER_BYTES for NULL. */
+NCTMC_API nctmc_tokenizer_kind nctmc_tokenizer_get_kind(const nctmc_tokenizer *tok);
+
+/** The number of tokens the tokenizer produces (data tokens); 0 for NULL. */
+NCTMC_API int32_t nctmc_tokenizer_vocab_size(const nctmc_tokenizer *tok);
+
+/** An image tokenizer's shape. NCTMC_ERR_INVALID_ARGUMENT for other kinds.
+ *  Any output pointer may be NULL. */
+NCTMC_API nctmc_status nctmc_tokenizer_image_shape(const nctmc_tokenizer *tok, int32_t *width,
+                                                   int32_t *height, int32_t *levels);
+
+/**
+ * Encodes n_bytes of text into tokens. *n_tokens receives the number of
+ * tokens the whole text needs, always (also on NCTMC_ERR_INVALID_ARGUMENT
+ * for a too small buffer). Pass tokens = NULL, capacity = 0 to only count.
+ * A character the alphabet lacks, or invalid UTF-8, is an error naming the
+ * byte offset. An image tokenizer encodes text of the form decode() writes.
+ */
+NCTMC_API nctmc_status nctmc_tokenizer_encode(nctmc_tokenizer *tok, const char *text,
+                                              size_t n_bytes, int32_t *tokens,
+                                              size_t capacity, size_t *n_tokens);
+
+/**
+ * Decodes tokens into text, NUL-terminated. *n_bytes receives the length the
+ * whole text needs, without the NUL, always. Pass text = NULL, capacity = 0
+ * to only measure; capacity must be at least *n_bytes + 1. A token outside
+ * the vocabulary is an error naming its index.
+ */
+NCTMC_API nctmc_status nctmc_tokenizer_decode(nctmc_tokenizer *tok, const int32_t *tokens,
+                                              size_t n_tokens, char *text, size_t capacity,
+                                              size_t *n_bytes);
+
+/** The message of the last failed call on this tokenizer ("" if none). */
+NCTMC_API const char *nctmc_tokenizer_last_error(const nctmc_tokenizer *tok);
+
+/** Writes the tokenizer to a small text file (docs/formats.md), atomically,
+ *  so that `nctmc prepare` can hand it to `nctmc train`. */
+NCTMC_API nctmc_status nctmc_tokenizer_save(nctmc_tokenizer *tok, const char *path);
+
+/** Reads a tokenizer written by nctmc_tokenizer_save(), checking it fully.
+ *  Errors are logged to ctx, which may be NULL. */
+NCTMC_API nctmc_status nctmc_tokenizer_load(nctmc_context *ctx, const char *path,
+                                            nctmc_tokenizer **out);
+
+/** Attaches a copy of tok to the model (replacing any other). Its vocabulary
+ *  must equal the model's data tokens: S for the uniform process, S - 1
+ *  otherwise. tok NULL detaches. */
+NCTMC_API nctmc_status nctmc_model_set_tokenizer(nctmc_model *model, const nctmc_tokenizer *tok);
+
+/** The model's tokenizer, or NULL when it has none. Owned by the model. */
+NCTMC_API const nctmc_tokenizer *nctmc_model_get_tokenizer(const nctmc_model *model);
+
+/* ------------------------------------------------------------------------ */
+/* Checkpoints                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Checkpoints are safetensors files (docs/formats.md): float32 tensors
+ * under the names nctmc_model_tensor_info() gives, and in `__metadata__`
+ * the model configuration and tokenizer (and, for a trainer checkpoint, the
+ * training state, optimizer moments and raw weights). Files are written
+ * atomically: a temporary file in the same directory, fsync, rename — an
+ * existing file at `path` is replaced only by a complete new one. */
+
+/** Writes the model's weights, configuration and tokenizer to path.
+ *  Errors (NCTMC_ERR_IO) are stored in the model. */
+NCTMC_API nctmc_status nctmc_model_save(const nctmc_model *model, const char *path);
+
+/**
+ * Loads a model from a checkpoint (written by nctmc_model_save() or
+ * nctmc_trainer_save(); for the latter the EMA weights, which sampling uses).
+ * Everything is checked before use: the header, every tensor's name, dtype,
+ * shape and byte range, the configuration, and that every value is finite.
+ * NCTMC_ERR_IO when the file cannot be read, NCTMC_ERR_FORMAT when it cannot
+ * be trusted. Errors are stored in ctx.
+ */
+NCTMC_API nctmc_status nctmc_model_load(nctmc_context *ctx, const char *path,
+                                        nctmc_model **out);
+
+/* ------------------------------------------------------------------------ */
+/* Token datasets                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* A token shard (docs/formats.md) holds either one token stream (training
+ * reads windows of the model's length from it) or fixed-length sequences,
+ * optionally with one class label per sequence. */
+typedef struct nctmc_dataset nctmc_dataset;
+
+typedef struct nctmc_dataset_info {
+    size_t struct_size;
+    int32_t vocab_size;     /**< tokens are in [0, vocab_size) */
+    int32_t seq_len;        /**< fixed sequence length, or 0 for a stream */
+    int32_t n_classes;      /**< labels are in [0, n_classes); 0: no labels */
+    int64_t n_tokens;
+    int64_t n_sequences;    /**< n_tokens / seq_len, or 0 for a stream */
+} nctmc_dataset_info;
+
+/** Fills *info with zeros and struct_size. Does nothing for NULL. */
+NCTMC_API void nctmc_dataset_info_init(nctmc_dataset_info *info);
+
+/**
+ * Writes a shard atomically. tokens: n_tokens values in [0, vocab_size).
+ * seq_len 0 makes a stream; otherwise n_tokens must be a multiple of it.
+ * labels: one per sequence in [0, n_classes), or NULL with n_classes 0.
+ * Errors are stored in ctx.
+ */
+NCTMC_API nctmc_status nctmc_dataset_write(nctmc_context *ctx, const char *path,
+                                           const int32_t *tokens, int64_t n_tokens,
+                                           int32_t vocab_size, int32_t seq_len,
+                                           const int32_t *labels, int32_t n_classes);
+
+/** Opens a shard, checking its header, size and checksum, and that every
+ *  token and label is in range. Errors are stored in ctx. */
+NCTMC_API nctmc_status nctmc_dataset_open(nctmc_context *ctx, const char *path,
+                                          nctmc_dataset **out);
+
+/** Releases a dataset. */
+NCTMC_API void nctmc_dataset_free(nctmc_dataset *ds);
+
+/** Describes the dataset (info->struct_size must be set). */
+NCTMC_API nctmc_status nctmc_dataset_get_info(const nctmc_dataset *ds, nctmc_dataset_info *info);
+
+/** Copies tokens [first, first + count) into dst. */
+NCTMC_API nctmc_status nctmc_dataset_read_tokens(nctmc_dataset *ds, int64_t first, int64_t count,
+                                                 int32_t *dst);
+
+/** The label of sequence `index`; NCTMC_ERR_INVALID_ARGUMENT when the
+ *  dataset has no labels or the index is out of range. */
+NCTMC_API nctmc_status nctmc_dataset_read_label(nctmc_dataset *ds, int64_t index,
+                                                int32_t *label);
+
+/** The message of the last failed call on this dataset ("" if none). */
+NCTMC_API const char *nctmc_dataset_last_error(const nctmc_dataset *ds);
+
+/* ------------------------------------------------------------------------ */
+/* Training                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* A trainer updates a model's weights in place with the L_cond loss and
+ * AdamW. It owns the gradients, the optimizer moments, the EMA of the
+ * weights and an activation arena sized for (batch_size, seq_len): no
+ * allocation happens per step. Every random choice (times, noise, label
+ * dropout, data order) is a Philox stream keyed by the seed and the step,
+ * so a run is reproducible bit for bit, also across save and resume. */
+typedef struct nctmc_trainer nctmc_trainer;
+
+typedef struct nctmc_trainer_params {
+    size_t struct_size;
+    int32_t batch_size;       /**< sequences per step (default 8) */
+    int32_t seq_len;          /**< tokens per sequence; 0 = the model's */
+    float learning_rate;      /**< peak rate (default 3e-4) */
+    float min_lr_ratio;       /**< cosine decays to this fraction (default 0.1) */
+    int64_t warmup_steps;     /**< linear warm-up from 0 (default 100) */
+    int64_t total_steps;      /**< end of the cosine decay (default 10000) */
+    float beta1;              /**< AdamW (default 0.9) */
+    float beta2;              /**< AdamW (default 0.999) */
+    float adam_eps;           /**< AdamW (default 1e-8) */
+    float weight_decay;       /**< decoupled (default 0.0) */
+    float grad_clip;          /**< global gradient-norm limit; 0 = off (default 1) */
+    float ema_decay;          /**< EMA of the weights; 0 = none (default 0.999) */
+    float time_eps;           /**< t ~ U(eps, 1 - eps) (default 1e-3) */
+    /** Probability of replacing a label by the null label, for
+     *  classifier-free guidance (default 0.1; ignored without classes). */
+    float label_dropout;
+    uint64_t seed;            /**< default 0 */
+} nctmc_trainer_params;
+
+/** Fills *params with the defaults listed above. */
+NCTMC_API void nctmc_trainer_params_init(nctmc_trainer_params *params);
+
+/** What one step did. Fill struct_size (nctmc_train_stats_init()). */
+typedef struct nctmc_train_stats {
+    size_t struct_size;
+    int64_t step;             /**< steps taken so far, this one included */
+    double loss;              /**< mean L_cond per position */
+    double grad_norm;         /**< global gradient norm before clipping */
+    double learning_rate;     /**< the rate this step used */
+    double mean_log_rate;     /**< mean log lambda_theta over the batch's
+                                   positions with a non-zero rate */
+    bool skipped;             /**< non-finite loss or gradient: no update */
+    int64_t n_skipped;        /**< skipped steps so far */
+} nctmc_train_stats;
+
+/** Fills *stats with zeros and struct_size. Does nothing for NULL. */
+NCTMC_API void nctmc_train_stats_init(nctmc_train_stats *stats);
+
+/** The position of a run, as saved in trainer checkpoints. */
+typedef struct nctmc_trainer_state {
+    size_t struct_size;
+    int64_t step;             /**< steps taken (skipped ones included) */
+    int64_t optimizer_steps;  /**< updates applied (AdamW's bias correction) */
+    int64_t data_position;    /**< sequences drawn by nctmc_trainer_step_dataset() */
+    int64_t n_skipped;
+    uint64_t seed;
+} nctmc_trainer_state;
+
+/** Fills *state with zeros and struct_size. Does nothing for NULL. */
+NCTMC_API void nctmc_trainer_state_init(nctmc_trainer_state *state);
+
+/**
+ * Creates a trainer for `model`, which it updates in place and which must
+ * outlive it (and not be used by anything else during a step). Errors are
+ * stored in the model.
+ */
+NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
+                                            const nctmc_trainer_params *params,
+                                            nctmc_trainer **out);
+
+/** Releases a trainer (not its model). */
+NCTMC_API void nctmc_trainer_free(nctmc_trainer *trainer);
+
+/**
+ * One training step on a batch given by the caller: tokens [batch_size *
+ * seq_len] clean data tokens (for the masked and mixture processes the mask
+ * token is not data), labels [batch_size] in [0, n_classes) or NULL
+ * (unconditional model, or all null labels). stats may be NULL.
+ * NCTMC_ERR_NON_FINITE: the step was skipped, weights untouched, the step
+ * counter advanced (stats says so).
+ */
+NCTMC_API nctmc_status nctmc_trainer_step(nctmc_trainer *trainer, const int32_t *tokens,
+                                          const int32_t *labels, nctmc_train_stats *stats);
+
+/**
+ * One training step on the next batch of `ds`, chosen by the seed and the
+ * trainer's data position (random windows of a stream; random sequences,
+ * with their labels, of a sequence dataset). The dataset's vocabulary must
+ * be the model's data tokens and its sequences (if fixed) the trainer's
+ * seq_len.
+ */
+NCTMC_API nctmc_status nctmc_trainer_step_dataset(nctmc_trainer *trainer, nctmc_dataset *ds,
+                                                  nctmc_train_stats *stats);
+
+/** The trainer's position (state->struct_size must be set). */
+NCTMC_API nctmc_status nctmc_trainer_get_state(const nctmc_trainer *trainer,
+                                               nctmc_trainer_state *state);
+
+/** The trainer's parameters (params->struct_size must be set). */
+NCTMC_API nctmc_status nctmc_trainer_get_params(const nctmc_trainer *trainer,
+                                                nctmc_trainer_params *params);
+
+/** Copies the trainer's weights into dst, a model of the same configuration:
+ *  the EMA when ema is true (an error if the trainer keeps none), else the
+ *  raw weights. */
+NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *trainer, nctmc_model *dst,
+                                                  bool ema);
+
+/**
+ * Writes a resumable checkpoint atomically: the EMA weights under the
+ * standard names (what nctmc_model_load() reads), the raw weights and both
+ * AdamW moments under "trainer." names, and the configuration, tokenizer,
+ * trainer parameters and state in the metadata.
+ */
+NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *trainer, const char *path);
+
+/**
+ * Resumes from a nctmc_trainer_save() checkpoint: creates the model (raw
+ * weights) on ctx and a trainer whose next step is exactly the step the
+ * saved run would have taken next. params NULL keeps the saved parameters;
+ * otherwise batch_size and seq_len must match them. The model belongs to
+ * the caller and must outlive the trainer. Errors are stored in ctx.
+ */
+NCTMC_API nctmc_status nctmc_trainer_resume(nctmc_context *ctx, const char *path,
+                                            const nctmc_trainer_params *params,
+                                            nctmc_model **model_out,
+                                            nctmc_trainer **trainer_out);
+
+/** The message of the last failed call on this trainer ("" if none). */
+NCTMC_API const char *nctmc_trainer_last_error(const nctmc_trainer *trainer);
+
+/* ------------------------------------------------------------------------ */
+/* Evaluation                                                                */
+/* ------------------------------------------------------------------------ */
+
+/** Exit-rate calibration in one time bucket: the median learned rate at
+ *  clean positions (x_t = x_0) and at noisy ones, next to the true
+ *  conditional rates of a clean and of a noise token at the bucket's centre
+ *  (see docs/math.md). NaN where a bucket saw no such position. */
+typedef struct nctmc_rate_bucket {
+    double t_lo, t_hi;
+    double median_rate_clean, median_rate_noisy;
+    double true_rate_clean, true_rate_noisy;
+    int64_t n_clean, n_noisy;
+} nctmc_rate_bucket;
+
+#define NCTMC_EVAL_BUCKETS 8
+
+typedef struct nctmc_eval_params {
+    size_t struct_size;
+    int64_t n_sequences;      /**< sequences in tokens */
+    int32_t length;           /**< tokens per sequence, 1 .. model's seq_len */
+    const int32_t *tokens;    /**< [n_sequences * length] clean data tokens */
+    const int32_t *labels;    /**< [n_sequences] or NULL (null label) */
+    int32_t batch_size;       /**< sequences per forward pass (default 8) */
+    /** Time samples per sequence, stratified over (0, 1) (default 16). */
+    int32_t n_time_samples;
+    uint64_t seed;
+    /** Called after each batch with (done, total); return false to stop
+     *  (NCTMC_ERR_CANCELLED). May be NULL. */
+    bool (*progress)(int64_t done, int64_t total, void *user_data);
+    void *user_data;
+} nctmc_eval_params;
+
+/** Fills *params with the defaults. */
+NCTMC_API void nctmc_eval_params_init(nctmc_eval_params *params);
+
+typedef struct nctmc_eval_result {
+    size_t struct_size;
+    /** The NELBO, an upper bound on -log2 p(x0) per token, estimated by
+     *  Monte Carlo over t and x_t (DESIGN §1). */
+    double nelbo_bits_per_token;
+    double std_error_bits;        /**< standard error of that estimate */
+    double prior_bits_per_token;  /**< the prior term inside it */
+    double mean_loss;             /**< mean L_cond per position */
+    int64_t n_tokens;
+    nctmc_rate_bucket buckets[NCTMC_EVAL_BUCKETS];  /**< equal-width in t */
+} nctmc_eval_result;
+
+/** Fills *result with zeros and struct_size. */
+NCTMC_API void nctmc_eval_result_init(nctmc_eval_result *result);
+
+/** Estimates the NELBO of held-out data and the exit-rate calibration.
+ *  Errors are stored in the model. */
+NCTMC_API nctmc_status nctmc_eval(nctmc_model *model, const nctmc_eval_params *params,
+                                  nctmc_eval_result *result);
+
+/* ------------------------------------------------------------------------ */
+/* Sampling                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* A sampler owns the working memory to draw batches of up to max_batch
+ * sequences of up to max_length tokens from a model (twice the batch when
+ * classifier-free guidance needs an unconditional pass). The model is only
+ * read: several samplers, each with its own context, may share one model
+ * across threads. */
+typedef struct nctmc_sampler nctmc_sampler;
+
+typedef struct nctmc_sampler_params {
+    size_t struct_size;
+    int32_t max_batch;        /**< default 8 */
+    int32_t max_length;       /**< 0 = the model's seq_len (default) */
+    /** Compute on this context instead of the model's (same backend kind);
+     *  NULL = the model's. Errors are then stored here. */
+    nctmc_context *ctx;
+} nctmc_sampler_params;
+
+/** Fills *params with the defaults. */
+NCTMC_API void nctmc_sampler_params_init(nctmc_sampler_params *params);
+
+/** Creates a sampler. Errors are stored in params->ctx or the model's
+ *  context. */
+NCTMC_API nctmc_status nctmc_sampler_create(const nctmc_model *model,
+                                            const nctmc_sampler_params *params,
+                                            nctmc_sampler **out);
+
+/** Releases a sampler (not its model). */
+NCTMC_API void nctmc_sampler_free(nctmc_sampler *sampler);
+
+typedef enum nctmc_sample_method {
+    /** Each position jumps with probability 1 - exp(-lambda tau), to j ~ r. */
+    NCTMC_SAMPLE_TAU_LEAPING = 0,
+    /** p_j = lambda r_j tau for j != x, stay with the rest (clipped). */
+    NCTMC_SAMPLE_EULER = 1,
+    /** Draws x_s from the recovered clean-token distribution and the forward
+     *  process's posterior (docs/math.md). */
+    NCTMC_SAMPLE_POSTERIOR = 2
+} nctmc_sample_method;
+
+typedef enum nctmc_time_grid {
+    /** t evenly spaced from t_max to t_min. */
+    NCTMC_GRID_UNIFORM = 0,
+    /** log t evenly spaced: finer steps near t_min, where clean tokens
+     *  settle. */
+    NCTMC_GRID_GEOMETRIC = 1
+} nctmc_time_grid;
+
+/** Called after every step (step = 1 .. n_steps, then once per correction
+ *  update with step > n_steps) with the current tokens [batch * length].
+ *  Return false to stop: nctmc_sample() then returns NCTMC_ERR_CANCELLED
+ *  with the current tokens in tokens_out. */
+typedef bool (*nctmc_sample_callback)(int32_t step, int32_t n_steps, const int32_t *tokens,
+                                      int32_t batch, int32_t length, void *user_data);
+
+typedef struct nctmc_sample_params {
+    size_t struct_size;
+    int32_t batch;            /**< sequences, 1 .. max_batch (default 1) */
+    int32_t length;           /**< tokens each, 1 .. max_length; 0 = max_length */
+    nctmc_sample_method method;   /**< default NCTMC_SAMPLE_TAU_LEAPING */
+    int32_t n_steps;          /**< steps of the time grid (default 128) */
+    nctmc_time_grid grid;     /**< default NCTMC_GRID_UNIFORM */
+    float t_max;              /**< first time (default 1 - 1e-3) */
+    float t_min;              /**< last time (default 1e-3), 0 < t_min < t_max < 1 */
+    /** Jump logits are divided by this (default 1); > 0. */
+    float temperature;
+    /** Map the state at t_min to the most probable clean tokens (default
+     *  true). */
+    bool final_denoise;
+    /** [batch * length] values for clamped positions, read where fixed_mask
+     *  is non-zero; NULL when nothing is fixed. */
+    const int32_t *fixed_tokens;
+    /** [batch * length] non-zero = clamp this position to fixed_tokens
+     *  (prefix, suffix, any infilling pattern); NULL = none. */
+    const uint8_t *fixed_mask;
+    /** [batch] class labels in [0, n_classes], n_classes being the null
+     *  label; NULL = null label. Must be NULL for an unconditional model. */
+    const int32_t *labels;
+    /** Classifier-free guidance: log rates are (1 - w) * unconditional +
+     *  w * conditional. 1 (default) = conditional only, no second pass. */
+    float cfg_scale;
+    /** Self-correction post-pass (paper App. E, Alg. 3): at most this many
+     *  single-token updates per sequence (default 0 = off). */
+    int32_t correction_steps;
+    float correction_temperature; /**< > 0 (default 0.1) */
+    /** The noise level the correction pass evaluates at (default 0.05). */
+    float correction_time;
+    uint64_t seed;
+    /** Random stream of row b is first_sequence + b: sequence k draws the
+     *  same numbers alone or inside any batch (default 0). */
+    int64_t first_sequence;
+    nctmc_sample_callback callback;   /**< may be NULL */
+    void *user_data;
+    /** Out: [batch * length] the samples. */
+    int32_t *tokens_out;
+} nctmc_sample_params;
+
+/** Fills *params with the defaults listed above. */
+NCTMC_API void nctmc_sample_params_init(nctmc_sample_params *params);
+
+/**
+ * Draws samples: starts from the prior at t_max (fixed positions clamped),
+ * runs the chosen sampler down the time grid, clamping fixed positions
+ * every step, optionally denoises and self-corrects, and writes tokens_out.
+ * Deterministic: the same model, backend, seed and parameters give the same
+ * bits. Errors are stored in the sampler (nctmc_sampler_last_error()).
+ */
+NCTMC_API nctmc_status nctmc_sample(nctmc_sampler *sampler, const nctmc_sample_params *params);
+
+/** The message of the last failed call on this sampler ("" if none). */
+NCTMC_API const char *nctmc_sampler_last_error(const nctmc_sampler *sampler);
 
 #ifdef __cplusplus
 }

@@ -94,6 +94,7 @@ struct nctmc_model {
     int64_t n_params;       /* scalar parameters (without padding) */
     float *weights;         /* backend memory, slab_floats */
     dit_view view;          /* typed pointers into `weights` */
+    struct nctmc_tokenizer *tokenizer;  /* owned copy, or NULL */
     char last_error[512];
 };
 

@@ -20,7 +20,15 @@ typedef struct philox4x32 {
 
 /* What a stream of numbers is for: the first counter word. */
 enum {
-    NCTMC_RNG_INIT = 1,    /* weight initialisation: (tensor, element block) */
+    NCTMC_RNG_INIT = 1,          /* weight initialisation: (tensor, element block) */
+    NCTMC_RNG_TRAIN_TIME = 2,    /* trainer: (step) -> stratified times offset */
+    NCTMC_RNG_TRAIN_NOISE = 3,   /* trainer: (step, sequence, position) -> x_t */
+    NCTMC_RNG_TRAIN_LABEL = 4,   /* trainer: (step, sequence) -> label dropout */
+    NCTMC_RNG_TRAIN_DATA = 5,    /* trainer: (data position) -> which window */
+    NCTMC_RNG_SAMPLE_PRIOR = 6,  /* sampler: (sequence, position) -> x at t_max */
+    NCTMC_RNG_SAMPLE_STEP = 7,   /* sampler: (step, sequence, position) */
+    NCTMC_RNG_SAMPLE_CORRECT = 8,/* sampler: (update, sequence, position) */
+    NCTMC_RNG_EVAL = 9,          /* eval: (batch, sequence, position) */
 };
 
 static inline NCTMC_HD uint32_t philox_mulhilo(uint32_t a, uint32_t b, uint32_t *hi)

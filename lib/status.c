@@ -26,6 +26,10 @@ NCTMC_API const char *nctmc_status_string(nctmc_status status)
     case NCTMC_ERR_UNSUPPORTED: return "unsupported";
     case NCTMC_ERR_NOT_FOUND: return "not found";
     case NCTMC_ERR_BACKEND: return "backend failure";
+    case NCTMC_ERR_IO: return "input/output error";
+    case NCTMC_ERR_FORMAT: return "bad file format";
+    case NCTMC_ERR_CANCELLED: return "cancelled";
+    case NCTMC_ERR_NON_FINITE: return "non-finite value";
     }
     return "unknown status";
 }
