@@ -125,8 +125,14 @@ typedef void (*nctmc_log_fn)(nctmc_log_level level, const char *message, void *u
 
 typedef struct nctmc_context_params {
     size_t struct_size;
-    /** "cpu", or "auto" (the best backend this build and machine offer).
-     *  Default "auto". */
+    /** "cpu"; "cuda" (NVIDIA GPU 0: TF32 matrix products, float16
+     *  attention, float32 elsewhere); "cuda-bf16" (the same with bfloat16
+     *  products and attention, float32 master weights); or "auto": "cuda"
+     *  when this build has the CUDA backend and a device answers, otherwise
+     *  "cpu" (the choice is logged at NCTMC_LOG_INFO). "cuda" in a build
+     *  without the CUDA backend gives NCTMC_ERR_UNSUPPORTED; with it but no
+     *  usable device, NCTMC_ERR_BACKEND ("no CUDA device: ..."). Default
+     *  "auto". */
     const char *backend;
     /** Worker threads for the CPU backend; 0 means all online cores. */
     int n_threads;
@@ -367,6 +373,11 @@ NCTMC_API nctmc_status nctmc_tokenizer_create_image(nctmc_context *ctx, int32_t 
                                                     int32_t height, int32_t levels,
                                                     nctmc_tokenizer **out);
 
+/** Makes an independent copy of tok — for example of a model's tokenizer
+ *  (nctmc_model_get_tokenizer() gives a const one, while encode and decode
+ *  record errors in the handle they are called on). */
+NCTMC_API nctmc_status nctmc_tokenizer_clone(const nctmc_tokenizer *tok, nctmc_tokenizer **out);
+
 /** Releases a tokenizer. */
 NCTMC_API void nctmc_tokenizer_free(nctmc_tokenizer *tok);
 
@@ -419,7 +430,9 @@ NCTMC_API nctmc_status nctmc_tokenizer_load(nctmc_context *ctx, const char *path
  *  otherwise. tok NULL detaches. */
 NCTMC_API nctmc_status nctmc_model_set_tokenizer(nctmc_model *model, const nctmc_tokenizer *tok);
 
-/** The model's tokenizer, or NULL when it has none. Owned by the model. */
+/** The model's tokenizer, or NULL when it has none. Owned by the model;
+ *  read-only: to encode or decode, work on a nctmc_tokenizer_clone(), so
+ *  that threads sharing the model never share a tokenizer's error buffer. */
 NCTMC_API const nctmc_tokenizer *nctmc_model_get_tokenizer(const nctmc_model *model);
 
 /* ------------------------------------------------------------------------ */
@@ -642,55 +655,90 @@ NCTMC_API const char *nctmc_trainer_last_error(const nctmc_trainer *trainer);
 /* Evaluation                                                                */
 /* ------------------------------------------------------------------------ */
 
+/* nctmc_eval() estimates, for held-out sequences x0, the NELBO of the
+ * model read as a generator: the learned reverse CTMC started from the prior
+ * pi at time t_max and run down to t = 0. Per sequence (docs/math.md, NELBO)
+ *
+ *   -log p(x0) <= KL(q_{T|0}(.|x0) || pi) + int_0^T E_{x_t ~ q_{t|0}}[ sum_pos L_cond ] dt
+ *
+ * (paper Thm. 3.2 after the conditional swap, T = t_max), estimated by Monte
+ * Carlo over stratified times and x_t; reported in bits per token. */
+
 /** Exit-rate calibration in one time bucket: the median learned rate at
  *  clean positions (x_t = x_0) and at noisy ones, next to the true
  *  conditional rates of a clean and of a noise token at the bucket's centre
- *  (see docs/math.md). NaN where a bucket saw no such position. */
+ *  (see docs/math.md). NaN where a bucket saw no such position. Medians are
+ *  exact over at most 65536 positions per bucket and kind: all of them when
+ *  there are fewer, else a reproducible uniform random subset. */
 typedef struct nctmc_rate_bucket {
     double t_lo, t_hi;
     double median_rate_clean, median_rate_noisy;
     double true_rate_clean, true_rate_noisy;
-    int64_t n_clean, n_noisy;
+    int64_t n_clean, n_noisy;   /**< positions seen (all of them) */
 } nctmc_rate_bucket;
 
 #define NCTMC_EVAL_BUCKETS 8
 
 typedef struct nctmc_eval_params {
     size_t struct_size;
-    int64_t n_sequences;      /**< sequences in tokens */
+    int64_t n_sequences;      /**< sequences in tokens, 1 .. 2^48 */
     int32_t length;           /**< tokens per sequence, 1 .. model's seq_len */
-    const int32_t *tokens;    /**< [n_sequences * length] clean data tokens */
-    const int32_t *labels;    /**< [n_sequences] or NULL (null label) */
-    int32_t batch_size;       /**< sequences per forward pass (default 8) */
-    /** Time samples per sequence, stratified over (0, 1) (default 16). */
+    /** [n_sequences * length] clean data tokens (for the masked and mixture
+     *  processes the mask token is not data). */
+    const int32_t *tokens;
+    /** [n_sequences] labels in [0, n_classes] (n_classes = the null label),
+     *  or NULL for the null label. Must be NULL for an unconditional model. */
+    const int32_t *labels;
+    /** Rows per forward pass, a row being one sequence at one time
+     *  (default 8). The random draws do not depend on it; the result only
+     *  through the backend's rounding of differently shaped products. */
+    int32_t batch_size;
+    /** Time samples per sequence, stratified over (0, t_max): sample k is
+     *  at t = t_max (k + u) / n_time_samples, u uniform (default 16). */
     int32_t n_time_samples;
-    uint64_t seed;
-    /** Called after each batch with (done, total); return false to stop
-     *  (NCTMC_ERR_CANCELLED). May be NULL. */
+    /** T, where the prior is put: 0 (default) = automatic, which is 1 for
+     *  the masked process and 1 - 1e-3 (the sampler's default start)
+     *  otherwise. Else in (0, 1]. Refused with the reason where the bound
+     *  is infinite: the masked process needs T = 1 and a schedule with
+     *  a_1 = 0 (not loglinear); uniform and mixture noise under the linear
+     *  or cosine schedule need T < 1 (sigma_t diverges at 1). */
+    float t_max;
+    uint64_t seed;            /**< default 0 */
+    /** Called after each forward pass with (rows done, rows in all), rows
+     *  being n_sequences * n_time_samples; return false to stop: the call
+     *  then returns NCTMC_ERR_CANCELLED with the result over the sequences
+     *  finished so far. May be NULL. */
     bool (*progress)(int64_t done, int64_t total, void *user_data);
     void *user_data;
 } nctmc_eval_params;
 
-/** Fills *params with the defaults. */
+/** Fills *params with the defaults. Does nothing for NULL. */
 NCTMC_API void nctmc_eval_params_init(nctmc_eval_params *params);
 
 typedef struct nctmc_eval_result {
     size_t struct_size;
     /** The NELBO, an upper bound on -log2 p(x0) per token, estimated by
-     *  Monte Carlo over t and x_t (DESIGN §1). */
+     *  Monte Carlo over t and x_t: the mean over sequences of each
+     *  sequence's estimate, divided by length. +inf if the model's rates
+     *  overflow. */
     double nelbo_bits_per_token;
-    double std_error_bits;        /**< standard error of that estimate */
-    double prior_bits_per_token;  /**< the prior term inside it */
+    /** Standard error of that mean, from the spread of the per-sequence
+     *  estimates (NaN with a single sequence). */
+    double std_error_bits;
+    /** The prior term inside it, KL(q_{T|0} || pi) per token (exact). */
+    double prior_bits_per_token;
     double mean_loss;             /**< mean L_cond per position */
-    int64_t n_tokens;
-    nctmc_rate_bucket buckets[NCTMC_EVAL_BUCKETS];  /**< equal-width in t */
+    int64_t n_tokens;             /**< tokens of the sequences finished */
+    double t_max;                 /**< the T used */
+    nctmc_rate_bucket buckets[NCTMC_EVAL_BUCKETS];  /**< equal-width over [0, T] */
 } nctmc_eval_result;
 
-/** Fills *result with zeros and struct_size. */
+/** Fills *result with zeros and struct_size. Does nothing for NULL. */
 NCTMC_API void nctmc_eval_result_init(nctmc_eval_result *result);
 
 /** Estimates the NELBO of held-out data and the exit-rate calibration.
- *  Errors are stored in the model. */
+ *  Deterministic: the same model, backend, data and parameters give the
+ *  same bits. Errors are stored in the model. */
 NCTMC_API nctmc_status nctmc_eval(nctmc_model *model, const nctmc_eval_params *params,
                                   nctmc_eval_result *result);
 
@@ -745,7 +793,8 @@ typedef enum nctmc_time_grid {
 } nctmc_time_grid;
 
 /** Called after every step (step = 1 .. n_steps, then once per correction
- *  update with step > n_steps) with the current tokens [batch * length].
+ *  update with step = n_steps + k; the final denoise has no call of its
+ *  own) with the current tokens [batch * length].
  *  Return false to stop: nctmc_sample() then returns NCTMC_ERR_CANCELLED
  *  with the current tokens in tokens_out. */
 typedef bool (*nctmc_sample_callback)(int32_t step, int32_t n_steps, const int32_t *tokens,
@@ -760,7 +809,9 @@ typedef struct nctmc_sample_params {
     nctmc_time_grid grid;     /**< default NCTMC_GRID_UNIFORM */
     float t_max;              /**< first time (default 1 - 1e-3) */
     float t_min;              /**< last time (default 1e-3), 0 < t_min < t_max < 1 */
-    /** Jump logits are divided by this (default 1); > 0. */
+    /** Jump logits are divided by this (default 1); > 0. Applies to the
+     *  grid steps and the final denoise; the correction pass re-predicts
+     *  from the model's own distribution (temperature 1). */
     float temperature;
     /** Map the state at t_min to the most probable clean tokens (default
      *  true). */
@@ -777,15 +828,17 @@ typedef struct nctmc_sample_params {
     /** Classifier-free guidance: log rates are (1 - w) * unconditional +
      *  w * conditional. 1 (default) = conditional only, no second pass. */
     float cfg_scale;
-    /** Self-correction post-pass (paper App. E, Alg. 3): at most this many
-     *  single-token updates per sequence (default 0 = off). */
+    /** Self-correction post-pass (paper App. E, Alg. 3), after the final
+     *  denoise: at most this many single-token updates per sequence, one
+     *  model evaluation each (default 0 = off). */
     int32_t correction_steps;
     float correction_temperature; /**< > 0 (default 0.1) */
     /** The noise level the correction pass evaluates at (default 0.05). */
     float correction_time;
     uint64_t seed;
     /** Random stream of row b is first_sequence + b: sequence k draws the
-     *  same numbers alone or inside any batch (default 0). */
+     *  same numbers alone or inside any batch (default 0); in
+     *  [0, 2^56 - batch]. */
     int64_t first_sequence;
     nctmc_sample_callback callback;   /**< may be NULL */
     void *user_data;

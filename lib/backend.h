@@ -2,7 +2,7 @@
  * backend.h — the internal compute-backend interface (not installed).
  *
  * A backend is a struct of function pointers plus its own state. The model
- * graph, the loss and (later) the trainer and samplers call only these
+ * graph, the loss, the trainer and the samplers call only these
  * operations, so the math above this line is written once for every backend.
  *
  * Memory. `alloc` returns backend memory ("device pointers"): host memory for
@@ -73,6 +73,59 @@ typedef struct nctmc_jump_output_args {
     float *log_rate;       /* out [N] log lambda_theta, -inf for rate 0; NULL: skip */
     float *jump_logprobs;  /* out [N, S] log r(j | x_t), -inf at x_t; NULL: skip */
 } nctmc_jump_output_args;
+
+/*
+ * The inputs of the fused sampling operation, one row per position (the
+ * per-row math is lib/sample_math.h; docs/math.md "Sampling" derives it).
+ * Pointers are backend memory; the rest are host values. Rows are ordered
+ * sequence by sequence (row r: sequence r / seq_len, position r % seq_len).
+ *
+ * method (SM_METHOD_* of sample_math.h):
+ *   TAU_LEAPING, EULER, POSTERIOR  x_out[r] = the state at time s, drawn
+ *                                   from the model's rates at (x_t, t);
+ *   DENOISE                         x_out[r] = argmax_x0 p0(x0) q_{t|0}(x_t | x0)
+ *                                   (s unused, no random numbers);
+ *   CORRECT                         proposal[r] ~ Temp(p0; correction_temperature),
+ *                                   proposal_prob[r] = p0(proposal[r]);
+ *                                   x_out unused (may be NULL).
+ * Fixed rows (fixed_mask[r] != 0) are never sampled: x_out[r] =
+ * fixed_tokens[r], proposal[r] = x_t[r] and proposal_prob[r] = -1, so no
+ * pass can move them.
+ *
+ * Random numbers: row r of sequence b = first_sequence + r / seq_len at
+ * position p = r % seq_len uses sm_draw(seed, purpose, step, b, p), purpose
+ * NCTMC_RNG_SAMPLE_STEP (CORRECT: NCTMC_RNG_SAMPLE_CORRECT). A row's result
+ * is a function of its own inputs and that counter only: independent of
+ * threads, of the order rows are processed, and of the other rows.
+ * x_out may equal x_t (each row reads its x_t before writing).
+ */
+typedef struct nctmc_sample_step_args {
+    int64_t n_rows;            /* N = B * L positions */
+    int32_t seq_len;           /* L: rows per sequence */
+    int32_t row_stride;        /* V >= S = fp.vocab: floats between logit rows */
+    int32_t method;            /* SM_METHOD_* */
+    const float *logits;       /* [N, V] jump logits (conditional pass) */
+    const float *rate_h;       /* [N] exit-rate head h; NULL for masked */
+    /* classifier-free guidance: the unconditional pass's outputs, combined
+     * as (1 - cfg_scale) * uncond + cfg_scale * cond; NULL = none */
+    const float *logits_uncond;    /* [N, V] or NULL */
+    const float *rate_h_uncond;    /* [N] or NULL (NULL also for masked) */
+    float cfg_scale;
+    const int32_t *x_t;        /* [N] current states, in [0, S) */
+    const uint8_t *fixed_mask; /* [N] non-zero = clamped; NULL = none */
+    const int32_t *fixed_tokens;   /* [N] read where fixed_mask is set */
+    double t;                  /* current time, in (0, 1) */
+    double s;                  /* next time, 0 < s <= t (step methods) */
+    float temperature;         /* jump logits are divided by this, > 0 */
+    float correction_temperature;  /* CORRECT: tau_sc > 0 */
+    uint64_t seed;             /* Philox key */
+    uint32_t step;             /* counter word: grid step / correction update */
+    int64_t first_sequence;    /* stream of row 0's sequence, >= 0 */
+    nctmc_fp fp;               /* the forward process */
+    int32_t *x_out;            /* out [N] */
+    int32_t *proposal;         /* out [N] (CORRECT only) */
+    float *proposal_prob;      /* out [N] (CORRECT only) */
+} nctmc_sample_step_args;
 
 typedef struct nctmc_backend_ops {
     /* ---- lifetime and memory -------------------------------------------- */
@@ -220,6 +273,10 @@ typedef struct nctmc_backend_ops {
     /* ema = decay * ema + (1 - decay) * param. */
     void (*ema_update)(nctmc_backend *be, int64_t n, float *ema, const float *param,
                        float decay);
+
+    /* ---- sampling ------------------------------------------------------- */
+    /* One fused per-row sampling pass (see nctmc_sample_step_args). */
+    void (*sample_step)(nctmc_backend *be, const nctmc_sample_step_args *args);
 } nctmc_backend_ops;
 
 struct nctmc_backend {

@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef NCTMC_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
+
 nctmc_status nctmc_fail(char *buf, size_t size, nctmc_status status, const char *fmt, ...)
 {
     if (buf && size) {
@@ -55,6 +59,20 @@ static nctmc_status fail_params(const nctmc_context_params *p, nctmc_status stat
     return status;
 }
 
+/* A message to the callback in the caller's parameters, at its log level. */
+static void log_params(const nctmc_context_params *p, nctmc_log_level level, const char *fmt,
+                       ...) NCTMC_PRINTF(3, 4);
+static void log_params(const nctmc_context_params *p, nctmc_log_level level, const char *fmt,
+                       ...)
+{
+    if (p && p->log_fn) {
+        va_list ap;
+        va_start(ap, fmt);
+        log_message(p->log_fn, p->log_user_data, p->log_level, level, fmt, ap);
+        va_end(ap);
+    }
+}
+
 NCTMC_API void nctmc_context_params_init(nctmc_context_params *params)
 {
     if (!params)
@@ -83,21 +101,46 @@ static nctmc_status check_context_params(const nctmc_context_params *p)
     return NCTMC_OK;
 }
 
+/* "cuda" / "cuda-bf16": the CUDA backend or an error; "auto": the CUDA
+ * backend when this build has it and a device answers, else the CPU. */
 static nctmc_status create_backend(const nctmc_context_params *p, nctmc_backend **out)
 {
     const char *name = p->backend ? p->backend : "auto";
     char err[256] = "";
-    if (strcmp(name, "cpu") == 0 || strcmp(name, "auto") == 0) {
+    bool is_auto = strcmp(name, "auto") == 0;
+    bool bf16 = strcmp(name, "cuda-bf16") == 0;
+    if (bf16 || strcmp(name, "cuda") == 0 || is_auto) {
+#ifdef NCTMC_HAVE_CUDA
+        bool no_device = false;
+        *out = nctmc_cuda_backend_create(0, bf16, err, sizeof err, &no_device);
+        if (*out) {
+            if (is_auto)
+                log_params(p, NCTMC_LOG_INFO, "backend auto: using the CUDA backend");
+            return NCTMC_OK;
+        }
+        if (!is_auto)
+            return fail_params(p, NCTMC_ERR_BACKEND, "cuda backend: %s", err);
+        log_params(p, no_device ? NCTMC_LOG_INFO : NCTMC_LOG_WARN,
+                   "backend auto: CUDA backend unavailable (%s); using the CPU backend", err);
+#else
+        if (!is_auto)
+            return fail_params(p, NCTMC_ERR_UNSUPPORTED,
+                               "this build of libnctmc has no CUDA backend (it is built when "
+                               "the CUDA toolkit is found: -Dcuda=auto|enabled)");
+        log_params(p, NCTMC_LOG_INFO,
+                   "backend auto: this build has no CUDA backend; using the CPU backend");
+#endif
+    }
+    if (strcmp(name, "cpu") == 0 || is_auto) {
         *out = nctmc_cpu_backend_create(p->n_threads, err, sizeof err);
         if (!*out)
             return fail_params(p, NCTMC_ERR_OUT_OF_MEMORY, "cpu backend: %s", err);
         return NCTMC_OK;
     }
-    if (strcmp(name, "cuda") == 0)
-        return fail_params(p, NCTMC_ERR_UNSUPPORTED,
-                           "this build of libnctmc has no CUDA backend");
     return fail_params(p, NCTMC_ERR_NOT_FOUND,
-                       "unknown backend \"%.64s\" (known: \"cpu\", \"auto\")", name);
+                       "unknown backend \"%.64s\" (known: \"cpu\", \"cuda\", "
+                       "\"cuda-bf16\", \"auto\")",
+                       name);
 }
 
 NCTMC_API nctmc_status nctmc_context_create(const nctmc_context_params *params,

@@ -91,6 +91,7 @@ NCTMC_API void nctmc_model_free(nctmc_model *model)
         model->ctx->backend->ops->free(model->ctx->backend, model->weights);
     free(model->view.blocks);
     free(model->tensors);
+    nctmc_tokenizer_free(model->tokenizer);
     free(model);
 }
 

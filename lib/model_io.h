@@ -15,6 +15,9 @@
  * with the model's layout to write under the standard names instead of the
  * model's own weights (the trainer passes its EMA), or NULL. extra_meta /
  * extra_tensors are appended (the trainer's state, raw weights, moments).
+ * Extra metadata keys must lie outside "nctmc." or under "nctmc.trainer.",
+ * extra tensor names under "trainer." (model_io_create() rejects others).
+ * The file carries "nctmc.checksum", a CRC-32 of every byte of it.
  */
 nctmc_status model_io_save(const nctmc_model *model, const char *path,
                            const float *host_weights, const st_meta *extra_meta,
@@ -25,7 +28,10 @@ nctmc_status model_io_save(const nctmc_model *model, const char *path,
  * Creates a model on ctx from an open checkpoint: configuration and tokenizer
  * from the metadata (validated), weights from the tensors named
  * weight_prefix + standard name ("" for the standard names), each checked
- * for shape and finiteness.
+ * for shape and finiteness. Also checked first: the format version, the
+ * checksum, no unknown "nctmc." keys (except "nctmc.trainer.*"), and that
+ * every tensor is either this configuration's (under a standard name or
+ * weight_prefix) or a "trainer." one. err may be ctx->last_error.
  */
 nctmc_status model_io_create(nctmc_context *ctx, const st_file *file,
                              const char *weight_prefix, nctmc_model **out, char *err,

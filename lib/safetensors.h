@@ -8,6 +8,7 @@
 #ifndef NCTMC_SAFETENSORS_H
 #define NCTMC_SAFETENSORS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,11 +33,23 @@ typedef struct st_tensor_ref {
  * fsync, rename over `path`, fsync of the directory. On failure the
  * temporary file is removed and `path` is untouched. Tensors are written in
  * the given order, contiguously; names
- * must be unique (checked). Returns NCTMC_ERR_IO with the system's reason.
+ * must be unique (checked). Returns NCTMC_ERR_IO with the system's reason;
+ * NCTMC_ERR_INVALID_ARGUMENT for a NULL, duplicate, "__metadata__" or
+ * non-UTF-8 name or value, or a bad shape (nothing is written then).
  */
 nctmc_status st_write_file(const char *path, const st_meta *meta, int32_t n_meta,
                            const st_tensor_ref *tensors, int32_t n_tensors, char *err,
                            size_t err_size);
+
+/*
+ * As st_write_file(), and adds the metadata entry checksum_key whose value
+ * is the CRC-32 (8 lowercase hex digits) of the whole file as written with
+ * those 8 digits set to '0' — so every byte of the file, header included,
+ * is covered. st_file_verify_checksum() checks it.
+ */
+nctmc_status st_write_file_checksummed(const char *path, const st_meta *meta, int32_t n_meta,
+                                       const char *checksum_key, const st_tensor_ref *tensors,
+                                       int32_t n_tensors, char *err, size_t err_size);
 
 typedef struct st_file st_file;
 
@@ -55,6 +68,30 @@ const char *st_file_meta(const st_file *file, const char *key);
 int32_t st_file_n_tensors(const st_file *file);
 const char *st_file_tensor_name(const st_file *file, int32_t index);
 
+/* Dimensions a tensor of a file being read may have (files from other tools
+ * may hold tensors of more dimensions than a model uses). */
+#define ST_MAX_DIMS 8
+
+/* Number of metadata entries, and the key of entry `index` (sorted by key);
+ * NULL out of range. */
+int32_t st_file_n_meta(const st_file *file);
+const char *st_file_meta_key(const st_file *file, int32_t index);
+
+/* The index (file order) of tensor `name`, or -1. */
+int32_t st_file_find_tensor(const st_file *file, const char *name);
+
+/* What the header says about one tensor; strings owned by the file. */
+typedef struct st_tensor_desc {
+    const char *name;
+    const char *dtype;      /* "F32", "F16", "I64", ... */
+    int32_t n_dims;
+    int64_t shape[ST_MAX_DIMS];
+    uint64_t n_bytes;
+} st_tensor_desc;
+
+/* Describes tensor `index`; false when the index is out of range. */
+bool st_file_tensor_desc(const st_file *file, int32_t index, st_tensor_desc *desc);
+
 /*
  * Finds tensor `name`, which must be F32 with exactly the given shape, and
  * copies its values (converted from little-endian) into dst (n_elements of
@@ -63,5 +100,11 @@ const char *st_file_tensor_name(const st_file *file, int32_t index);
  */
 nctmc_status st_file_read_f32(const st_file *file, const char *name, int32_t n_dims,
                               const int64_t *shape, float *dst, char *err, size_t err_size);
+
+/* Recomputes the checksum st_write_file_checksummed() stored under key
+ * (reading the whole file once). NCTMC_ERR_FORMAT when it is missing, not
+ * written as exactly 8 lowercase hex digits, or different. */
+nctmc_status st_file_verify_checksum(const st_file *file, const char *key, char *err,
+                                     size_t err_size);
 
 #endif /* NCTMC_SAFETENSORS_H */

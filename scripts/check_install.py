@@ -65,7 +65,11 @@ if pc and header:
         exe = os.path.join(root, "build-ci", "consumer-" + kind)
         args = flags.stdout.split()
         if kind == "static":
-            args = [a for a in args if a != "-lnctmc"] + [static, "-lopenblas", "-lpthread", "-lm"]
+            # the archive where -lnctmc stood, so that the libraries of
+            # Libs.private (CUDA's, when built with it) come after it, as
+            # the linker's --as-needed requires
+            args = [static if a == "-lnctmc" else a for a in args] + ["-lopenblas", "-lpthread",
+                                                                       "-lm"]
         build = subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", src, "-o", exe] + args + ["-lm"],
                                capture_output=True, text=True, env=env)
         ok = flags.returncode == 0 and build.returncode == 0

@@ -4,10 +4,16 @@
 #
 #   scripts/install-deps.sh          build + test dependencies
 #   scripts/install-deps.sh --build  only what building needs
+#
+# The test set also makes a Python virtual environment, build-pyenv/, that
+# sees Debian's packages (torch, numpy) and adds the `safetensors` package
+# from PyPI (Debian 12 does not ship it), used to check that Python reads
+# our checkpoints.
 set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="gcc pkg-config meson ninja-build libopenblas-dev"
-test_pkgs="clang libclang-rt-14-dev python3 python3-numpy python3-torch"
+test_pkgs="clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-venv"
 
 pkgs="$build_pkgs"
 [ "${1:-}" = "--build" ] || pkgs="$pkgs $test_pkgs"
@@ -21,8 +27,21 @@ for p in $pkgs; do
     esac
 done
 
+python_env() { # the test venv with safetensors, made once
+    [ "${1:-}" = "--build" ] && return 0
+    env_dir="$root/build-pyenv"
+    if "$env_dir/bin/python" -c "import safetensors" 2>/dev/null; then
+        return 0
+    fi
+    echo "install-deps: making $env_dir with safetensors from PyPI"
+    rm -rf "$env_dir"
+    /usr/bin/python3 -m venv --system-site-packages "$env_dir"
+    "$env_dir/bin/pip" install -q --disable-pip-version-check safetensors
+}
+
 if [ -z "$missing" ]; then
-    echo "install-deps: everything is installed"
+    echo "install-deps: every package is installed"
+    python_env "${1:-}"
     exit 0
 fi
 
@@ -39,3 +58,4 @@ export DEBIAN_FRONTEND=noninteractive
 $as_root apt-get update -q
 # shellcheck disable=SC2086
 $as_root apt-get install -y -q --no-install-recommends $missing
+python_env "${1:-}"

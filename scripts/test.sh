@@ -13,6 +13,9 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 scripts/install-deps.sh
+# the interpreter with `safetensors` (install-deps.sh made it)
+NCTMC_PYTHON="$root/build-pyenv/bin/python"
+export NCTMC_PYTHON
 
 configure() { # dir, extra meson args...
     dir=$1

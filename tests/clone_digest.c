@@ -28,6 +28,7 @@ int main(void)
     nctmc_context *ctx = NULL;
     nctmc_context_params cp;
     nctmc_context_params_init(&cp);
+    cp.backend = "cpu";
     cp.n_threads = 2;
     nctmc_model_config cfg;
     nctmc_model_config_init(&cfg);

@@ -193,6 +193,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     byte_reader r = {data, size, 0};
     nctmc_context_params cp;
     nctmc_context_params_init(&cp);
+    cp.backend = "cpu";
     cp.n_threads = 1 + next_u8(&r) % 2;
     nctmc_context *ctx = NULL;
     if (nctmc_context_create(&cp, &ctx) != NCTMC_OK)

@@ -56,6 +56,7 @@ static void fixture_init(grad_fixture *f, nctmc_process process, int32_t n_class
     memset(f, 0, sizeof *f);
     nctmc_context_params p;
     nctmc_context_params_init(&p);
+    p.backend = "cpu";
     p.n_threads = n_threads;
     nctmc_context_create(&p, &f->ctx);
     nctmc_model_config cfg = small_config(process, n_classes);

@@ -66,6 +66,9 @@ void cpu_parallel_chunks(cpu_backend *cb, int64_t n, int64_t chunk, cpu_pool_fn 
     cpu_pool_run(cb->pool, (n + chunk - 1) / chunk, fn, arg);
 }
 
+/* cpu_sample.c */
+void cpu_sample_step(nctmc_backend *be, const nctmc_sample_step_args *args);
+
 static const nctmc_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
@@ -99,6 +102,7 @@ static const nctmc_backend_ops cpu_ops = {
     .scale = cpu_scale,
     .adamw = cpu_adamw,
     .ema_update = cpu_ema_update,
+    .sample_step = cpu_sample_step,
 };
 
 nctmc_backend *nctmc_cpu_backend_create(int n_threads, char *err, size_t err_size)

@@ -1,0 +1,60 @@
+/*
+ * cuda_backend.h — the CUDA backend's C interface: creation, and the few
+ * switches the tests and benchmarks use (compute precision, attention
+ * implementation). The backend's internals are in cuda_internal.cuh; the
+ * operations it implements are those of lib/backend.h.
+ *
+ * Compiled only when the build found the CUDA toolkit (NCTMC_HAVE_CUDA);
+ * the rest of the library includes this header only under that macro.
+ */
+#ifndef NCTMC_CUDA_BACKEND_H
+#define NCTMC_CUDA_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Which attention implementation runs. AUTO uses cuDNN's fused SDPA
+ * operation where cuDNN offers a deterministic engine for the shape and
+ * the backend's custom kernels elsewhere; FALLBACK always uses the custom
+ * kernels (the conformance test checks both). */
+typedef enum nctmc_cuda_attention {
+    NCTMC_CUDA_ATTENTION_AUTO = 0,
+    NCTMC_CUDA_ATTENTION_FALLBACK = 1
+} nctmc_cuda_attention;
+
+/*
+ * Creates the CUDA backend on device `device` (the context uses 0).
+ * bf16: matrix products and attention in bfloat16 with float32
+ * accumulation (weights, gradients, optimiser state and every other
+ * operation stay float32); otherwise products run in TF32 and attention in
+ * float16 with float32 accumulation.
+ * On failure returns NULL and writes the reason into err; *no_device is set
+ * when the reason is that no usable device exists (no driver, no GPU, a
+ * GPU too old for the compiled code), as opposed to a failure of one that
+ * does.
+ */
+nctmc_backend *nctmc_cuda_backend_create(int device, bool bf16, char *err, size_t err_size,
+                                         bool *no_device);
+
+/* Switches the attention implementation (tests). */
+void nctmc_cuda_backend_set_attention(nctmc_backend *be, nctmc_cuda_attention mode);
+
+/* Switches between TF32 (false) and bf16 (true) products (tests). */
+void nctmc_cuda_backend_set_bf16(nctmc_backend *be, bool bf16);
+
+/* One line about the device and about which attention implementation the
+ * last forward and backward calls used, with cuDNN's reason where it
+ * declined. */
+void nctmc_cuda_backend_describe(nctmc_backend *be, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NCTMC_CUDA_BACKEND_H */

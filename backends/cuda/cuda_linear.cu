@@ -1,0 +1,364 @@
+/*
+ * cuda_linear.cu — the linear layer on cuBLASLt: y = x wᵀ + b and its
+ * backward products, in TF32 (float32 data, tensor-core math with float32
+ * accumulation) or, in the backend's bf16 mode, on bfloat16 copies of the
+ * operands with float32 accumulation and float32 outputs (the float32
+ * weights stay the master copy).
+ *
+ * Row-major X[rows, in] is column-major Xᵀ with the same leading dimension,
+ * so every product is written for cuBLAS's column-major convention:
+ *   forward  Yᵀ[out, rows]  = W · Xᵀ     (A = w stored in×out, op T)
+ *   dx       dXᵀ[in, rows]  = Wᵀ · dYᵀ   (A = w stored in×out, op N)
+ *   dw       dWᵀ[in, out]   = Xᵀ · dY    (B = dy stored out×rows, op T)
+ * The bias is a cuBLASLt epilogue where an algorithm offers it, else a
+ * broadcast before the product. The bias gradient is a column sum in a
+ * fixed two-stage order (in double), never atomics.
+ *
+ * cuBLASLt's heuristic is asked once per shape (and operand alignment) and
+ * its answer cached; a shape it has no algorithm for runs through
+ * cublasGemmEx with the same types. cuBLAS gives the same bits run after
+ * run on the same GPU model with one stream, which is how it is used.
+ */
+#include <string.h>
+
+#include "cuda_internal.cuh"
+
+/* Rows per partial sum of the bias gradient. */
+#define DBIAS_CHUNK_ROWS 256
+#define DBIAS_LANES 8
+
+/* The largest power of two (<= 16) dividing the address and the stride. */
+static int32_t operand_alignment(const void *p, int64_t ld, int32_t elem_bytes)
+{
+    uintptr_t a = (uintptr_t)p;
+    int32_t al = 16;
+    while (al > elem_bytes && ((a % (uintptr_t)al) != 0 || (ld * elem_bytes) % al != 0))
+        al /= 2;
+    return al;
+}
+
+static bool key_equal(const cuda_lt_key *a, const cuda_lt_key *b)
+{
+    return memcmp(a, b, sizeof *a) == 0;
+}
+
+static void lt_entry_release(cuda_lt_entry *e)
+{
+    if (e->a)
+        cublasLtMatrixLayoutDestroy(e->a);
+    if (e->b)
+        cublasLtMatrixLayoutDestroy(e->b);
+    if (e->c)
+        cublasLtMatrixLayoutDestroy(e->c);
+    if (e->desc)
+        cublasLtMatmulDescDestroy(e->desc);
+    memset(e, 0, sizeof *e);
+}
+
+void cuda_lt_cache_free(cuda_backend *cb)
+{
+    for (int i = 0; i < CUDA_LT_CACHE; i++)
+        if (cb->lt_cache[i].used)
+            lt_entry_release(&cb->lt_cache[i]);
+}
+
+/* Builds the descriptors of a product and asks the heuristic for one
+ * algorithm; e->ok says whether it found one. */
+static void lt_entry_build(cuda_backend *cb, cuda_lt_entry *e, const cuda_lt_key *k)
+{
+    e->used = true;
+    e->ok = false;
+    e->key = *k;
+    cublasComputeType_t compute = k->bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+    cudaDataType_t ab = k->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasOperation_t ta = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (cublasLtMatmulDescCreate(&e->desc, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+        return;
+    cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (k->bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bias_type = CUDA_R_32F;
+        cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                       sizeof bias_type);
+    }
+    uint64_t a_rows = k->trans_a ? k->k : k->m, a_cols = k->trans_a ? k->m : k->k;
+    uint64_t b_rows = k->trans_b ? k->n : k->k, b_cols = k->trans_b ? k->k : k->n;
+    if (cublasLtMatrixLayoutCreate(&e->a, ab, a_rows, a_cols, k->lda) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&e->b, ab, b_rows, b_cols, k->ldb) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&e->c, CUDA_R_32F, (uint64_t)k->m, (uint64_t)k->n, k->ldc) !=
+            CUBLAS_STATUS_SUCCESS)
+        return;
+    cublasLtMatmulPreference_t pref = NULL;
+    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
+        return;
+    uint64_t ws = CUDA_BLAS_WORKSPACE_BYTES;
+    uint32_t al_a = (uint32_t)k->align_a, al_b = (uint32_t)k->align_b,
+             al_c = (uint32_t)k->align_c;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                         sizeof al_a);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                         sizeof al_b);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
+                                         sizeof al_c);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
+                                         sizeof al_c);
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(cb->lt, e->desc, e->a, e->b, e->c, e->c,
+                                                      pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (s == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+        e->algo = result.algo;
+        e->ok = true;
+    }
+}
+
+static cuda_lt_entry *lt_lookup(cuda_backend *cb, const cuda_lt_key *k)
+{
+    for (int i = 0; i < CUDA_LT_CACHE; i++)
+        if (cb->lt_cache[i].used && key_equal(&cb->lt_cache[i].key, k))
+            return &cb->lt_cache[i];
+    cuda_lt_entry *e = &cb->lt_cache[cb->lt_next];
+    cb->lt_next = (cb->lt_next + 1) % CUDA_LT_CACHE;
+    if (e->used)
+        lt_entry_release(e);
+    lt_entry_build(cb, e, k);
+    return e;
+}
+
+/* C = bias broadcast over the columns (C is m x n column-major, ldc). */
+__global__ void broadcast_bias_kernel(int64_t m, int64_t n, int64_t ldc,
+                                      const float *__restrict__ bias, float *__restrict__ c)
+{
+    int64_t total = m * n, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        int64_t col = i / m, row = i % m;
+        c[col * ldc + row] = bias[row];
+    }
+}
+
+/* C = beta C for an empty inner dimension. */
+__global__ void scale_matrix_kernel(int64_t m, int64_t n, int64_t ldc, float beta,
+                                    float *__restrict__ c)
+{
+    int64_t total = m * n, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        int64_t col = i / m, row = i % m;
+        float *p = c + col * ldc + row;
+        *p = beta == 0.0f ? 0.0f : beta * *p;
+    }
+}
+
+static void broadcast_bias(cuda_backend *cb, int64_t m, int64_t n, int64_t ldc,
+                           const float *bias, float *c)
+{
+    broadcast_bias_kernel<<<cuda_blocks(m * n, CUDA_THREADS), CUDA_THREADS, 0, cb->stream>>>(
+        m, n, ldc, bias, c);
+    cuda_launched(cb, "broadcast_bias");
+}
+
+/*
+ * C[m x n] (column-major, ldc) = op(A) op(B) + beta C, or, with a bias,
+ * = op(A) op(B) + bias[m] broadcast over the columns (beta then 0).
+ * A and B are float32 (TF32 math) or, with bf16, bfloat16.
+ */
+static void gemm(cuda_backend *cb, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                 const void *a, int64_t lda, const void *b, int64_t ldb, bool bf16, float beta,
+                 float *c, int64_t ldc, const float *bias)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0) {
+        if (bias)
+            broadcast_bias(cb, m, n, ldc, bias, c);
+        else {
+            scale_matrix_kernel<<<cuda_blocks(m * n, CUDA_THREADS), CUDA_THREADS, 0,
+                                  cb->stream>>>(m, n, ldc, beta, c);
+            cuda_launched(cb, "scale_matrix");
+        }
+        return;
+    }
+    int32_t elem = bf16 ? 2 : 4;
+    cuda_lt_key key;
+    memset(&key, 0, sizeof key);
+    key.trans_a = trans_a;
+    key.trans_b = trans_b;
+    key.bf16 = bf16;
+    key.bias = bias != NULL;
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldc = ldc;
+    key.align_a = operand_alignment(a, lda, elem);
+    key.align_b = operand_alignment(b, ldb, elem);
+    key.align_c = operand_alignment(c, ldc, 4);
+    const float alpha = 1.0f;
+    cuda_lt_entry *e = lt_lookup(cb, &key);
+    if (!e->ok && bias) {
+        /* no algorithm with the epilogue: bias first, then accumulate */
+        broadcast_bias(cb, m, n, ldc, bias, c);
+        beta = 1.0f;
+        bias = NULL;
+        key.bias = 0;
+        e = lt_lookup(cb, &key);
+    }
+    if (e->ok) {
+        if (bias)
+            cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                           sizeof bias);
+        cuda_check_blas(cb,
+                        cublasLtMatmul(cb->lt, e->desc, &alpha, a, e->a, b, e->b, &beta, c, e->c,
+                                       c, e->c, &e->algo, cb->blas_workspace,
+                                       CUDA_BLAS_WORKSPACE_BYTES, cb->stream),
+                        "cublasLtMatmul");
+        return;
+    }
+    cudaDataType_t ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+    cuda_check_blas(cb,
+                    cublasGemmEx(cb->blas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, (int)m, (int)n, (int)k,
+                                 &alpha, a, ab, (int)lda, b, ab, (int)ldb, &beta, c, CUDA_R_32F,
+                                 (int)ldc, compute, CUBLAS_GEMM_DEFAULT),
+                    "cublasGemmEx");
+}
+
+/* cublasGemmEx takes int dimensions. */
+static bool fits_int(cuda_backend *cb, int64_t rows)
+{
+    if (rows > 0x7fffffff) {
+        cuda_fail(cb, NCTMC_ERR_INVALID_ARGUMENT, "linear: %lld rows exceed cuBLAS's range",
+                  (long long)rows);
+        return false;
+    }
+    return true;
+}
+
+void cuda_linear_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                         const float *x, const float *w, const float *bias, float *y)
+{
+    cuda_backend *cb = cuda_of(be);
+    if (rows <= 0 || out <= 0 || !fits_int(cb, rows))
+        return;
+    if (!cb->bf16) {
+        gemm(cb, true, false, out, rows, in, w, in, x, in, false, 0.0f, y, out, bias);
+        return;
+    }
+    size_t x_bytes = cuda_round64((size_t)rows * (size_t)in * 2);
+    size_t w_bytes = cuda_round64((size_t)out * (size_t)in * 2);
+    char *s = (char *)cuda_scratch(cb, x_bytes + w_bytes);
+    if (!s)
+        return;
+    __nv_bfloat16 *x16 = (__nv_bfloat16 *)s, *w16 = (__nv_bfloat16 *)(s + x_bytes);
+    cuda_to_bf16(cb, rows * in, x, x16);
+    cuda_to_bf16(cb, (int64_t)out * in, w, w16);
+    gemm(cb, true, false, out, rows, in, w16, in, x16, in, true, 0.0f, y, out, bias);
+}
+
+/* Stage 1: partial[chunk][j] = sum over the chunk's rows of dy[r][j] in
+ * double; a block is 32 columns x DBIAS_LANES row lanes, the lanes' sums
+ * combined in lane order. */
+__global__ void dbias_partial_kernel(int64_t rows, int32_t cols, const float *__restrict__ dy,
+                                     double *__restrict__ partial)
+{
+    __shared__ double lanes[DBIAS_LANES][33];
+    int32_t j = (int32_t)blockIdx.x * 32 + (int32_t)threadIdx.x;
+    int64_t r0 = (int64_t)blockIdx.y * DBIAS_CHUNK_ROWS;
+    int64_t r1 = r0 + DBIAS_CHUNK_ROWS < rows ? r0 + DBIAS_CHUNK_ROWS : rows;
+    double acc = 0.0;
+    if (j < cols)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += DBIAS_LANES)
+            acc += (double)dy[r * cols + j];
+    lanes[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < cols) {
+        double t = 0.0;
+        for (int l = 0; l < DBIAS_LANES; l++)
+            t += lanes[l][threadIdx.x];
+        partial[(int64_t)blockIdx.y * cols + j] = t;
+    }
+}
+
+/* Stage 2: dbias[j] (+)= sum over chunks, in chunk order. */
+__global__ void dbias_final_kernel(int64_t n_chunks, int32_t cols,
+                                   const double *__restrict__ partial, float *__restrict__ dbias,
+                                   bool accumulate)
+{
+    int32_t j = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (j >= cols)
+        return;
+    double s = 0.0;
+    for (int64_t c = 0; c < n_chunks; c++)
+        s += partial[c * cols + j];
+    dbias[j] = accumulate ? (float)((double)dbias[j] + s) : (float)s;
+}
+
+static void bias_gradient(cuda_backend *cb, int64_t rows, int32_t out, const float *dy,
+                          float *dbias, bool accumulate, double *partial)
+{
+    int64_t n_chunks = (rows + DBIAS_CHUNK_ROWS - 1) / DBIAS_CHUNK_ROWS;
+    if (n_chunks > 65535) {
+        cuda_fail(cb, NCTMC_ERR_INVALID_ARGUMENT, "linear: %lld rows exceed the bias reduction",
+                  (long long)rows);
+        return;
+    }
+    dim3 grid((unsigned)((out + 31) / 32), (unsigned)n_chunks);
+    dim3 block(32, DBIAS_LANES);
+    dbias_partial_kernel<<<grid, block, 0, cb->stream>>>(rows, out, dy, partial);
+    cuda_launched(cb, "dbias_partial");
+    dbias_final_kernel<<<(out + CUDA_THREADS - 1) / CUDA_THREADS, CUDA_THREADS, 0, cb->stream>>>(
+        n_chunks, out, partial, dbias, accumulate);
+    cuda_launched(cb, "dbias_final");
+}
+
+void cuda_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                          const float *x, const float *w, const float *dy, float *dx,
+                          bool accumulate_dx, float *dw, float *dbias, bool accumulate_params)
+{
+    cuda_backend *cb = cuda_of(be);
+    if (rows <= 0 || !fits_int(cb, rows))
+        return;
+    bool bf16 = cb->bf16;
+    int64_t n_chunks = (rows + DBIAS_CHUNK_ROWS - 1) / DBIAS_CHUNK_ROWS;
+    size_t partial_bytes = dbias ? cuda_round64((size_t)n_chunks * (size_t)out * 8) : 0;
+    size_t x_bytes = bf16 && dw ? cuda_round64((size_t)rows * (size_t)in * 2) : 0;
+    size_t w_bytes = bf16 && dx ? cuda_round64((size_t)out * (size_t)in * 2) : 0;
+    size_t dy_bytes = bf16 && (dx || dw) ? cuda_round64((size_t)rows * (size_t)out * 2) : 0;
+    char *s = NULL;
+    if (partial_bytes + x_bytes + w_bytes + dy_bytes > 0 &&
+        !(s = (char *)cuda_scratch(cb, partial_bytes + x_bytes + w_bytes + dy_bytes)))
+        return;
+    const void *xa = x, *wa = w, *dya = dy;
+    if (bf16) {
+        __nv_bfloat16 *x16 = (__nv_bfloat16 *)(s + partial_bytes);
+        __nv_bfloat16 *w16 = (__nv_bfloat16 *)(s + partial_bytes + x_bytes);
+        __nv_bfloat16 *dy16 = (__nv_bfloat16 *)(s + partial_bytes + x_bytes + w_bytes);
+        if (dx || dw) {
+            cuda_to_bf16(cb, rows * out, dy, dy16);
+            dya = dy16;
+        }
+        if (dw) {
+            cuda_to_bf16(cb, rows * in, x, x16);
+            xa = x16;
+        }
+        if (dx) {
+            cuda_to_bf16(cb, (int64_t)out * in, w, w16);
+            wa = w16;
+        }
+    }
+    if (dx)
+        gemm(cb, false, false, in, rows, out, wa, in, dya, out, bf16, accumulate_dx ? 1.0f : 0.0f,
+             dx, in, NULL);
+    if (dw)
+        gemm(cb, false, true, in, out, rows, xa, in, dya, out, bf16,
+             accumulate_params ? 1.0f : 0.0f, dw, in, NULL);
+    if (dbias)
+        bias_gradient(cb, rows, out, dy, dbias, accumulate_params, (double *)s);
+}

@@ -1,0 +1,197 @@
+/*
+ * cuda_loss.cu — the fused L_cond loss and the model's jump outputs, one
+ * block per row (position).
+ *
+ * The row's statistics come from one pass over its S valid logits (the
+ * current token and the padding excluded): each thread keeps a running max
+ * with the sum of exp(z - max) rescaled when the max grows, and the sum of
+ * the data tokens' logits in double against a reference logit of the row;
+ * the block combines the threads' pairs (max, sum) and sums with fixed
+ * butterflies. The per-position math — conditional rates, the loss value,
+ * the gradient coefficients — is lib/lcond_math.h and
+ * lib/forward_process.h, compiled for the device (NCTMC_HD), the same code
+ * the CPU backend runs. The gradient pass writes each logit's gradient
+ * from that logit alone, so d_logits may be the logits buffer.
+ */
+#include <math.h>
+
+#include "cuda_internal.cuh"
+#include "lcond_math.h"
+
+#define LOSS_THREADS 256
+
+/* The running (max, sum of exp(z - max)) of a set of logits. */
+typedef struct softmax_acc {
+    float max;
+    float sum;
+} softmax_acc;
+
+__device__ __forceinline__ void acc_add(softmax_acc *a, float v)
+{
+    if (v > a->max) {
+        a->sum = (a->max == -INFINITY ? 0.0f : a->sum * expf(a->max - v)) + 1.0f;
+        a->max = v;
+    } else if (v != -INFINITY) {
+        a->sum += expf(v - a->max);
+    }
+}
+
+/* Commutative: swapping a and b gives the same bits, so both lanes of a
+ * butterfly step hold equal values afterwards. */
+__device__ __forceinline__ softmax_acc acc_merge(softmax_acc a, softmax_acc b)
+{
+    float m = a.max > b.max ? a.max : b.max;
+    softmax_acc r;
+    r.max = m;
+    float sa = a.max == -INFINITY ? 0.0f : a.sum * expf(a.max - m);
+    float sb = b.max == -INFINITY ? 0.0f : b.sum * expf(b.max - m);
+    r.sum = sa + sb;
+    return r;
+}
+
+__device__ softmax_acc acc_block(softmax_acc a, float *sh_max, float *sh_sum)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        softmax_acc b;
+        b.max = __shfl_xor_sync(0xffffffffu, a.max, o);
+        b.sum = __shfl_xor_sync(0xffffffffu, a.sum, o);
+        a = acc_merge(a, b);
+    }
+    __syncthreads();
+    if (lane == 0) {
+        sh_max[warp] = a.max;
+        sh_sum[warp] = a.sum;
+    }
+    __syncthreads();
+    softmax_acc t;
+    t.max = lane < n_warps ? sh_max[lane] : -INFINITY;
+    t.sum = lane < n_warps ? sh_sum[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) {
+        softmax_acc b;
+        b.max = __shfl_xor_sync(0xffffffffu, t.max, o);
+        b.sum = __shfl_xor_sync(0xffffffffu, t.sum, o);
+        t = acc_merge(t, b);
+    }
+    return t;
+}
+
+/* (max, sum exp) over j < S, j != i of the row; when sum_data is given,
+ * also sum over data tokens j != i of (z_j - ref) in double. */
+__device__ softmax_acc row_stats(const float *z, int32_t S, int32_t n_data, int32_t i,
+                                 float ref, double *sum_data)
+{
+    __shared__ float sh_max[32], sh_sum[32];
+    __shared__ double sh_dev[32];
+    softmax_acc a = {-INFINITY, 0.0f};
+    double dev = 0.0;
+    for (int32_t j = (int32_t)threadIdx.x; j < S; j += (int32_t)blockDim.x) {
+        if (j == i)
+            continue;
+        float v = z[j];
+        acc_add(&a, v);
+        if (j < n_data)
+            dev += (double)v - (double)ref;
+    }
+    a = acc_block(a, sh_max, sh_sum);
+    if (sum_data)
+        *sum_data = cuda_block_sum(dev, sh_dev);
+    return a;
+}
+
+__global__ void lcond_kernel(nctmc_lcond_args a)
+{
+    __shared__ lcond_grad_coef coef;
+    int64_t r = blockIdx.x;
+    const nctmc_fp fp = a.fp;
+    const float *z = a.logits + r * a.row_stride;
+    int32_t i = a.x_t[r], x0 = a.x_0[r];
+    int32_t S = fp.vocab, mask = fp_mask(&fp), n_data = fp_n_data(&fp);
+    /* any logit the row really has serves as the reference */
+    float ref = z[i == 0 ? 1 : 0];
+    double dev_data = 0.0;
+    softmax_acc st = row_stats(z, S, n_data, i, ref, &dev_data);
+    if (threadIdx.x == 0) {
+        double t = (double)a.times[r / a.seq_len];
+        float h = a.rate_h ? a.rate_h[r] : 0.0f;
+        lcond_position p = lcond_prepare(&fp, t, i, x0, h);
+        int32_t n_counted = i >= 0 && i < n_data ? n_data - 1 : n_data;
+        double max = (double)st.max;
+        double prior_dot = fp_prior_data(&fp) * (dev_data + (double)n_counted * ((double)ref - max));
+        if (mask >= 0 && mask != i)
+            prior_dot += fp_prior_mask(&fp) * ((double)z[mask] - max);
+        lcond_row_stats stats;
+        stats.max_logit = st.max;
+        stats.sum_exp = st.sum;
+        stats.prior_dot = prior_dot;
+        float z_x0 = x0 >= 0 && x0 < S ? z[x0] : 0.0f;
+        if (a.loss)
+            a.loss[r] = (float)lcond_value(&p, stats, z_x0);
+        if (a.d_rate_h)
+            a.d_rate_h[r] = (float)(lcond_grad_h(&fp, &p) * (double)a.grad_scale);
+        if (a.d_logits)
+            coef = lcond_grad_coefficients(&fp, &p, stats, a.grad_scale);
+    }
+    if (!a.d_logits)
+        return;
+    /* every read of the row above happens before any write below */
+    __syncthreads();
+    lcond_grad_coef g = coef;
+    float *d = a.d_logits + r * a.row_stride;
+    for (int32_t j = (int32_t)threadIdx.x; j < a.row_stride; j += (int32_t)blockDim.x) {
+        float v = 0.0f;
+        if (j < S && j != i) {
+            v = g.scale * expf(z[j] - g.lse) - (j == mask ? g.sub_mask : g.sub_data);
+            if (j == x0)
+                v -= g.sub_x0;
+        }
+        d[j] = v;
+    }
+}
+
+__global__ void jump_output_kernel(nctmc_jump_output_args a)
+{
+    int64_t r = blockIdx.x;
+    const nctmc_fp fp = a.fp;
+    int32_t i = a.x_t[r], S = fp.vocab;
+    if (a.log_rate && threadIdx.x == 0) {
+        double t = (double)a.times[r / a.seq_len];
+        float h = a.rate_h ? a.rate_h[r] : 0.0f;
+        a.log_rate[r] = (float)fp_model_log_rate(&fp, t, i, h);
+    }
+    if (!a.jump_logprobs)
+        return;
+    const float *z = a.logits + r * a.row_stride;
+    softmax_acc st = row_stats(z, S, fp_n_data(&fp), i, 0.0f, NULL);
+    double lse = (double)st.max + log((double)st.sum);
+    float *out = a.jump_logprobs + r * S;
+    for (int32_t j = (int32_t)threadIdx.x; j < S; j += (int32_t)blockDim.x)
+        out[j] = j == i ? -INFINITY : (float)((double)z[j] - lse);
+}
+
+static bool rows_fit(cuda_backend *cb, int64_t n_rows, const char *what)
+{
+    if (n_rows > 0x7fffffff) {
+        cuda_fail(cb, NCTMC_ERR_INVALID_ARGUMENT, "%s: %lld rows", what, (long long)n_rows);
+        return false;
+    }
+    return true;
+}
+
+void cuda_lcond(nctmc_backend *be, const nctmc_lcond_args *args)
+{
+    cuda_backend *cb = cuda_of(be);
+    if (args->n_rows <= 0 || !rows_fit(cb, args->n_rows, "lcond"))
+        return;
+    lcond_kernel<<<(unsigned)args->n_rows, LOSS_THREADS, 0, cb->stream>>>(*args);
+    cuda_launched(cb, "lcond");
+}
+
+void cuda_jump_output(nctmc_backend *be, const nctmc_jump_output_args *args)
+{
+    cuda_backend *cb = cuda_of(be);
+    if (args->n_rows <= 0 || !rows_fit(cb, args->n_rows, "jump_output"))
+        return;
+    jump_output_kernel<<<(unsigned)args->n_rows, LOSS_THREADS, 0, cb->stream>>>(*args);
+    cuda_launched(cb, "jump_output");
+}

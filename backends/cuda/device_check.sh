@@ -1,0 +1,99 @@
+#!/bin/sh
+# backends/cuda/device_check.sh — every GPU check of the CUDA backend in one
+# go, on a machine with an NVIDIA GPU (about 6-8 minutes on an H100):
+#   1. build the CUDA backend's conformance test and benchmark here, or use
+#      the binaries carried in build-device-cuda/ (see --prepare);
+#   2. the conformance test: every operation against the CPU backend, the
+#      whole model's outputs and gradients, the samplers, determinism;
+#   3. the paper-small benchmark (training tokens/s, bf16 MFU, sampling
+#      steps/s) of libnctmc in TF32 and bf16, then the PyTorch reference
+#      (tests/reference/bench_reference_gpu.py) on the same GPU, side by side.
+# Results go to $OUT (the device tool's folder) or /tmp/nctmc-device-check:
+# device.txt, build.log, conformance.log, bench_libnctmc.log, bench_torch.log,
+# compare.txt. The exit status is the conformance test's.
+#
+#   sh backends/cuda/device_check.sh            on the GPU machine
+#   sh backends/cuda/device_check.sh --prepare  on a machine with the CUDA
+#       toolkit but no GPU: builds the two programs into build-device-cuda/
+#       with OpenBLAS linked in statically (the GPU image may lack it), to be
+#       carried to the GPU machine (device tool: carry ["build-device-cuda"])
+#   sh backends/cuda/device_check.sh --quick    the conformance test only
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-/tmp/nctmc-device-check}
+mkdir -p "$out"
+mode=${1:-run}
+carried=${NCTMC_CARRY_DIR:-$root/build-device-cuda}
+
+cuda_libdirs() { # every folder holding a CUDA runtime, cuBLAS or cuDNN library
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+        [ -d "$d" ] && echo "$d"
+    done
+    for py in python3 /usr/bin/python3; do
+        site=$("$py" -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' \
+               2>/dev/null) || continue
+        find "$site/nvidia" -name 'libcudnn.so*' -o -name 'libcublas*.so*' \
+             -o -name 'libcudart.so*' 2>/dev/null | xargs -r -n1 dirname
+    done | sort -u
+}
+
+if [ "$mode" = "--prepare" ]; then
+    b="$carried/meson"
+    rm -rf "$carried"
+    meson setup "$b" "$root" -Dcuda=enabled -Dreference_tests=disabled >/dev/null &&
+        ninja -C "$b" tests/test_cuda_conformance tests/bench_gpu_train || exit 1
+    libdir=$(sed -n 's/.*-L\([^ ]*cuda[^ ]*\).*/\1/p' "$b/meson-private/nctmc.pc" | head -n 1)
+    for prog in test_cuda_conformance bench_gpu_train; do
+        cc -o "$carried/$prog" "$b/tests/$prog.p/"*.o "$b/libnctmc_internal.a" \
+            -Wl,-Bstatic -lopenblas -lgfortran -lquadmath -Wl,-Bdynamic \
+            -L"$libdir" -lcudnn -lcublasLt -lcublas -lcudart -lstdc++ -lpthread -lm -ldl || exit 1
+        strip "$carried/$prog"
+    done
+    rm -rf "$b"
+    ls -la "$carried"
+    exit 0
+fi
+
+LD_LIBRARY_PATH=$(cuda_libdirs | tr '\n' ':')${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  nvcc --version | tail -n 2; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; } >"$out/device.txt" 2>&1
+cat "$out/device.txt"
+
+# 1. build here when the tools are here, else the carried binaries
+bin=""
+build="/tmp/nctmc-build-cuda"
+if command -v meson >/dev/null && command -v nvcc >/dev/null &&
+    meson setup "$build" "$root" -Dcuda=enabled -Dreference_tests=disabled >"$out/build.log" 2>&1 &&
+    ninja -C "$build" tests/test_cuda_conformance tests/bench_gpu_train >>"$out/build.log" 2>&1; then
+    bin="$build/tests"
+elif [ -x "$carried/test_cuda_conformance" ]; then
+    echo "device_check: no build here (see build.log); using the binaries in $carried"
+    bin="$carried"
+else
+    tail -n 30 "$out/build.log"
+    echo "device_check: cannot build here and no carried binaries (run --prepare where the"
+    echo "CUDA toolkit is, and carry build-device-cuda)"
+    exit 1
+fi
+echo "device_check: programs from $bin"
+
+# 2. conformance
+timeout 420 "$bin/test_cuda_conformance" >"$out/conformance.log" 2>&1
+status=$?
+grep -E '^FAIL|^device|attention B|sample_step|sampler|model .*gradients|cuda_conformance' \
+    "$out/conformance.log" | head -n 120
+echo "device_check: conformance exit status $status"
+[ "$mode" = "--quick" ] && exit "$status"
+
+# 3. the benchmark, libnctmc then PyTorch on the same GPU
+timeout 300 "$bin/bench_gpu_train" --config paper-small --batch 16 --reps 5 --warmup 2 \
+    --sample-batch 16 --sample-steps 16 >"$out/bench_libnctmc.log" 2>&1
+cat "$out/bench_libnctmc.log"
+PYTHONDONTWRITEBYTECODE=1 timeout 360 python3 "$root/tests/reference/bench_reference_gpu.py" \
+    --config paper-small --batch 16 --reps 5 --warmup 2 --sample-batch 16 --sample-steps 16 \
+    >"$out/bench_torch.log" 2>&1
+cat "$out/bench_torch.log"
+python3 "$root/tests/bench/compare_torch_gpu.py" "$out/bench_libnctmc.log" \
+    "$out/bench_torch.log" | tee "$out/compare.txt"
+exit "$status"

@@ -1,0 +1,151 @@
+/*
+ * cli.h — what the parts of the `nctmc` tool share: the subcommands'
+ * entry points, file names in a prepared data directory, and small helpers
+ * for contexts, errors, files and tokenizers.
+ */
+#ifndef NCTMC_CLI_H
+#define NCTMC_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "nctmc.h"
+
+/* Each takes argv[0] = the subcommand's name and returns the exit status. */
+int cmd_prepare(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+/* What `nctmc prepare` writes into its output directory and `train` and
+ * `eval` read from it. */
+#define CLI_TRAIN_SHARD "train.bin"
+#define CLI_VAL_SHARD "val.bin"
+#define CLI_TOKENIZER_FILE "tokenizer.txt"
+
+/** Exit status after a run was stopped by Ctrl-C (128 + SIGINT, as shells
+ *  report it) — the work done so far is saved first. */
+#define CLI_EXIT_INTERRUPTED 130
+
+/* Names of the library's enums, in enum order (NULL-terminated), for
+ * flags and for printing. */
+extern const char *const cli_process_names[];
+extern const char *const cli_schedule_names[];
+extern const char *const cli_tokenizer_names[];
+
+/** Prints "nctmc CMD: message" to stderr. */
+void cli_error(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/** Prints "nctmc CMD: WHAT: DETAIL (status string)" to stderr and returns 1,
+ *  the exit status of a failure. */
+int cli_fail(const char *cmd, const char *what, nctmc_status status, const char *detail);
+
+/** Creates a context on `backend` with `threads` threads whose log messages
+ *  (warnings and errors, or everything from INFO up when verbose) go to
+ *  stderr without breaking a progress bar. Reports failures itself. */
+nctmc_status cli_context_create(const char *cmd, const char *backend, int threads, bool verbose,
+                                nctmc_context **out);
+
+/** Reads a whole file into a malloc'd buffer (NUL-terminated, so text can
+ *  be used as a string; *size excludes the NUL). Reports failures itself
+ *  and returns false. */
+bool cli_read_file(const char *cmd, const char *path, char **data, size_t *size);
+
+/** Creates directory `path` and its missing parents. Reports failures
+ *  itself. */
+bool cli_make_dir(const char *cmd, const char *path);
+
+/** dir + "/" + name, malloc'd; NULL when out of memory. */
+char *cli_path_join(const char *dir, const char *name);
+
+/** Whether a file exists at path. */
+bool cli_file_exists(const char *path);
+
+/** Encodes text with tok into a malloc'd array; reports failures itself. */
+bool cli_encode(const char *cmd, nctmc_tokenizer *tok, const char *text, size_t n_bytes,
+                int32_t **tokens, size_t *n_tokens);
+
+/**
+ * Decodes tokens into a malloc'd string. Tokens outside the tokenizer's
+ * vocabulary (a mask token left when final denoising is off) are shown as
+ * '_' in text and as the background level in images, instead of failing.
+ * NULL on failure, reported.
+ */
+char *cli_decode(const char *cmd, nctmc_tokenizer *tok, const int32_t *tokens, size_t n);
+
+/**
+ * A copy of the model's tokenizer, for decoding (encode and decode record
+ * errors in the handle, so the model's own is read-only); NULL when the
+ * model has none or the copy fails. The caller frees it.
+ */
+nctmc_tokenizer *cli_model_tokenizer(const nctmc_model *model);
+
+/** One line describing a tokenizer ("bytes, 256 tokens"), into buf. */
+void cli_describe_tokenizer(const nctmc_tokenizer *tok, char *buf, size_t size);
+
+/** Seconds on a monotonic clock. */
+double cli_now(void);
+
+/* Evaluation on held-out data (eval.c), shared by `eval` and `train`. */
+
+/** Held-out sequences in memory, in the shape nctmc_eval() takes. */
+typedef struct cli_eval_set {
+    int32_t *tokens;     /* [n_sequences * length] */
+    int32_t *labels;     /* [n_sequences], or NULL */
+    int64_t n_sequences;
+    int32_t length;
+} cli_eval_set;
+
+/**
+ * Reads up to max_sequences (0 = all) sequences of the model's length from
+ * a shard, spread evenly over it: its own sequences, or consecutive windows
+ * of a stream. Labels are kept when both the shard and the model have
+ * classes. Checks that the shard's tokens are the model's data tokens.
+ * Reports failures itself.
+ */
+bool cli_eval_set_load(const char *cmd, nctmc_context *ctx, const char *path,
+                       const nctmc_model_config *config, int64_t max_sequences,
+                       cli_eval_set *out);
+
+void cli_eval_set_free(cli_eval_set *set);
+
+/** Runs nctmc_eval() on the set; Ctrl-C cancels it (NCTMC_ERR_CANCELLED,
+ *  with the result over the sequences finished). With show_progress, a bar
+ *  tracks it on a terminal. */
+/* Rows (sequence x time) per forward pass of an evaluation: the library's
+ * default of 8 leaves the matrix products small and about 2.5x slower on
+ * digits-sized models; the result does not depend on it. */
+#define EVAL_BATCH_ROWS 64
+
+typedef struct cli_eval_settings {
+    int32_t batch;         /* rows per forward pass; 0 = the library's */
+    int32_t time_samples;  /* 0 = the library's */
+    float t_max;           /* 0 = automatic */
+    uint64_t seed;
+    bool show_progress;
+} cli_eval_settings;
+
+nctmc_status cli_eval_run(nctmc_model *model, const cli_eval_set *set,
+                          const cli_eval_settings *settings, nctmc_eval_result *result);
+
+/** "NELBO 1.234 ± 0.012 bits/token" and its parts, one line. */
+void cli_eval_print_summary(FILE *out, const nctmc_eval_result *result);
+
+/** The exit-rate calibration table, one row per time bucket. */
+void cli_eval_print_calibration(FILE *out, const nctmc_eval_result *result);
+
+/* Ctrl-C handling (interrupt.c). The first SIGINT or SIGTERM only sets a
+ * flag that long loops check between steps, so they can save and exit
+ * cleanly; the handler then restores the default action, so a second
+ * Ctrl-C stops the program at once. */
+void cli_interrupt_install(void);
+bool cli_interrupt_requested(void);
+
+#endif /* NCTMC_CLI_H */

@@ -1,0 +1,164 @@
+/*
+ * info.c — `nctmc info`: what a checkpoint holds.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "args.h"
+#include "cli.h"
+
+/* A safetensors header larger than this is not one the library wrote. */
+enum { MAX_HEADER_BYTES = 64 << 20 };
+
+/* Whether the checkpoint's JSON header names "trainer." tensors, i.e. it
+ * was written by nctmc_trainer_save() and can be resumed. Looking first
+ * avoids building a whole trainer (gradients, optimizer state) for a
+ * model-only file. */
+static bool has_training_state(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return false;
+    unsigned char len_bytes[8];
+    bool found = false;
+    if (fread(len_bytes, 1, 8, f) == 8) {
+        uint64_t len = 0;
+        for (int i = 7; i >= 0; i--)
+            len = len << 8 | len_bytes[i];  /* little-endian */
+        char *header = len > 0 && len <= MAX_HEADER_BYTES ? malloc((size_t)len + 1) : NULL;
+        if (header != NULL && fread(header, 1, (size_t)len, f) == (size_t)len) {
+            header[len] = '\0';
+            found = strstr(header, "\"trainer.") != NULL;
+        }
+        free(header);
+    }
+    fclose(f);
+    return found;
+}
+
+static void print_model(const nctmc_model *model, const char *path)
+{
+    struct stat st;
+    nctmc_model_config c;
+    nctmc_model_config_init(&c);
+    nctmc_model_get_config(model, &c);
+    printf("checkpoint   %s", path);
+    if (stat(path, &st) == 0)
+        printf(" (%.2f MiB)", (double)st.st_size / (1024.0 * 1024.0));
+    printf("\nlibrary      libnctmc %s\n", nctmc_version());
+    printf("model        %d layers, d %d, %d heads (head dim %d), cond %d\n", (int)c.n_layers,
+           (int)c.d_model, (int)c.n_heads, c.n_heads ? (int)(c.d_model / c.n_heads) : 0,
+           (int)c.cond_dim);
+    printf("             S %d states%s, L %d", (int)c.vocab_size,
+           c.process == NCTMC_PROCESS_UNIFORM ? "" : " (the last is the mask)", (int)c.seq_len);
+    if (c.vocab_pad_multiple > 1)
+        printf(", rows padded to a multiple of %d", (int)c.vocab_pad_multiple);
+    if (c.n_classes > 0)
+        printf(", %d classes (+ a null label for guidance)", (int)c.n_classes);
+    else
+        printf(", unconditional");
+    printf("\n             %s process", cli_process_names[c.process]);
+    if (c.process == NCTMC_PROCESS_MIXTURE)
+        printf(" (p_u %g)", (double)c.mixture_uniform);
+    printf(", %s schedule", cli_schedule_names[c.schedule]);
+    if (c.schedule == NCTMC_SCHEDULE_LOGLINEAR)
+        printf(" (eps %g)", (double)c.schedule_eps);
+    printf(", init seed %llu\n", (unsigned long long)c.seed);
+    printf("             %lld parameters in %d tensors\n", (long long)nctmc_model_n_params(model),
+           (int)nctmc_model_n_tensors(model));
+    char tok[128];
+    cli_describe_tokenizer(nctmc_model_get_tokenizer(model), tok, sizeof tok);
+    printf("tokenizer    %s\n", tok);
+}
+
+static void print_tensors(const nctmc_model *model)
+{
+    printf("tensors:\n");
+    for (int32_t i = 0; i < nctmc_model_n_tensors(model); i++) {
+        nctmc_tensor_info t;
+        memset(&t, 0, sizeof t);
+        t.struct_size = sizeof t;
+        if (nctmc_model_tensor_info(model, i, &t) != NCTMC_OK)
+            continue;
+        printf("  %-44s [", t.name);
+        for (int32_t d = 0; d < t.n_dims; d++)
+            printf("%s%lld", d ? ", " : "", (long long)t.shape[d]);
+        printf("]  %lld\n", (long long)t.n_elements);
+    }
+}
+
+static void print_training(nctmc_context *ctx, const char *path)
+{
+    if (!has_training_state(path)) {
+        printf("training     none saved (a model-only checkpoint)\n");
+        return;
+    }
+    nctmc_model *model = NULL;
+    nctmc_trainer *trainer = NULL;
+    nctmc_status st = nctmc_trainer_resume(ctx, path, NULL, &model, &trainer);
+    nctmc_trainer_state s;
+    nctmc_trainer_params p;
+    nctmc_trainer_state_init(&s);
+    nctmc_trainer_params_init(&p);
+    if (st == NCTMC_OK)
+        st = nctmc_trainer_get_state(trainer, &s);
+    if (st == NCTMC_OK)
+        st = nctmc_trainer_get_params(trainer, &p);
+    if (st != NCTMC_OK) {
+        printf("training     unreadable: %s\n", nctmc_context_last_error(ctx));
+    } else {
+        printf("training     step %lld of %lld (%lld updates, %lld skipped), %lld sequences "
+               "drawn, seed %llu\n",
+               (long long)s.step, (long long)p.total_steps, (long long)s.optimizer_steps,
+               (long long)s.n_skipped, (long long)s.data_position, (unsigned long long)s.seed);
+        printf("             batch %d, lr %g (warm-up %lld, cosine to %g x), AdamW (%g, %g, "
+               "eps %g, decay %g), clip %g, EMA %g, label dropout %g\n",
+               (int)p.batch_size, (double)p.learning_rate, (long long)p.warmup_steps,
+               (double)p.min_lr_ratio, (double)p.beta1, (double)p.beta2, (double)p.adam_eps,
+               (double)p.weight_decay, (double)p.grad_clip, (double)p.ema_decay,
+               (double)p.label_dropout);
+    }
+    nctmc_trainer_free(trainer);
+    nctmc_model_free(model);
+}
+
+int cmd_info(int argc, char **argv)
+{
+    bool tensors = false;
+    const char *backend = "cpu";
+    cli_option options[] = {
+        CLI_OPT_FLAG("--tensors", tensors, "also list every tensor with its shape"),
+        CLI_OPT_STRING("--backend", backend, "NAME", "compute backend to load onto"),
+    };
+    cli_command cmd = {
+        "info", "CHECKPOINT [options]",
+        "Prints a checkpoint's model configuration, parameter count, tokenizer and,\n"
+        "for a checkpoint written during training, the training state.",
+        "  nctmc info digits.safetensors\n"
+        "  nctmc info digits.safetensors --tensors\n",
+        1, 1, options, sizeof options / sizeof options[0]};
+    const char *path = NULL;
+    int n_pos = 0;
+    cli_parse_result parsed = cli_parse(&cmd, argc, argv, &path, &n_pos);
+    if (parsed != CLI_PARSE_OK)
+        return parsed == CLI_PARSE_HELP ? 0 : CLI_EXIT_USAGE;
+    nctmc_context *ctx = NULL;
+    if (cli_context_create("info", backend, 1, false, &ctx) != NCTMC_OK)
+        return 1;
+    nctmc_model *model = NULL;
+    nctmc_status st = nctmc_model_load(ctx, path, &model);
+    int rc = 0;
+    if (st != NCTMC_OK) {
+        rc = cli_fail("info", path, st, nctmc_context_last_error(ctx));
+    } else {
+        print_model(model, path);
+        print_training(ctx, path);
+        if (tensors)
+            print_tensors(model);
+    }
+    nctmc_model_free(model);
+    nctmc_context_free(ctx);
+    return rc;
+}

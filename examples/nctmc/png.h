@@ -1,0 +1,30 @@
+/*
+ * png.h — a minimal PNG writer: 8-bit greyscale, no zlib needed.
+ *
+ * The image data go into "stored" (uncompressed) deflate blocks, which
+ * every PNG reader accepts; the files are larger than compressed ones, but
+ * the tool's pictures are small and the tool stays free of dependencies.
+ */
+#ifndef NCTMC_CLI_PNG_H
+#define NCTMC_CLI_PNG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/** CRC-32 (ISO 3309, as PNG chunks use it) of data, continuing from crc
+ *  (start with 0). */
+uint32_t png_crc32(uint32_t crc, const uint8_t *data, size_t n);
+
+/** Adler-32 (as zlib streams use it) of data, continuing from adler
+ *  (start with 1). */
+uint32_t png_adler32(uint32_t adler, const uint8_t *data, size_t n);
+
+/**
+ * Writes an 8-bit greyscale PNG of width x height pixels (row-major, one
+ * byte each, 0 = black, 255 = white) to path: to a temporary file beside
+ * it first, then renamed, so path never holds half a picture. Returns 0, or
+ * -1 with errno set (EINVAL for a bad size).
+ */
+int png_write_grey(const char *path, uint32_t width, uint32_t height, const uint8_t *pixels);
+
+#endif /* NCTMC_CLI_PNG_H */

@@ -1,0 +1,520 @@
+/*
+ * sample.c — `nctmc sample`: draws sequences from a checkpoint, with
+ * prefix/suffix/infilling constraints for text models and labels (and
+ * classifier-free guidance) for conditional ones; writes text, or for image
+ * models a PNG grid and an ASCII preview.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "cli.h"
+#include "image_grid.h"
+#include "progress.h"
+
+static const char *const method_names[] = {"tau", "euler", "posterior", NULL};
+static const char *const method_titles[] = {"tau-leaping", "Euler", "posterior"};
+static const char *const grid_names[] = {"uniform", "geometric", NULL};
+
+typedef struct sample_options {
+    nctmc_sample_params params;  /* the numeric settings, from the flags */
+    int method;
+    int grid;
+    bool no_denoise;
+    int64_t n;
+    int32_t batch;
+    int32_t length;
+    int32_t label;               /* -1: none given */
+    int32_t per_class;
+    const char *prefix;
+    const char *suffix;
+    const char *infill;
+    const char *blank;
+    const char *out;
+    const char *png;
+    int32_t scale;
+    bool no_preview;
+    int32_t threads;
+    const char *backend;
+    bool verbose;
+} sample_options;
+
+/* What to draw: how many sequences, how long, with which labels and which
+ * positions clamped. */
+typedef struct sample_job {
+    int64_t n;
+    int32_t length;
+    int32_t *labels;        /* [n] or NULL */
+    int32_t *fixed_tokens;  /* [length] or NULL: the same for every sample */
+    uint8_t *fixed_mask;    /* [length] or NULL */
+    int32_t per_row;        /* images per grid row */
+    int64_t n_done;         /* samples drawn (fewer after Ctrl-C) */
+    int32_t *tokens;        /* [n * length] */
+} sample_job;
+
+static void job_free(sample_job *job)
+{
+    free(job->labels);
+    free(job->fixed_tokens);
+    free(job->fixed_mask);
+    free(job->tokens);
+}
+
+/* ---- constraints --------------------------------------------------------- */
+
+/* Appends n positions: clamped to tokens[], or free when tokens is NULL. */
+static bool layout_push(sample_job *job, const int32_t *tokens, size_t n)
+{
+    int32_t *t = realloc(job->fixed_tokens, (job->length + n + 1) * sizeof *t);
+    if (t != NULL)
+        job->fixed_tokens = t;
+    uint8_t *m = t ? realloc(job->fixed_mask, job->length + n + 1) : NULL;
+    if (m != NULL)
+        job->fixed_mask = m;
+    if (t == NULL || m == NULL) {
+        cli_error("sample", "out of memory");
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        t[job->length + i] = tokens ? tokens[i] : 0;
+        m[job->length + i] = tokens != NULL;
+    }
+    job->length += (int32_t)n;
+    return true;
+}
+
+/* Appends text[0..len), encoded, as clamped positions. */
+static bool layout_push_text(sample_job *job, nctmc_tokenizer *tok, const char *text,
+                             size_t len)
+{
+    int32_t *tokens = NULL;
+    size_t n = 0;
+    if (!cli_encode("sample", tok, text, len, &tokens, &n))
+        return false;
+    bool ok = layout_push(job, tokens, n);
+    free(tokens);
+    return ok;
+}
+
+/* An infilling pattern: runs of the blank character are positions to
+ * generate (one per character), everything else is clamped text. */
+static bool layout_infill(sample_job *job, nctmc_tokenizer *tok, const char *pattern, char blank)
+{
+    job->length = 0;
+    for (const char *p = pattern; *p != '\0';) {
+        bool free_run = *p == blank;
+        size_t len = 0;
+        while (p[len] != '\0' && (p[len] == blank) == free_run)
+            len++;
+        if (!(free_run ? layout_push(job, NULL, len) : layout_push_text(job, tok, p, len)))
+            return false;
+        p += len;
+    }
+    return true;
+}
+
+/* A prefix and/or suffix clamped at the ends of a sequence of `length`. */
+static bool layout_ends(sample_job *job, nctmc_tokenizer *tok, const char *prefix,
+                        const char *suffix, int32_t length)
+{
+    job->length = 0;
+    int32_t *suffix_tokens = NULL;
+    size_t n_suffix = 0;
+    if (suffix && !cli_encode("sample", tok, suffix, strlen(suffix), &suffix_tokens, &n_suffix))
+        return false;
+    bool ok = !prefix || layout_push_text(job, tok, prefix, strlen(prefix));
+    int64_t free_len = (int64_t)length - job->length - (int64_t)n_suffix;
+    if (ok && free_len < 0) {
+        cli_error("sample", "the prefix and suffix take %lld tokens, more than the length %d",
+                  (long long)(job->length + (int64_t)n_suffix), (int)length);
+        ok = false;
+    }
+    ok = ok && layout_push(job, NULL, (size_t)free_len);
+    ok = ok && layout_push(job, suffix_tokens, n_suffix);
+    free(suffix_tokens);
+    return ok;
+}
+
+/* ---- the job ------------------------------------------------------------- */
+
+static bool set_labels(sample_job *job, const sample_options *o, const nctmc_model_config *cfg)
+{
+    if (o->per_class > 0) {
+        job->n = (int64_t)cfg->n_classes * o->per_class;
+        job->per_row = o->per_class;
+    }
+    if (o->per_class == 0 && o->label < 0)
+        return true;  /* NULL labels: the null label, or no labels at all */
+    job->labels = malloc((size_t)job->n * sizeof *job->labels);
+    if (job->labels == NULL)
+        return false;
+    for (int64_t i = 0; i < job->n; i++)
+        job->labels[i] = o->per_class > 0 ? (int32_t)(i / o->per_class) : o->label;
+    return true;
+}
+
+static bool check_request(const sample_options *o, const nctmc_model_config *cfg,
+                          const nctmc_tokenizer *tok, const char *ckpt)
+{
+    bool image = tok && nctmc_tokenizer_get_kind(tok) == NCTMC_TOKENIZER_IMAGE;
+    bool constrained = o->prefix || o->suffix || o->infill;
+    int32_t w = 0, h = 0;
+    if (image)
+        nctmc_tokenizer_image_shape(tok, &w, &h, NULL);
+    const char *problem =
+        (o->label >= 0 || o->per_class > 0) && cfg->n_classes == 0
+            ? "--label and --per-class need a class-conditional model"
+        : o->label > cfg->n_classes ? "--label is past the model's classes"
+        : constrained && tok == NULL ? "--prefix, --suffix and --infill need a tokenizer"
+        : constrained && image       ? "--prefix, --suffix and --infill are for text models"
+        : o->png && !image           ? "--png needs an image model"
+        : image && o->length > 0 && o->length != w * h
+            ? "--length of an image model must be its width x height"
+            : NULL;
+    if (problem != NULL) {
+        cli_error("sample", "%s: %s (%d classes, tokenizer %s)", ckpt, problem,
+                  (int)cfg->n_classes, tok ? cli_tokenizer_names[nctmc_tokenizer_get_kind(tok)]
+                                           : "none");
+        return false;
+    }
+    return true;
+}
+
+static bool plan_job(sample_job *job, const sample_options *o, const nctmc_model_config *cfg,
+                     nctmc_tokenizer *tok)
+{
+    job->n = o->n;
+    job->per_row = o->n < 10 ? (int32_t)o->n : 10;
+    int32_t length = o->length > 0 ? o->length : cfg->seq_len;
+    bool ok = set_labels(job, o, cfg);
+    if (ok && o->infill)
+        ok = layout_infill(job, tok, o->infill, o->blank[0]);
+    else if (ok && (o->prefix || o->suffix))
+        ok = layout_ends(job, tok, o->prefix, o->suffix, length);
+    else
+        job->length = length;
+    if (ok && (job->length < 1 || job->length > cfg->seq_len)) {
+        cli_error("sample", "the sequences would have %d tokens; the model allows 1 .. %d",
+                  (int)job->length, (int)cfg->seq_len);
+        return false;
+    }
+    job->tokens = ok ? malloc((size_t)(job->n * job->length) * sizeof(int32_t)) : NULL;
+    if (ok && job->tokens == NULL)
+        cli_error("sample", "out of memory for %lld samples", (long long)job->n);
+    return job->tokens != NULL;
+}
+
+/* ---- drawing ------------------------------------------------------------- */
+
+typedef struct sample_progress {
+    progress bar;
+    int64_t done_before;  /* sequence-steps of the finished batches */
+} sample_progress;
+
+static bool on_step(int32_t step, int32_t n_steps, const int32_t *tokens, int32_t batch,
+                    int32_t length, void *user_data)
+{
+    (void)tokens;
+    (void)length;
+    sample_progress *sp = user_data;
+    int32_t counted = step < n_steps ? step : n_steps;
+    progress_update(&sp->bar, sp->done_before + (int64_t)counted * batch, "");
+    return !cli_interrupt_requested();
+}
+
+/* The same clamped positions for every row of a batch. */
+static bool expand_fixed(const sample_job *job, int32_t batch, int32_t **tokens, uint8_t **mask)
+{
+    if (job->fixed_mask == NULL)
+        return true;
+    *tokens = malloc((size_t)batch * (size_t)job->length * sizeof **tokens);
+    *mask = malloc((size_t)batch * (size_t)job->length);
+    if (*tokens == NULL || *mask == NULL)
+        return false;
+    for (int32_t b = 0; b < batch; b++) {
+        memcpy(*tokens + (size_t)b * job->length, job->fixed_tokens,
+               (size_t)job->length * sizeof **tokens);
+        memcpy(*mask + (size_t)b * job->length, job->fixed_mask, (size_t)job->length);
+    }
+    return true;
+}
+
+/* Draws job->n sequences batch by batch. Row k's random stream is
+ * first_sequence + k, so the samples do not depend on --batch. */
+static nctmc_status draw(nctmc_sampler *sampler, const sample_options *o, sample_job *job,
+                         int32_t batch)
+{
+    nctmc_sample_params p = o->params;
+    p.length = job->length;
+    p.method = (nctmc_sample_method)o->method;
+    p.grid = (nctmc_time_grid)o->grid;
+    p.final_denoise = !o->no_denoise;
+    p.callback = on_step;
+    int32_t *fixed_tokens = NULL;
+    uint8_t *fixed_mask = NULL;
+    if (!expand_fixed(job, batch, &fixed_tokens, &fixed_mask)) {
+        free(fixed_tokens);
+        free(fixed_mask);
+        return NCTMC_ERR_OUT_OF_MEMORY;
+    }
+    p.fixed_tokens = fixed_tokens;
+    p.fixed_mask = fixed_mask;
+    sample_progress sp;
+    progress_begin(&sp.bar, "sample", 0, job->n * p.n_steps, 0);
+    p.user_data = &sp;
+    nctmc_status st = NCTMC_OK;
+    for (job->n_done = 0; job->n_done < job->n && st == NCTMC_OK;) {
+        p.batch = job->n - job->n_done < batch ? (int32_t)(job->n - job->n_done) : batch;
+        p.first_sequence = job->n_done;
+        p.labels = job->labels ? job->labels + job->n_done : NULL;
+        p.tokens_out = job->tokens + job->n_done * job->length;
+        sp.done_before = job->n_done * p.n_steps;
+        st = nctmc_sample(sampler, &p);
+        if (st == NCTMC_OK)
+            job->n_done += p.batch;
+    }
+    progress_end(&sp.bar);
+    free(fixed_tokens);
+    free(fixed_mask);
+    return st;
+}
+
+/* ---- output -------------------------------------------------------------- */
+
+static void write_sample_header(FILE *out, const sample_job *job, int64_t i)
+{
+    if (job->labels)
+        fprintf(out, "--- sample %lld (label %d) ---\n", (long long)i, (int)job->labels[i]);
+    else
+        fprintf(out, "--- sample %lld ---\n", (long long)i);
+}
+
+/* Decoded samples, each after a header line when there are several (or
+ * space-separated token ids when the model has no tokenizer). */
+static bool write_samples(FILE *out, const sample_job *job, nctmc_tokenizer *tok)
+{
+    for (int64_t i = 0; i < job->n_done; i++) {
+        const int32_t *seq = job->tokens + i * job->length;
+        if (job->n > 1)
+            write_sample_header(out, job, i);
+        if (tok == NULL) {
+            for (int32_t k = 0; k < job->length; k++)
+                fprintf(out, "%s%d", k ? " " : "", (int)seq[k]);
+            fputc('\n', out);
+            continue;
+        }
+        char *text = cli_decode("sample", tok, seq, (size_t)job->length);
+        if (text == NULL)
+            return false;
+        size_t len = strlen(text);
+        fprintf(out, "%s%s", text, len > 0 && text[len - 1] == '\n' ? "" : "\n");
+        free(text);
+    }
+    return true;
+}
+
+static bool write_samples_to(const char *path, const sample_job *job, nctmc_tokenizer *tok)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        cli_error("sample", "cannot write %s", path);
+        return false;
+    }
+    bool ok = write_samples(f, job, tok);
+    if (fclose(f) != 0 || !ok) {
+        cli_error("sample", "writing %s failed", path);
+        return false;
+    }
+    fprintf(stderr, "wrote %lld samples to %s\n", (long long)job->n_done, path);
+    return true;
+}
+
+static char **class_titles(const sample_job *job)
+{
+    int64_t rows = (job->n_done + job->per_row - 1) / job->per_row;
+    char **titles = calloc((size_t)(rows > 0 ? rows : 1), sizeof *titles);
+    for (int64_t r = 0; titles != NULL && r < rows; r++) {
+        titles[r] = malloc(16);
+        if (titles[r] != NULL)
+            snprintf(titles[r], 16, "%d:", (int)job->labels[r * job->per_row]);
+    }
+    return titles;
+}
+
+static bool output_images(const sample_options *o, const sample_job *job, nctmc_tokenizer *tok)
+{
+    image_grid grid = {job->tokens, job->n_done, job->per_row, 0, 0, 0};
+    image_grid_shape(&grid, tok);
+    if (o->png != NULL) {
+        if (image_grid_write_png(&grid, o->scale, o->png) != 0) {
+            cli_error("sample", "cannot write %s: %s", o->png, strerror(errno));
+            return false;
+        }
+        fprintf(stderr, "wrote a %lld-image grid to %s\n", (long long)grid.n, o->png);
+    }
+    if (o->no_preview)
+        return true;
+    char **titles = o->per_class > 0 ? class_titles(job) : NULL;
+    bool ok = image_grid_print_preview(stdout, &grid, tok, (const char *const *)titles,
+                                       progress_terminal_width(STDOUT_FILENO, 120));
+    for (int64_t r = 0; titles != NULL && r * job->per_row < job->n_done; r++)
+        free(titles[r]);
+    free(titles);
+    return ok;
+}
+
+static bool output(const sample_options *o, const sample_job *job, nctmc_tokenizer *tok)
+{
+    bool image = tok && nctmc_tokenizer_get_kind(tok) == NCTMC_TOKENIZER_IMAGE;
+    if (o->out != NULL && !write_samples_to(o->out, job, tok))
+        return false;
+    if (image)
+        return output_images(o, job, tok);
+    return o->out != NULL || write_samples(stdout, job, tok);
+}
+
+/* ---- the subcommand ------------------------------------------------------ */
+
+/* Creates the sampler, draws the job, reports the time taken; returns
+ * the exit status. After Ctrl-C the samples finished so far are kept. */
+static int draw_job(nctmc_context *ctx, const nctmc_model *model, const sample_options *o,
+                    sample_job *job)
+{
+    int32_t batch = job->n < o->batch ? (int32_t)job->n : o->batch;
+    nctmc_sampler_params sp;
+    nctmc_sampler_params_init(&sp);
+    sp.max_batch = batch;
+    sp.max_length = job->length;
+    nctmc_sampler *sampler = NULL;
+    nctmc_status st = nctmc_sampler_create(model, &sp, &sampler);
+    if (st != NCTMC_OK)
+        return cli_fail("sample", "cannot create the sampler", st, nctmc_context_last_error(ctx));
+    double t0 = cli_now();
+    st = draw(sampler, o, job, batch);
+    if (st != NCTMC_OK && st != NCTMC_ERR_CANCELLED) {
+        cli_fail("sample", "sampling failed", st, nctmc_sampler_last_error(sampler));
+        job->n_done = 0;
+    }
+    nctmc_sampler_free(sampler);
+    fprintf(stderr, "%s %lld sequences of %d tokens in %.1f s (%s, %d steps)\n",
+            st == NCTMC_OK ? "sampled" : "stopped after", (long long)job->n_done,
+            (int)job->length, cli_now() - t0, method_titles[o->method], (int)o->params.n_steps);
+    return st == NCTMC_OK ? 0 : st == NCTMC_ERR_CANCELLED ? CLI_EXIT_INTERRUPTED : 1;
+}
+
+static int sample(nctmc_context *ctx, const char *ckpt, const sample_options *o)
+{
+    nctmc_model *model = NULL;
+    nctmc_status st = nctmc_model_load(ctx, ckpt, &model);
+    if (st != NCTMC_OK)
+        return cli_fail("sample", ckpt, st, nctmc_context_last_error(ctx));
+    nctmc_model_config cfg;
+    nctmc_model_config_init(&cfg);
+    nctmc_model_get_config(model, &cfg);
+    nctmc_tokenizer *tok = cli_model_tokenizer(model);
+    sample_job job;
+    memset(&job, 0, sizeof job);
+    int rc = 1;
+    if (check_request(o, &cfg, tok, ckpt) && plan_job(&job, o, &cfg, tok)) {
+        rc = draw_job(ctx, model, o, &job);
+        if (job.n_done > 0 && !output(o, &job, tok))
+            rc = 1;
+    }
+    job_free(&job);
+    nctmc_tokenizer_free(tok);
+    nctmc_model_free(model);
+    return rc;
+}
+
+int cmd_sample(int argc, char **argv)
+{
+    sample_options o;
+    memset(&o, 0, sizeof o);
+    nctmc_sample_params_init(&o.params);
+    nctmc_sample_params *p = &o.params;
+    o.method = (int)p->method;
+    o.grid = (int)p->grid;
+    o.n = 1;
+    o.batch = 16;
+    o.label = -1;
+    o.blank = "_";
+    o.scale = 8;
+    o.backend = "auto";
+    cli_option options[] = {
+        CLI_OPT_SECTION("sampler"),
+        CLI_OPT_CHOICE("--method", o.method, method_names,
+                       "tau-leaping, Euler, or the posterior sampler"),
+        CLI_OPT_INT("--steps", p->n_steps, "N", 1, 1 << 24, "steps of the time grid"),
+        CLI_OPT_CHOICE("--grid", o.grid, grid_names,
+                       "time grid: even in t, or in log t (finer near t_min)"),
+        CLI_OPT_FLOAT("--t-max", p->t_max, "T", 1e-9, 0.999999999, "first time"),
+        CLI_OPT_FLOAT("--t-min", p->t_min, "T", 1e-9, 0.999999999, "last time"),
+        CLI_OPT_FLOAT("--temperature", p->temperature, "T", 1e-6, 1e6,
+                      "jump logits are divided by T"),
+        CLI_OPT_FLAG("--no-denoise", o.no_denoise,
+                     "skip the final step to the most probable clean tokens"),
+        CLI_OPT_INT("--correct", p->correction_steps, "K", 0, 1 << 24,
+                    "self-correction: at most K single-token updates per sample"),
+        CLI_OPT_FLOAT("--correct-temp", p->correction_temperature, "T", 1e-6, 1e6,
+                      "temperature of the self-correction pass"),
+        CLI_OPT_FLOAT("--correct-time", p->correction_time, "T", 1e-6, 0.999999,
+                      "noise level the self-correction pass evaluates at"),
+        CLI_OPT_UINT64("--seed", p->seed, "S", "random seed; same seed, same samples"),
+        CLI_OPT_SECTION("what to draw"),
+        CLI_OPT_INT64("--n", o.n, "N", 1, 1 << 24, "number of samples"),
+        CLI_OPT_INT("--batch", o.batch, "B", 1, 1 << 20, "samples drawn at once"),
+        CLI_OPT_INT("--length", o.length, "L", 0, 1 << 24, "tokens per sample; 0 = the model's"),
+        CLI_OPT_INT("--label", o.label, "C", 0, 1 << 24,
+                    "class label (class-conditional models; n_classes = the null label)"),
+        CLI_OPT_INT("--per-class", o.per_class, "N", 1, 1 << 20,
+                    "N samples of every class, one grid row per class"),
+        CLI_OPT_FLOAT("--cfg", p->cfg_scale, "W", -1e6, 1e6,
+                      "classifier-free guidance weight; 1 = conditional only"),
+        CLI_OPT_STRING("--prefix", o.prefix, "TEXT", "text models: clamp the start to TEXT"),
+        CLI_OPT_STRING("--suffix", o.suffix, "TEXT", "text models: clamp the end to TEXT"),
+        CLI_OPT_STRING("--infill", o.infill, "PATTERN",
+                       "text models: fill the blanks of PATTERN (\"The ____ sat.\")"),
+        CLI_OPT_STRING("--blank", o.blank, "C", "the blank character of --infill"),
+        CLI_OPT_SECTION("output"),
+        CLI_OPT_STRING("--out", o.out, "FILE", "write the decoded samples to FILE (not stdout)"),
+        CLI_OPT_STRING("--png", o.png, "FILE", "image models: write a PNG grid of the samples"),
+        CLI_OPT_INT("--scale", o.scale, "K", 1, 64, "PNG: K x K screen pixels per image pixel"),
+        CLI_OPT_FLAG("--no-preview", o.no_preview, "image models: no ASCII preview on stdout"),
+        CLI_OPT_INT("--threads", o.threads, "N", 0, 4096, "CPU threads; 0 = all cores"),
+        CLI_OPT_STRING("--backend", o.backend, "NAME", "compute backend: auto or cpu"),
+        CLI_OPT_FLAG("--verbose", o.verbose, "print the library's informational messages"),
+    };
+    cli_command cmd = {
+        "sample", "CHECKPOINT [options]",
+        "Draws samples from a trained model. Text models print the decoded text\n"
+        "(or write it to --out); image models print an ASCII preview and can write a\n"
+        "PNG grid (--png). The samples depend only on the checkpoint, the seed and\n"
+        "the flags, not on --batch or the thread count.",
+        "  nctmc sample digits.safetensors --per-class 10 --png digits.png\n"
+        "  nctmc sample digits.safetensors --label 3 --n 8 --cfg 2 --method euler\n"
+        "  nctmc sample text.safetensors --prefix \"Once upon\" --length 128 --n 4\n"
+        "  nctmc sample text.safetensors --infill \"The ____ sat on the ___.\"\n",
+        1, 1, options, sizeof options / sizeof options[0]};
+    const char *ckpt = NULL;
+    int n_pos = 0;
+    cli_parse_result parsed = cli_parse(&cmd, argc, argv, &ckpt, &n_pos);
+    if (parsed != CLI_PARSE_OK)
+        return parsed == CLI_PARSE_HELP ? 0 : CLI_EXIT_USAGE;
+    if (o.infill && (o.prefix || o.suffix))
+        return cli_usage_error(&cmd, "--infill cannot be combined with --prefix or --suffix");
+    if (o.per_class > 0 && (o.label >= 0 || cli_option_given(&cmd, "--n")))
+        return cli_usage_error(&cmd, "--per-class sets the labels and the count itself");
+    if (strlen(o.blank) != 1)
+        return cli_usage_error(&cmd, "--blank takes one ASCII character");
+    if (p->t_min >= p->t_max)
+        return cli_usage_error(&cmd, "--t-min must be below --t-max");
+    cli_interrupt_install();
+    nctmc_context *ctx = NULL;
+    int rc = 1;
+    if (cli_context_create("sample", o.backend, o.threads, o.verbose, &ctx) == NCTMC_OK)
+        rc = sample(ctx, ckpt, &o);
+    nctmc_context_free(ctx);
+    return rc;
+}

@@ -1,0 +1,166 @@
+#!/bin/sh
+# End to end through the nctmc tool, in a temporary directory: prepare the
+# digits, train a tiny model for 20 steps (validating and saving on the
+# way), info, sample with every method (PNG + preview + text), eval,
+# resume, Ctrl-C during training, the embedding example; then a text model
+# with prefix and infilling constraints.
+#
+#   test_end_to_end.sh PATH/TO/nctmc PATH/TO/embed PATH/TO/digits.txt
+set -u
+nctmc=$1
+embed=$2
+digits=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+ok() { passed=$((passed + 1)); }
+bad() {
+    failed=$((failed + 1))
+    echo "FAIL: $*"
+}
+
+# run NAME ARGS...: runs nctmc, keeping stdout/stderr in $tmp/NAME.out/.err
+run() {
+    name=$1
+    shift
+    if "$nctmc" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"; then
+        ok
+    else
+        bad "nctmc $* (status $?)"
+        sed 's/^/  | /' "$tmp/$name.err" | tail -15
+    fi
+}
+
+# has NAME.STREAM TEXT: TEXT occurs in that captured output
+has() {
+    if grep -q -- "$2" "$tmp/$1"; then ok; else bad "'$2' not in $1"; sed 's/^/  | /' "$tmp/$1" | tail -8; fi
+}
+
+tiny="--layers 1 --d-model 32 --heads 2 --cond-dim 16 --threads 2"
+
+# --- digits: prepare, train, info ------------------------------------------
+run prepare prepare --digits "$digits" --out "$tmp/digits"
+for f in train.bin val.bin tokenizer.txt; do
+    [ -s "$tmp/digits/$f" ] && ok || bad "prepare wrote no $f"
+done
+has prepare.out "sequences of 64 tokens, labelled"
+
+run train train --data "$tmp/digits" --out "$tmp/m.safetensors" $tiny --batch 8 \
+    --steps 20 --warmup 5 --lr 1e-3 --eval-every 10 --eval-sequences 16 \
+    --eval-time-samples 2 --save-every 10 --log-every 5
+has train.err "finished at step 20 of 20"
+has train.err "validation"
+has train.err "train 20/20"
+has train.err "10 classes"
+
+run info info "$tmp/m.safetensors" --tensors
+has info.out "10 classes"
+has info.out "image 8x8, 17 grey levels"
+has info.out "training     step 20 of 20"
+has info.out "rate_head"
+
+# --- sampling ---------------------------------------------------------------
+run sample_tau sample "$tmp/m.safetensors" --per-class 2 --steps 8 --threads 2 \
+    --png "$tmp/tau.png" --out "$tmp/tau.txt"
+has sample_tau.out "9:"
+has sample_tau.err "sampled 20 sequences of 64 tokens"
+[ -s "$tmp/tau.txt" ] && ok || bad "sample --out wrote nothing"
+if [ "$(head -c 8 "$tmp/tau.png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; then
+    ok
+else
+    bad "tau.png has no PNG signature"
+fi
+if [ -x /usr/bin/python3 ]; then
+    if /usr/bin/python3 - "$tmp/tau.png" <<'PY'
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+at, idat = 8, b""
+while at < len(data):
+    n, = struct.unpack(">I", data[at:at + 4]); kind = data[at + 4:at + 8]
+    body = data[at + 8:at + 8 + n]
+    assert zlib.crc32(kind + body) & 0xFFFFFFFF == struct.unpack(">I", data[at + 8 + n:at + 12 + n])[0]
+    if kind == b"IHDR": w, h = struct.unpack(">II", body[:8])
+    if kind == b"IDAT": idat += body
+    at += 12 + n
+assert len(zlib.decompress(idat)) == (w + 1) * h
+# 2 columns, 10 rows of 8x8 images at scale 8 with 4-pixel gaps
+assert (w, h) == (4 + 2 * 68, 4 + 10 * 68), (w, h)
+PY
+    then ok; else bad "tau.png does not decode as expected"; fi
+fi
+
+run sample_euler sample "$tmp/m.safetensors" --method euler --label 3 --n 3 --steps 8 \
+    --cfg 2 --threads 2 --no-preview --out "$tmp/euler.txt"
+has euler.txt "(label 3)"
+run sample_posterior sample "$tmp/m.safetensors" --method posterior --grid geometric \
+    --n 2 --steps 8 --correct 4 --threads 2
+has sample_posterior.err "posterior"
+
+# the samples depend on the seed, not on the batch size
+run det1 sample "$tmp/m.safetensors" --n 5 --batch 5 --steps 6 --seed 9 --out "$tmp/d1.txt"
+run det2 sample "$tmp/m.safetensors" --n 5 --batch 2 --steps 6 --seed 9 --out "$tmp/d2.txt"
+cmp -s "$tmp/d1.txt" "$tmp/d2.txt" && ok || bad "samples change with --batch"
+
+# --- eval, resume --------------------------------------------------------------
+run eval eval "$tmp/m.safetensors" --data "$tmp/digits" --sequences 16 --time-samples 2 \
+    --threads 2
+has eval.out "NELBO"
+has eval.out "exit-rate calibration"
+has eval.out "0.000-"
+
+run resume train --data "$tmp/digits" --resume "$tmp/m.safetensors" --out "$tmp/m2.safetensors" \
+    --steps 25 --threads 2 --eval-sequences 8 --eval-time-samples 2
+has resume.err "finished at step 25 of 25"
+run info2 info "$tmp/m2.safetensors"
+has info2.out "training     step 25 of 25"
+
+# --- Ctrl-C saves and exits with 130 ---------------------------------------
+"$nctmc" train --data "$tmp/digits" --out "$tmp/int.safetensors" $tiny --batch 4 \
+    --steps 1000000 --log-every 1 --eval-every 0 >"$tmp/int.out" 2>"$tmp/int.err" &
+pid=$!
+for _ in $(seq 1 300); do
+    grep -q "train 2/" "$tmp/int.err" 2>/dev/null && break
+    sleep 0.1
+done
+kill -INT "$pid"
+wait "$pid"
+status=$?
+[ "$status" -eq 130 ] && ok || bad "Ctrl-C: status $status, want 130"
+has int.err "interrupted at step"
+[ -s "$tmp/int.safetensors" ] && ok || bad "Ctrl-C saved no checkpoint"
+
+# --- the embedding example ---------------------------------------------------
+if "$embed" "$tmp/m.safetensors" >"$tmp/embed.out" 2>"$tmp/embed.err"; then ok; else
+    bad "embed (status $?)"
+    sed 's/^/  | /' "$tmp/embed.err"
+fi
+has embed.out "class 9:"
+
+# --- a text model: bytes stream and chars sequences ------------------------
+i=0
+while [ $i -lt 40 ]; do
+    echo "the cat sat on the mat. the dog sat on the log. $i"
+    i=$((i + 1))
+done >"$tmp/corpus.txt"
+run prep_bytes prepare --out "$tmp/bytes" "$tmp/corpus.txt"
+has prep_bytes.out "(stream)"
+run prep_chars prepare --tokenizer chars --seq-len 32 --val-fraction 0.2 --out "$tmp/chars" \
+    "$tmp/corpus.txt"
+has prep_chars.out "chars"
+run train_text train --data "$tmp/chars" --out "$tmp/t.safetensors" $tiny --batch 4 --steps 5 \
+    --process masked --eval-sequences 4 --eval-time-samples 2
+run sample_prefix sample "$tmp/t.safetensors" --prefix "the cat" --suffix "log." --n 2 --steps 8
+has sample_prefix.out "^the cat"
+run sample_infill sample "$tmp/t.safetensors" --infill "the ___ sat on the ___." --steps 8
+has sample_infill.out "^the "
+has sample_infill.out " sat on the "
+run train_stream train --data "$tmp/bytes" --out "$tmp/b.safetensors" $tiny --batch 2 --steps 3 \
+    --seq-len 48 --process mixture --eval-sequences 2 --eval-time-samples 2
+run info_stream info "$tmp/b.safetensors"
+has info_stream.out "bytes, 256 tokens"
+has info_stream.out "mixture process"
+
+echo "cli_end_to_end: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

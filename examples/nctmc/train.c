@@ -1,0 +1,570 @@
+/*
+ * train.c — `nctmc train`: a prepared data directory into a checkpoint,
+ * with a time budget, periodic checkpoints and validation, resuming, and
+ * Ctrl-C that saves before it exits.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "cli.h"
+#include "progress.h"
+
+/* The window length of a stream shard when --seq-len is not given. */
+enum { DEFAULT_STREAM_WINDOW = 256 };
+/* Skipped (non-finite) steps reported one by one before only counting. */
+enum { SKIPS_REPORTED = 10 };
+
+typedef struct train_options {
+    const char *data_dir;
+    const char *out;
+    const char *resume;
+    const char *backend;
+    int32_t threads;
+    float minutes;
+    int64_t save_every;
+    int64_t eval_every;
+    int64_t eval_sequences;
+    int32_t eval_time_samples;
+    int64_t log_every;
+    bool verbose;
+    nctmc_model_config model;
+    int process;
+    int schedule;
+    nctmc_trainer_params trainer;
+} train_options;
+
+/* What the data directory holds. */
+typedef struct train_data {
+    nctmc_dataset *shard;
+    nctmc_dataset_info info;
+    nctmc_tokenizer *tok;
+    char *val_path;        /* NULL when there is no validation shard */
+    cli_eval_set val;
+} train_data;
+
+typedef struct train_run {
+    const train_options *o;
+    nctmc_context *ctx;
+    train_data data;
+    nctmc_model *model;
+    nctmc_trainer *trainer;
+    nctmc_model *eval_model;  /* receives the EMA weights for validation */
+    nctmc_trainer_params params;
+    int64_t tokens_per_step;
+    progress bar;
+    double deadline;          /* 0 = no time budget */
+    double loss_sum;          /* over the steps since the last log line */
+    int64_t loss_count;
+    double step_seconds;      /* time inside training steps only */
+    int64_t steps_timed;
+    int64_t skipped_reported;
+} train_run;
+
+typedef enum stop_reason { STOP_FINISHED, STOP_BUDGET, STOP_INTERRUPTED, STOP_FAILED } stop_reason;
+
+/* ---- data ---------------------------------------------------------------- */
+
+static bool open_shard(train_run *run, const char *path)
+{
+    nctmc_status st = nctmc_dataset_open(run->ctx, path, &run->data.shard);
+    if (st == NCTMC_OK) {
+        nctmc_dataset_info_init(&run->data.info);
+        st = nctmc_dataset_get_info(run->data.shard, &run->data.info);
+    }
+    if (st != NCTMC_OK) {
+        cli_fail("train", path, st, nctmc_context_last_error(run->ctx));
+        return false;
+    }
+    return true;
+}
+
+static bool open_tokenizer(train_run *run, const char *path)
+{
+    nctmc_status st = nctmc_tokenizer_load(run->ctx, path, &run->data.tok);
+    if (st != NCTMC_OK) {
+        cli_fail("train", path, st, nctmc_context_last_error(run->ctx));
+        return false;
+    }
+    int32_t vocab = nctmc_tokenizer_vocab_size(run->data.tok);
+    if (vocab != run->data.info.vocab_size) {
+        cli_error("train", "the tokenizer has %d tokens but the training shard %d: was %s "
+                  "written by another `prepare`?",
+                  (int)vocab, (int)run->data.info.vocab_size, path);
+        return false;
+    }
+    return true;
+}
+
+static bool open_data(train_run *run)
+{
+    const char *dir = run->o->data_dir;
+    char *shard = cli_path_join(dir, CLI_TRAIN_SHARD);
+    char *tok = cli_path_join(dir, CLI_TOKENIZER_FILE);
+    run->data.val_path = cli_path_join(dir, CLI_VAL_SHARD);
+    bool ok = shard && tok && run->data.val_path && open_shard(run, shard) &&
+              open_tokenizer(run, tok);
+    if (ok && !cli_file_exists(run->data.val_path)) {
+        free(run->data.val_path);
+        run->data.val_path = NULL;
+    }
+    free(shard);
+    free(tok);
+    return ok;
+}
+
+static void close_data(train_data *data)
+{
+    nctmc_dataset_free(data->shard);
+    nctmc_tokenizer_free(data->tok);
+    free(data->val_path);
+    cli_eval_set_free(&data->val);
+}
+
+/* ---- model and trainer --------------------------------------------------- */
+
+/* The model configuration: the flags, with the vocabulary, length and
+ * classes the data dictate. */
+static bool model_config_for_data(const train_run *run, nctmc_model_config *cfg)
+{
+    const train_options *o = run->o;
+    const nctmc_dataset_info *info = &run->data.info;
+    *cfg = o->model;
+    cfg->process = (nctmc_process)o->process;
+    cfg->schedule = (nctmc_schedule)o->schedule;
+    cfg->seed = o->trainer.seed;
+    /* the masked and mixture processes add the mask token after the data */
+    cfg->vocab_size = info->vocab_size + (cfg->process == NCTMC_PROCESS_UNIFORM ? 0 : 1);
+    cfg->n_classes = info->n_classes;
+    if (info->seq_len > 0 && o->model.seq_len > 0 && o->model.seq_len != info->seq_len) {
+        cli_error("train", "--seq-len %d differs from the shard's sequences of %d tokens",
+                  (int)o->model.seq_len, (int)info->seq_len);
+        return false;
+    }
+    cfg->seq_len = info->seq_len > 0       ? info->seq_len
+                   : o->model.seq_len > 0 ? o->model.seq_len
+                                          : DEFAULT_STREAM_WINDOW;
+    return true;
+}
+
+static bool create_fresh(train_run *run)
+{
+    nctmc_model_config cfg;
+    if (!model_config_for_data(run, &cfg))
+        return false;
+    nctmc_status st = nctmc_model_create(run->ctx, &cfg, &run->model);
+    if (st != NCTMC_OK) {
+        cli_fail("train", "cannot create the model", st, nctmc_context_last_error(run->ctx));
+        return false;
+    }
+    /* the tokenizer travels inside every checkpoint, so samples decode */
+    st = nctmc_model_set_tokenizer(run->model, run->data.tok);
+    if (st != NCTMC_OK) {
+        cli_fail("train", "cannot attach the tokenizer", st, nctmc_model_last_error(run->model));
+        return false;
+    }
+    run->params = run->o->trainer;
+    st = nctmc_trainer_create(run->model, &run->params, &run->trainer);
+    if (st != NCTMC_OK) {
+        cli_fail("train", "cannot create the trainer", st, nctmc_model_last_error(run->model));
+        return false;
+    }
+    return true;
+}
+
+static const char *const model_flags[] = {"--layers",  "--d-model",        "--heads",
+                                          "--cond-dim", "--process",       "--schedule",
+                                          "--seq-len", "--mixture-uniform", "--schedule-eps",
+                                          "--vocab-pad", NULL};
+
+static void warn_ignored_model_flags(const cli_command *cmd)
+{
+    for (int i = 0; model_flags[i] != NULL; i++)
+        if (cli_option_given(cmd, model_flags[i]))
+            cli_error("train", "note: %s is ignored with --resume (the checkpoint fixes the "
+                      "model)", model_flags[i]);
+}
+
+static void free_model_and_trainer(train_run *run)
+{
+    nctmc_trainer_free(run->trainer);
+    nctmc_model_free(run->model);
+    run->trainer = NULL;
+    run->model = NULL;
+}
+
+static bool resume_from(train_run *run, const nctmc_trainer_params *params)
+{
+    nctmc_status st = nctmc_trainer_resume(run->ctx, run->o->resume, params, &run->model,
+                                           &run->trainer);
+    if (st != NCTMC_OK) {
+        cli_fail("train", run->o->resume, st, nctmc_context_last_error(run->ctx));
+        return false;
+    }
+    return true;
+}
+
+/* Resumes with the saved trainer parameters, except those given on this
+ * command line (a longer --steps, a new --lr, ...), which win. */
+static bool resume_run(train_run *run, const cli_command *cmd)
+{
+    warn_ignored_model_flags(cmd);
+    if (!resume_from(run, NULL))
+        return false;
+    nctmc_trainer_params_init(&run->params);
+    nctmc_status st = nctmc_trainer_get_params(run->trainer, &run->params);
+    if (st != NCTMC_OK) {
+        cli_fail("train", "cannot read the trainer's parameters", st,
+                 nctmc_trainer_last_error(run->trainer));
+        return false;
+    }
+    nctmc_trainer_params merged = run->params;
+    if (cli_copy_given_fields(cmd, &run->o->trainer, &merged, sizeof merged) > 0) {
+        free_model_and_trainer(run);
+        if (!resume_from(run, &merged))
+            return false;
+        run->params = merged;
+    }
+    if (nctmc_model_get_tokenizer(run->model) == NULL)
+        nctmc_model_set_tokenizer(run->model, run->data.tok);
+    return true;
+}
+
+static int64_t current_step(const train_run *run)
+{
+    nctmc_trainer_state state;
+    nctmc_trainer_state_init(&state);
+    nctmc_trainer_get_state(run->trainer, &state);
+    return state.step;
+}
+
+/* ---- validation ---------------------------------------------------------- */
+
+static bool prepare_validation(train_run *run)
+{
+    if (run->data.val_path == NULL)
+        return true;
+    nctmc_model_config cfg;
+    nctmc_model_config_init(&cfg);
+    nctmc_model_get_config(run->model, &cfg);
+    if (!cli_eval_set_load("train", run->ctx, run->data.val_path, &cfg,
+                           run->o->eval_sequences, &run->data.val))
+        return false;
+    nctmc_status st = nctmc_model_create(run->ctx, &cfg, &run->eval_model);
+    if (st != NCTMC_OK) {
+        cli_fail("train", "cannot create the validation model", st,
+                 nctmc_context_last_error(run->ctx));
+        return false;
+    }
+    return true;
+}
+
+/* Evaluates the weights sampling would use (the EMA, when kept) on the
+ * validation set. A failure is reported but does not stop training;
+ * Ctrl-C during it does (false). */
+static bool validate(train_run *run, int64_t step)
+{
+    if (run->eval_model == NULL)
+        return true;
+    bool ema = run->params.ema_decay > 0.0f;
+    /* the same seed every time, so successive validations differ only by
+     * the weights */
+    cli_eval_settings settings = {EVAL_BATCH_ROWS, run->o->eval_time_samples, 0.0f, 0, true};
+    nctmc_eval_result result;
+    nctmc_status st = nctmc_trainer_copy_weights(run->trainer, run->eval_model, ema);
+    if (st == NCTMC_OK)
+        st = cli_eval_run(run->eval_model, &run->data.val, &settings, &result);
+    if (st == NCTMC_ERR_CANCELLED)
+        return false;
+    if (st != NCTMC_OK) {
+        cli_fail("train", "validation failed", st, nctmc_model_last_error(run->eval_model));
+        return true;
+    }
+    progress_clear_line();
+    fprintf(stderr, "step %lld: validation (%s weights) ", (long long)step, ema ? "EMA" : "raw");
+    cli_eval_print_summary(stderr, &result);
+    return true;
+}
+
+/* ---- the loop ------------------------------------------------------------ */
+
+static bool save(train_run *run, int64_t step)
+{
+    nctmc_status st = nctmc_trainer_save(run->trainer, run->o->out);
+    progress_clear_line();
+    if (st != NCTMC_OK) {
+        cli_fail("train", run->o->out, st, nctmc_trainer_last_error(run->trainer));
+        return false;
+    }
+    fprintf(stderr, "step %lld: saved %s\n", (long long)step, run->o->out);
+    return true;
+}
+
+static void show_progress(train_run *run, const nctmc_train_stats *stats)
+{
+    char fields[160], rate[32];
+    double tok_s = run->step_seconds > 0.0
+                       ? (double)(run->steps_timed * run->tokens_per_step) / run->step_seconds
+                       : 0.0;
+    progress_format_count(rate, sizeof rate, tok_s);
+    double loss = run->loss_count > 0 ? run->loss_sum / (double)run->loss_count : NAN;
+    snprintf(fields, sizeof fields, "loss %.4f lr %.1e |g| %.2g %s tok/s", loss,
+             stats->learning_rate, stats->grad_norm, rate);
+    progress_update(&run->bar, stats->step, fields);
+    /* the loss shown is the mean over the current window of log_every
+     * steps, not one noisy batch */
+    if (stats->step % run->o->log_every == 0) {
+        run->loss_sum = 0.0;
+        run->loss_count = 0;
+    }
+}
+
+static void note_skipped(train_run *run, const nctmc_train_stats *stats)
+{
+    if (run->skipped_reported++ < SKIPS_REPORTED)
+        cli_error("train", "step %lld skipped: non-finite loss or gradient (%lld so far)%s",
+                  (long long)stats->step, (long long)stats->n_skipped,
+                  run->skipped_reported == SKIPS_REPORTED ? "; no more such notes" : "");
+}
+
+/* One step; false on a failure other than a skipped step. */
+static bool take_step(train_run *run, nctmc_train_stats *stats)
+{
+    double t0 = cli_now();
+    nctmc_train_stats_init(stats);
+    nctmc_status st = nctmc_trainer_step_dataset(run->trainer, run->data.shard, stats);
+    run->step_seconds += cli_now() - t0;
+    run->steps_timed++;
+    if (st == NCTMC_ERR_NON_FINITE) {
+        note_skipped(run, stats);
+        return true;
+    }
+    if (st != NCTMC_OK) {
+        cli_fail("train", "training step failed", st, nctmc_trainer_last_error(run->trainer));
+        return false;
+    }
+    run->loss_sum += stats->loss;
+    run->loss_count++;
+    return true;
+}
+
+/* Whether another step still fits in the time budget, judged by the mean
+ * step time so far (the run ends before the budget, not after it). */
+static bool budget_allows_step(const train_run *run)
+{
+    if (run->deadline <= 0.0)
+        return true;
+    double mean = run->steps_timed > 0 ? run->step_seconds / (double)run->steps_timed : 0.0;
+    return cli_now() + mean < run->deadline;
+}
+
+static stop_reason training_loop(train_run *run, int64_t *step)
+{
+    const train_options *o = run->o;
+    nctmc_train_stats stats;
+    while (*step < run->params.total_steps) {
+        if (cli_interrupt_requested())
+            return STOP_INTERRUPTED;
+        if (!budget_allows_step(run))
+            return STOP_BUDGET;
+        if (!take_step(run, &stats))
+            return STOP_FAILED;
+        *step = stats.step;
+        show_progress(run, &stats);
+        if (o->save_every > 0 && *step % o->save_every == 0 && *step < run->params.total_steps &&
+            !save(run, *step))
+            return STOP_FAILED;
+        if (o->eval_every > 0 && *step % o->eval_every == 0 && *step < run->params.total_steps &&
+            !validate(run, *step))
+            return STOP_INTERRUPTED;
+    }
+    return STOP_FINISHED;
+}
+
+/* ---- reporting ----------------------------------------------------------- */
+
+static void describe_setup(const train_run *run)
+{
+    nctmc_model_config c;
+    nctmc_model_config_init(&c);
+    nctmc_model_get_config(run->model, &c);
+    char tok[128];
+    cli_describe_tokenizer(run->data.tok, tok, sizeof tok);
+    const nctmc_trainer_params *p = &run->params;
+    fprintf(stderr,
+            "model: %d layers, d %d, %d heads, cond %d, S %d, L %d, %d classes, %s process, "
+            "%s schedule: %lld parameters\n",
+            (int)c.n_layers, (int)c.d_model, (int)c.n_heads, (int)c.cond_dim, (int)c.vocab_size,
+            (int)c.seq_len, (int)c.n_classes, cli_process_names[c.process],
+            cli_schedule_names[c.schedule], (long long)nctmc_model_n_params(run->model));
+    fprintf(stderr, "data: %lld tokens in %s (%s); tokenizer %s; validation: %s\n",
+            (long long)run->data.info.n_tokens, run->o->data_dir,
+            run->data.info.seq_len ? "sequences" : "stream", tok,
+            run->data.val_path ? run->data.val_path : "none");
+    fprintf(stderr,
+            "trainer: batch %d, lr %g (warm-up %lld, cosine to %g x over %lld steps), clip %g, "
+            "EMA %g, label dropout %g, seed %llu; %s backend, %d threads\n",
+            (int)p->batch_size, (double)p->learning_rate, (long long)p->warmup_steps,
+            (double)p->min_lr_ratio, (long long)p->total_steps, (double)p->grad_clip,
+            (double)p->ema_decay, (double)p->label_dropout, (unsigned long long)p->seed,
+            nctmc_context_backend(run->ctx), nctmc_context_n_threads(run->ctx));
+}
+
+static void report_stop(train_run *run, stop_reason why, int64_t step, int64_t first)
+{
+    char took[32];
+    progress_format_duration(took, sizeof took, progress_elapsed(&run->bar));
+    progress_end(&run->bar);
+    static const char *const reasons[] = {"finished", "time budget reached", "interrupted",
+                                          "failed"};
+    fprintf(stderr, "%s at step %lld of %lld: %lld steps in %s\n", reasons[why],
+            (long long)step, (long long)run->params.total_steps, (long long)(step - first),
+            took);
+}
+
+/* ---- the subcommand ------------------------------------------------------ */
+
+static int train(train_run *run, const cli_command *cmd)
+{
+    const train_options *o = run->o;
+    if (cli_context_create("train", o->backend, o->threads, o->verbose, &run->ctx) != NCTMC_OK ||
+        !open_data(run))
+        return 1;
+    if (!(o->resume ? resume_run(run, cmd) : create_fresh(run)) || !prepare_validation(run))
+        return 1;
+    nctmc_model_config cfg;
+    nctmc_model_config_init(&cfg);
+    nctmc_model_get_config(run->model, &cfg);
+    run->tokens_per_step =
+        (int64_t)run->params.batch_size * (run->params.seq_len ? run->params.seq_len : cfg.seq_len);
+    describe_setup(run);
+
+    int64_t first = current_step(run), step = first;
+    progress_begin(&run->bar, "train", first, run->params.total_steps, o->log_every);
+    if (o->minutes > 0.0f) {
+        run->deadline = run->bar.start_time + 60.0 * (double)o->minutes;
+        progress_set_deadline(&run->bar, run->deadline);
+    }
+    stop_reason why = training_loop(run, &step);
+    report_stop(run, why, step, first);
+    if (why == STOP_FAILED)
+        return 1;
+    /* what was learned is kept whatever stopped the run */
+    if (!save(run, step))
+        return 1;
+    if (why == STOP_INTERRUPTED) {
+        fprintf(stderr, "resume with: nctmc train --data %s --resume %s --out %s\n",
+                o->data_dir, o->out, o->out);
+        return CLI_EXIT_INTERRUPTED;
+    }
+    if (!validate(run, step))
+        return CLI_EXIT_INTERRUPTED;
+    return 0;
+}
+
+static void train_defaults(train_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->out = "model.safetensors";
+    o->backend = "auto";
+    o->eval_every = 1000;
+    o->eval_sequences = 256;
+    o->log_every = 100;
+    nctmc_model_config_init(&o->model);
+    o->model.seq_len = 0;  /* from the data unless given */
+    o->process = o->model.process;
+    o->schedule = o->model.schedule;
+    nctmc_trainer_params_init(&o->trainer);
+    nctmc_eval_params eval;
+    nctmc_eval_params_init(&eval);
+    o->eval_time_samples = eval.n_time_samples;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    train_options o;
+    train_defaults(&o);
+    nctmc_model_config *m = &o.model;
+    nctmc_trainer_params *t = &o.trainer;
+    cli_option options[] = {
+        CLI_OPT_SECTION("data and output"),
+        CLI_OPT_STRING("--data", o.data_dir, "DIR", "a directory written by `nctmc prepare`"),
+        CLI_OPT_STRING("--out", o.out, "FILE", "checkpoint to write (resumable)"),
+        CLI_OPT_STRING("--resume", o.resume, "CKPT", "continue the run saved in CKPT"),
+        CLI_OPT_SECTION("model (ignored with --resume)"),
+        CLI_OPT_INT("--layers", m->n_layers, "N", 1, 1024, "DiT blocks"),
+        CLI_OPT_INT("--d-model", m->d_model, "D", 2, 65536, "hidden width"),
+        CLI_OPT_INT("--heads", m->n_heads, "H", 1, 1024, "attention heads (D/H even)"),
+        CLI_OPT_INT("--cond-dim", m->cond_dim, "C", 1, 65536, "time/label conditioning width"),
+        CLI_OPT_CHOICE("--process", o.process, cli_process_names, "forward noising process"),
+        CLI_OPT_CHOICE("--schedule", o.schedule, cli_schedule_names, "noise schedule alpha_t"),
+        CLI_OPT_FLOAT("--mixture-uniform", m->mixture_uniform, "P", 1e-6, 1.0,
+                      "uniform share p_u of the mixture process"),
+        CLI_OPT_FLOAT("--schedule-eps", m->schedule_eps, "E", 1e-9, 0.999999,
+                      "eps of the log-linear schedule"),
+        CLI_OPT_INT("--seq-len", m->seq_len, "L", 0, 1 << 20,
+                    "sequence length; 0 = the shard's, or 256 for a stream"),
+        CLI_OPT_INT("--vocab-pad", m->vocab_pad_multiple, "M", 0, 65536,
+                    "pad the embedding/output rows to a multiple of M"),
+        CLI_OPT_SECTION("trainer"),
+        CLI_OPT_INT("--batch", t->batch_size, "B", 1, 1 << 20, "sequences per step"),
+        CLI_OPT_FLOAT("--lr", t->learning_rate, "LR", 0.0, 10.0, "peak learning rate"),
+        CLI_OPT_FLOAT("--min-lr-ratio", t->min_lr_ratio, "R", 0.0, 1.0,
+                      "the cosine decay ends at R x the peak"),
+        CLI_OPT_INT64("--warmup", t->warmup_steps, "N", 0, 1e15, "linear warm-up steps"),
+        CLI_OPT_INT64("--steps", t->total_steps, "N", 1, 1e15, "total steps (end of the decay)"),
+        CLI_OPT_FLOAT("--clip", t->grad_clip, "G", 0.0, 1e30, "gradient-norm limit; 0 = off"),
+        CLI_OPT_FLOAT("--weight-decay", t->weight_decay, "W", 0.0, 10.0, "AdamW decoupled decay"),
+        CLI_OPT_FLOAT("--ema", t->ema_decay, "D", 0.0, 0.999999,
+                      "EMA decay of the weights (saved for sampling); 0 = none"),
+        CLI_OPT_FLOAT("--label-dropout", t->label_dropout, "P", 0.0, 1.0,
+                      "share of null labels, for classifier-free guidance"),
+        CLI_OPT_UINT64("--seed", t->seed, "S", "seed of the initial weights and every draw"),
+        CLI_OPT_SECTION("run"),
+        CLI_OPT_FLOAT("--minutes", o.minutes, "M", 0.0, 1e9,
+                      "time budget: stop and save before M minutes; 0 = none"),
+        CLI_OPT_INT64("--save-every", o.save_every, "N", 0, 1e15,
+                      "also save every N steps; 0 = only at the end"),
+        CLI_OPT_INT64("--eval-every", o.eval_every, "N", 0, 1e15,
+                      "validate every N steps (and at the end); 0 = only at the end"),
+        CLI_OPT_INT64("--eval-sequences", o.eval_sequences, "N", 0, 1e15,
+                      "validation sequences used; 0 = all"),
+        CLI_OPT_INT("--eval-time-samples", o.eval_time_samples, "K", 1, 1 << 20,
+                    "Monte Carlo times per validation sequence"),
+        CLI_OPT_INT64("--log-every", o.log_every, "N", 1, 1e15,
+                      "log line interval when stderr is not a terminal"),
+        CLI_OPT_INT("--threads", o.threads, "N", 0, 4096, "CPU threads; 0 = all cores"),
+        CLI_OPT_STRING("--backend", o.backend, "NAME", "compute backend: auto or cpu"),
+        CLI_OPT_FLAG("--verbose", o.verbose, "print the library's informational messages"),
+    };
+    cli_command cmd = {
+        "train", "--data DIR [--out FILE] [options]",
+        "Trains a Neural CTMC model on the shards of DIR. The model is\n"
+        "class-conditional when the shard has labels, and carries the tokenizer, so\n"
+        "its checkpoint is all `nctmc sample` needs. On a terminal a progress bar\n"
+        "shows step, ETA, loss and speed; otherwise a log line every --log-every\n"
+        "steps. Ctrl-C (or the --minutes budget) saves a resumable checkpoint and\n"
+        "stops; Ctrl-C exits with status 130.",
+        "  nctmc train --data build/digits --out digits.safetensors --layers 4 \\\n"
+        "      --d-model 128 --heads 4 --batch 64 --lr 1e-3 --warmup 200 --minutes 3\n"
+        "  nctmc train --data build/digits --resume digits.safetensors \\\n"
+        "      --out digits.safetensors --steps 20000\n",
+        0, 0, options, sizeof options / sizeof options[0]};
+    int n_pos = 0;
+    cli_parse_result parsed = cli_parse(&cmd, argc, argv, NULL, &n_pos);
+    if (parsed != CLI_PARSE_OK)
+        return parsed == CLI_PARSE_HELP ? 0 : CLI_EXIT_USAGE;
+    if (o.data_dir == NULL)
+        return cli_usage_error(&cmd, "--data DIR is required");
+    cli_interrupt_install();
+    train_run run;
+    memset(&run, 0, sizeof run);
+    run.o = &o;
+    int rc = train(&run, &cmd);
+    nctmc_model_free(run.eval_model);
+    free_model_and_trainer(&run);
+    close_data(&run.data);
+    nctmc_context_free(run.ctx);
+    return rc;
+}

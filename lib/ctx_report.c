@@ -1,0 +1,25 @@
+/*
+ * ctx_report.c — see ctx_report.h.
+ */
+#include "ctx_report.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+nctmc_status ctx_report_fail(nctmc_context *ctx, nctmc_status status, const char *fmt, ...)
+{
+    if (!ctx)
+        return status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
+    va_end(ap);
+    return ctx_report_logged(ctx, status);
+}
+
+nctmc_status ctx_report_logged(nctmc_context *ctx, nctmc_status status)
+{
+    if (ctx)
+        nctmc_log(ctx, NCTMC_LOG_ERROR, "%s", ctx->last_error);
+    return status;
+}

@@ -1,0 +1,18 @@
+/*
+ * ctx_report.h — failing from an entry point whose errors belong to a
+ * context that may be NULL (tokenizer creation and loading, datasets): the
+ * message is stored in the context and logged at NCTMC_LOG_ERROR.
+ */
+#ifndef NCTMC_CTX_REPORT_H
+#define NCTMC_CTX_REPORT_H
+
+#include "context.h"
+
+nctmc_status ctx_report_fail(nctmc_context *ctx, nctmc_status status, const char *fmt, ...)
+    NCTMC_PRINTF(3, 4);
+
+/* Logs the message already in ctx->last_error (after a helper stored it
+ * there) and returns status. */
+nctmc_status ctx_report_logged(nctmc_context *ctx, nctmc_status status);
+
+#endif /* NCTMC_CTX_REPORT_H */

@@ -1,0 +1,57 @@
+/*
+ * file_io.h — the file operations every format shares: atomic replacement
+ * of a file (temporary file in the same directory, fsync, rename, fsync of
+ * the directory) and bounded reading. Messages carry the system's reason.
+ */
+#ifndef NCTMC_FILE_IO_H
+#define NCTMC_FILE_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nctmc.h"
+
+/* A file being written: data goes to tmp_path until commit renames it over
+ * path. Readers of `path` see the old file or the complete new one, never a
+ * mixture, and a crash leaves at most a stray "<path>.tmp-XXXXXX". */
+typedef struct atomic_file {
+    int fd;             /* -1 when closed */
+    char *tmp_path;     /* NULL once renamed or removed */
+    char *path;
+} atomic_file;
+
+/* Creates the temporary file next to path. On failure nothing is left. */
+nctmc_status atomic_file_begin(atomic_file *af, const char *path, char *err, size_t err_size);
+
+/* Appends n bytes. */
+nctmc_status atomic_file_write(atomic_file *af, const void *data, size_t n, char *err,
+                               size_t err_size);
+
+/* Writes n bytes at a byte offset (to fill in a header after the data). */
+nctmc_status atomic_file_write_at(atomic_file *af, uint64_t offset, const void *data,
+                                  size_t n, char *err, size_t err_size);
+
+/* Flushes the data to disk and renames the file over path. On failure the
+ * temporary file is removed and path is untouched (unless only the final
+ * directory fsync failed, which the message says). Always releases af. */
+nctmc_status atomic_file_commit(atomic_file *af, char *err, size_t err_size);
+
+/* Removes the temporary file and releases af; does nothing after commit. */
+void atomic_file_abort(atomic_file *af);
+
+/* Opens a regular file for reading and reports its size. */
+nctmc_status file_open_read(const char *path, int *fd, uint64_t *size, char *err,
+                            size_t err_size);
+
+/* Reads exactly n bytes at offset; a file that ends early is
+ * NCTMC_ERR_FORMAT (it was truncated), a read error NCTMC_ERR_IO. */
+nctmc_status file_pread(int fd, uint64_t offset, void *buf, size_t n, const char *path,
+                        char *err, size_t err_size);
+
+/* Reads a whole regular file of at most max_bytes (larger ones are
+ * NCTMC_ERR_FORMAT) into a malloc'ed buffer with one NUL byte after the
+ * data, so text parsers may rely on a terminator. */
+nctmc_status file_read_all(const char *path, size_t max_bytes, uint8_t **data, size_t *size,
+                           char *err, size_t err_size);
+
+#endif /* NCTMC_FILE_IO_H */

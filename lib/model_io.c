@@ -1,0 +1,512 @@
+/*
+ * model_io.c — model checkpoints (see model_io.h and docs/formats.md): the
+ * configuration and tokenizer as flat "nctmc.*" metadata strings, the
+ * weights under their standard names. The loader trusts nothing: it checks
+ * the format version, every configuration field, that the tensors are
+ * exactly the ones the configuration implies (names, F32, shapes) before it
+ * allocates a model, and that every value is finite.
+ */
+#include "model_io.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctx_report.h"
+#include "numtext.h"
+#include "tokenizer.h"
+
+#define KEY_FORMAT "nctmc.format"
+#define KEY_LIBRARY "nctmc.library_version"
+#define KEY_CHECKSUM "nctmc.checksum"
+#define NCTMC_PREFIX "nctmc."
+/* The trainer's metadata namespace, which it checks itself. */
+#define TRAINER_META_PREFIX "nctmc.trainer."
+#define FORMAT_VERSION "1"
+#define CONFIG_PREFIX "nctmc.config."
+#define TOKENIZER_PREFIX "nctmc.tokenizer."
+/* Tensors a trainer checkpoint adds (raw weights, optimizer moments). */
+#define TRAINER_TENSOR_PREFIX "trainer."
+#define META_KEY_MAX 64
+
+/* ---- the configuration as metadata --------------------------------------- */
+
+typedef enum { CF_I32, CF_U64, CF_F32, CF_PROCESS, CF_SCHEDULE } config_field_kind;
+
+typedef struct config_field {
+    const char *key;
+    config_field_kind kind;
+    size_t offset;
+} config_field;
+
+#define FIELD(name, kind) {CONFIG_PREFIX #name, kind, offsetof(nctmc_model_config, name)}
+static const config_field config_fields[] = {
+    FIELD(vocab_size, CF_I32),      FIELD(vocab_pad_multiple, CF_I32),
+    FIELD(seq_len, CF_I32),         FIELD(n_layers, CF_I32),
+    FIELD(d_model, CF_I32),         FIELD(n_heads, CF_I32),
+    FIELD(cond_dim, CF_I32),        FIELD(n_classes, CF_I32),
+    FIELD(process, CF_PROCESS),     FIELD(schedule, CF_SCHEDULE),
+    FIELD(mixture_uniform, CF_F32), FIELD(schedule_eps, CF_F32),
+    FIELD(seed, CF_U64),
+};
+#undef FIELD
+#define N_CONFIG_FIELDS ((int32_t)(sizeof config_fields / sizeof config_fields[0]))
+
+/* Enumerations are stored by name, in enum order. */
+static const char *const process_names[] = {"uniform", "masked", "mixture"};
+static const char *const schedule_names[] = {"linear", "cosine", "loglinear"};
+
+static bool format_config_field(const config_field *f, const nctmc_model_config *cfg,
+                                char out[NUMTEXT_MAX])
+{
+    const char *p = (const char *)cfg + f->offset;
+    switch (f->kind) {
+    case CF_I32: snprintf(out, NUMTEXT_MAX, "%d", (int)*(const int32_t *)p); return true;
+    case CF_U64:
+        snprintf(out, NUMTEXT_MAX, "%llu", (unsigned long long)*(const uint64_t *)p);
+        return true;
+    case CF_F32: return numtext_format_f32(*(const float *)p, out);
+    case CF_PROCESS: {
+        int v = (int)*(const nctmc_process *)p;
+        return v >= 0 && v < 3 && snprintf(out, NUMTEXT_MAX, "%s", process_names[v]) > 0;
+    }
+    case CF_SCHEDULE: {
+        int v = (int)*(const nctmc_schedule *)p;
+        return v >= 0 && v < 3 && snprintf(out, NUMTEXT_MAX, "%s", schedule_names[v]) > 0;
+    }
+    }
+    return false;
+}
+
+static int name_index(const char *const *names, int n, const char *text)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], text) == 0)
+            return i;
+    return -1;
+}
+
+static bool parse_config_field(const config_field *f, const char *text, nctmc_model_config *cfg)
+{
+    char *p = (char *)cfg + f->offset;
+    int64_t i;
+    switch (f->kind) {
+    case CF_I32:
+        if (!numtext_parse_i64(text, INT32_MIN, INT32_MAX, &i))
+            return false;
+        *(int32_t *)p = (int32_t)i;
+        return true;
+    case CF_U64: return numtext_parse_u64(text, (uint64_t *)p);
+    case CF_F32: return numtext_parse_f32(text, (float *)p);
+    case CF_PROCESS:
+        i = name_index(process_names, 3, text);
+        *(nctmc_process *)p = (nctmc_process)i;
+        return i >= 0;
+    case CF_SCHEDULE:
+        i = name_index(schedule_names, 3, text);
+        *(nctmc_schedule *)p = (nctmc_schedule)i;
+        return i >= 0;
+    }
+    return false;
+}
+
+/* ---- save ------------------------------------------------------------------ */
+
+/* Everything the metadata list points into. */
+typedef struct save_meta {
+    st_meta *items;
+    int32_t n;
+    char values[N_CONFIG_FIELDS][NUMTEXT_MAX];
+    char tokenizer_keys[TOKENIZER_MAX_FIELDS][META_KEY_MAX];
+    tokenizer_fields tokenizer;
+} save_meta;
+
+static nctmc_status build_meta(const nctmc_model *m, const st_meta *extra, int32_t n_extra,
+                               save_meta *sm, char *err, size_t err_size)
+{
+    memset(sm, 0, sizeof *sm);
+    if (m->tokenizer) {
+        nctmc_status st = tokenizer_to_fields(m->tokenizer, &sm->tokenizer, err, err_size);
+        if (st != NCTMC_OK)
+            return st;
+    }
+    size_t cap = 2 + (size_t)N_CONFIG_FIELDS + (size_t)sm->tokenizer.n + (size_t)n_extra;
+    sm->items = malloc(sizeof *sm->items * cap);
+    if (!sm->items)
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    sm->items[sm->n++] = (st_meta){KEY_FORMAT, FORMAT_VERSION};
+    sm->items[sm->n++] = (st_meta){KEY_LIBRARY, nctmc_version()};
+    for (int32_t k = 0; k < N_CONFIG_FIELDS; k++) {
+        if (!format_config_field(&config_fields[k], &m->config, sm->values[k]))
+            return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                              "cannot save: %s is not finite", config_fields[k].key);
+        sm->items[sm->n++] = (st_meta){config_fields[k].key, sm->values[k]};
+    }
+    for (int32_t k = 0; k < sm->tokenizer.n; k++) {
+        snprintf(sm->tokenizer_keys[k], META_KEY_MAX, TOKENIZER_PREFIX "%s",
+                 sm->tokenizer.keys[k]);
+        sm->items[sm->n++] = (st_meta){sm->tokenizer_keys[k], sm->tokenizer.values[k]};
+    }
+    for (int32_t k = 0; k < n_extra; k++)
+        sm->items[sm->n++] = extra[k];
+    return NCTMC_OK;
+}
+
+static void save_meta_free(save_meta *sm)
+{
+    free(sm->items);
+    tokenizer_fields_free(&sm->tokenizer);
+}
+
+/* The model's weights in host memory (the caller frees *owned). */
+static nctmc_status host_weights_of(const nctmc_model *m, float **owned, char *err,
+                                    size_t err_size)
+{
+    float *host = malloc(sizeof(float) * (m->slab_floats ? m->slab_floats : 1));
+    if (!host)
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                          "out of memory copying the weights");
+    nctmc_backend *be = m->ctx->backend;
+    be->ops->download(be, host, m->weights, sizeof(float) * m->slab_floats);
+    nctmc_status st = be->ops->synchronize(be);
+    if (st != NCTMC_OK) {
+        free(host);
+        return nctmc_fail(err, err_size, st, "reading the weights: %s", be->error);
+    }
+    *owned = host;
+    return NCTMC_OK;
+}
+
+static nctmc_status build_tensor_refs(const nctmc_model *m, const float *host,
+                                      const st_tensor_ref *extra, int32_t n_extra,
+                                      st_tensor_ref **out, char *err, size_t err_size)
+{
+    if (n_extra < 0 || (n_extra > 0 && !extra) || n_extra > INT32_MAX - m->n_tensors)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "bad extra tensors");
+    st_tensor_ref *refs = malloc(sizeof *refs * (size_t)(m->n_tensors + n_extra));
+    if (!refs)
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int32_t k = 0; k < m->n_tensors; k++) {
+        const dit_tensor *t = &m->tensors[k];
+        refs[k].name = t->name;
+        refs[k].data = host + t->offset;
+        refs[k].n_dims = t->n_dims;
+        memcpy(refs[k].shape, t->shape, sizeof refs[k].shape);
+    }
+    if (n_extra > 0)
+        memcpy(refs + m->n_tensors, extra, sizeof *refs * (size_t)n_extra);
+    *out = refs;
+    return NCTMC_OK;
+}
+
+nctmc_status model_io_save(const nctmc_model *model, const char *path,
+                           const float *host_weights, const st_meta *extra_meta,
+                           int32_t n_extra_meta, const st_tensor_ref *extra_tensors,
+                           int32_t n_extra_tensors, char *err, size_t err_size)
+{
+    if (!model || !path || !path[0] || n_extra_meta < 0 || (n_extra_meta > 0 && !extra_meta))
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "model_io_save: bad arguments");
+    save_meta sm;
+    nctmc_status st = build_meta(model, extra_meta, n_extra_meta, &sm, err, err_size);
+    float *owned = NULL;
+    if (st == NCTMC_OK && !host_weights) {
+        st = host_weights_of(model, &owned, err, err_size);
+        host_weights = owned;
+    }
+    st_tensor_ref *refs = NULL;
+    if (st == NCTMC_OK)
+        st = build_tensor_refs(model, host_weights, extra_tensors, n_extra_tensors, &refs, err,
+                               err_size);
+    if (st == NCTMC_OK)
+        st = st_write_file_checksummed(path, sm.items, sm.n, KEY_CHECKSUM, refs,
+                                       model->n_tensors + n_extra_tensors, err, err_size);
+    free(refs);
+    free(owned);
+    save_meta_free(&sm);
+    return st;
+}
+
+NCTMC_API nctmc_status nctmc_model_save(const nctmc_model *model, const char *path)
+{
+    if (!model)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    nctmc_model *m = (nctmc_model *)model;
+    if (!path || !path[0])
+        return nctmc_fail(m->last_error, sizeof m->last_error, NCTMC_ERR_INVALID_ARGUMENT,
+                          "nctmc_model_save: no path");
+    return model_io_save(model, path, NULL, NULL, 0, NULL, 0, m->last_error,
+                         sizeof m->last_error);
+}
+
+/* ---- load: metadata -------------------------------------------------------- */
+
+static bool has_prefix(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Keys in our own namespace that we do not know mean a file from a newer
+ * writer or a damaged one; either way their meaning is not ours to guess.
+ * Keys outside "nctmc." belong to whoever added them. */
+static bool known_key(const char *key)
+{
+    if (!has_prefix(key, NCTMC_PREFIX) || has_prefix(key, TRAINER_META_PREFIX) ||
+        strcmp(key, KEY_FORMAT) == 0 || strcmp(key, KEY_LIBRARY) == 0 ||
+        strcmp(key, KEY_CHECKSUM) == 0)
+        return true;
+    if (has_prefix(key, TOKENIZER_PREFIX))
+        return tokenizer_is_field(key + strlen(TOKENIZER_PREFIX));
+    for (int32_t k = 0; k < N_CONFIG_FIELDS; k++)
+        if (strcmp(key, config_fields[k].key) == 0)
+            return true;
+    return false;
+}
+
+static nctmc_status check_known_keys(const st_file *file, char *err, size_t err_size)
+{
+    for (int32_t i = 0; i < st_file_n_meta(file); i++) {
+        const char *key = st_file_meta_key(file, i);
+        bool known = known_key(key);
+        if (!known)
+            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "unknown metadata key \"%.64s\"",
+                              key);
+    }
+    return NCTMC_OK;
+}
+
+static nctmc_status read_config(const st_file *file, nctmc_model_config *cfg, dit_dims *dims,
+                                char *err, size_t err_size)
+{
+    const char *version = st_file_meta(file, KEY_FORMAT);
+    if (!version)
+        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                          "not an nctmc checkpoint (no \"" KEY_FORMAT "\" metadata)");
+    if (strcmp(version, FORMAT_VERSION) != 0)
+        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                          "checkpoint format \"%.32s\" is not the supported \"" FORMAT_VERSION
+                          "\"",
+                          version);
+    nctmc_status st = check_known_keys(file, err, err_size);
+    if (st == NCTMC_OK)
+        st = st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
+    nctmc_model_config_init(cfg);
+    for (int32_t k = 0; k < N_CONFIG_FIELDS; k++) {
+        const char *text = st_file_meta(file, config_fields[k].key);
+        if (!text)
+            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "metadata \"%s\" is missing",
+                              config_fields[k].key);
+        if (!parse_config_field(&config_fields[k], text, cfg))
+            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                              "metadata %s = \"%.40s\" is not a valid value",
+                              config_fields[k].key, text);
+    }
+    char why[NCTMC_ERROR_SIZE];
+    if (dit_config_validate(cfg, dims, why, sizeof why) != NCTMC_OK)
+        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "the stored configuration: %s", why);
+    return NCTMC_OK;
+}
+
+static const char *tokenizer_meta(const void *source, const char *key)
+{
+    char full[META_KEY_MAX];
+    snprintf(full, sizeof full, TOKENIZER_PREFIX "%s", key);
+    return st_file_meta(source, full);
+}
+
+/* The stored tokenizer, or NULL when the file has none. */
+static nctmc_status read_tokenizer(const st_file *file, const nctmc_model_config *cfg,
+                                   nctmc_tokenizer **out, char *err, size_t err_size)
+{
+    *out = NULL;
+    bool any = false;
+    for (int32_t i = 0; i < st_file_n_meta(file) && !any; i++)
+        any = has_prefix(st_file_meta_key(file, i), TOKENIZER_PREFIX);
+    if (!any)
+        return NCTMC_OK;
+    nctmc_status st = tokenizer_from_fields(tokenizer_meta, file, out, err, err_size);
+    if (st == NCTMC_OK)
+        st = tokenizer_check_model(*out, cfg, NCTMC_ERR_FORMAT, err, err_size);
+    if (st != NCTMC_OK) {
+        nctmc_tokenizer_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* ---- load: tensors ------------------------------------------------------ */
+
+static bool same_shape(const st_tensor_desc *d, const dit_tensor *t)
+{
+    if (d->n_dims != t->n_dims)
+        return false;
+    for (int32_t k = 0; k < t->n_dims; k++)
+        if (d->shape[k] != t->shape[k])
+            return false;
+    return true;
+}
+
+/* Every tensor the configuration implies is present, F32, of its shape;
+ * every other tensor belongs to a trainer (or the weight prefix). Checked
+ * before anything is allocated, so a damaged configuration cannot ask for
+ * more memory than the file itself holds. */
+static nctmc_status check_tensor_set(const st_file *file, const dit_tensor *table, int32_t n,
+                                     const char *prefix, char *err, size_t err_size)
+{
+    char name[NCTMC_TENSOR_NAME_MAX + META_KEY_MAX];
+    int32_t standard_present = 0;
+    for (int32_t k = 0; k < n; k++) {
+        snprintf(name, sizeof name, "%s%s", prefix, table[k].name);
+        int32_t idx = st_file_find_tensor(file, name);
+        st_tensor_desc d;
+        if (idx < 0 || !st_file_tensor_desc(file, idx, &d))
+            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%s\" is missing",
+                              name);
+        if (strcmp(d.dtype, "F32") != 0 || !same_shape(&d, &table[k]))
+            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                              "tensor \"%s\" is not F32 of the shape the configuration implies",
+                              name);
+        if (prefix[0] == '\0' || st_file_find_tensor(file, table[k].name) >= 0)
+            standard_present++;
+    }
+    /* names outside the known prefixes must all be standard names; standard
+     * names never start with a prefix, so counting them is enough */
+    int32_t others = 0;
+    for (int32_t i = 0; i < st_file_n_tensors(file); i++) {
+        const char *t = st_file_tensor_name(file, i);
+        if (!has_prefix(t, TRAINER_TENSOR_PREFIX) && !(prefix[0] && has_prefix(t, prefix)))
+            others++;
+    }
+    if (others != standard_present)
+        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                          "the file holds %d tensors that are not this model's", others -
+                          standard_present);
+    return NCTMC_OK;
+}
+
+/* Reads the weights into a host slab (padding left zero) and checks them. */
+static nctmc_status read_weights(const st_file *file, const nctmc_model *m, const char *prefix,
+                                 float *host, char *err, size_t err_size)
+{
+    char name[NCTMC_TENSOR_NAME_MAX + META_KEY_MAX];
+    for (int32_t k = 0; k < m->n_tensors; k++) {
+        const dit_tensor *t = &m->tensors[k];
+        snprintf(name, sizeof name, "%s%s", prefix, t->name);
+        nctmc_status st = st_file_read_f32(file, name, t->n_dims, t->shape, host + t->offset,
+                                           err, err_size);
+        if (st != NCTMC_OK)
+            return st == NCTMC_ERR_NOT_FOUND ? NCTMC_ERR_FORMAT : st;
+        for (int64_t e = 0; e < t->n_elements; e++)
+            if (!isfinite(host[t->offset + (size_t)e]))
+                return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                                  "tensor \"%s\": element %lld is not finite", name,
+                                  (long long)e);
+    }
+    return NCTMC_OK;
+}
+
+static nctmc_status upload_weights(nctmc_model *m, const float *host, char *err,
+                                   size_t err_size)
+{
+    nctmc_backend *be = m->ctx->backend;
+    be->ops->upload(be, m->weights, host, sizeof(float) * m->slab_floats);
+    nctmc_status st = be->ops->synchronize(be);
+    if (st != NCTMC_OK)
+        return nctmc_fail(err, err_size, st, "uploading the weights: %s", be->error);
+    return NCTMC_OK;
+}
+
+static nctmc_status check_tensors(const st_file *file, const dit_dims *dims, const char *prefix,
+                                  char *err, size_t err_size)
+{
+    dit_tensor *table = NULL;
+    int32_t n = 0;
+    size_t slab_floats;
+    int64_t n_params;
+    if (dit_tensor_table(dims, &table, &n, &slab_floats, &n_params) != NCTMC_OK)
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    nctmc_status st = check_tensor_set(file, table, n, prefix, err, err_size);
+    free(table);
+    return st;
+}
+
+/* Creates the model with nctmc_model_create(), which reports into
+ * ctx->last_error; err may be that very buffer. */
+static nctmc_status create_model(nctmc_context *ctx, const nctmc_model_config *cfg,
+                                 nctmc_model **out, char *err, size_t err_size)
+{
+    nctmc_status st = nctmc_model_create(ctx, cfg, out);
+    if (st != NCTMC_OK && err != ctx->last_error)
+        nctmc_fail(err, err_size, st, "%s", ctx->last_error);
+    return st;
+}
+
+static nctmc_status fill_model(nctmc_model *m, const st_file *file, const char *prefix,
+                               char *err, size_t err_size)
+{
+    float *host = calloc(m->slab_floats ? m->slab_floats : 1, sizeof(float));
+    if (!host)
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                          "out of memory reading the weights");
+    nctmc_status st = read_weights(file, m, prefix, host, err, err_size);
+    if (st == NCTMC_OK)
+        st = upload_weights(m, host, err, err_size);
+    free(host);
+    return st;
+}
+
+nctmc_status model_io_create(nctmc_context *ctx, const st_file *file, const char *weight_prefix,
+                             nctmc_model **out, char *err, size_t err_size)
+{
+    if (!ctx || !file || !out)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "model_io_create: bad arguments");
+    *out = NULL;
+    const char *prefix = weight_prefix ? weight_prefix : "";
+    nctmc_model_config cfg;
+    dit_dims dims;
+    nctmc_tokenizer *tok = NULL;
+    nctmc_status st = read_config(file, &cfg, &dims, err, err_size);
+    if (st == NCTMC_OK)
+        st = read_tokenizer(file, &cfg, &tok, err, err_size);
+    if (st == NCTMC_OK)
+        st = check_tensors(file, &dims, prefix, err, err_size);
+    nctmc_model *m = NULL;
+    if (st == NCTMC_OK)
+        st = create_model(ctx, &cfg, &m, err, err_size);
+    if (st == NCTMC_OK)
+        st = fill_model(m, file, prefix, err, err_size);
+    if (st != NCTMC_OK) {
+        nctmc_tokenizer_free(tok);
+        nctmc_model_free(m);
+        return st;
+    }
+    m->tokenizer = tok;
+    *out = m;
+    return NCTMC_OK;
+}
+
+NCTMC_API nctmc_status nctmc_model_load(nctmc_context *ctx, const char *path,
+                                        nctmc_model **out)
+{
+    if (!ctx)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    if (!path || !out)
+        return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
+                               "nctmc_model_load: path and out must not be NULL");
+    *out = NULL;
+    char err[NCTMC_ERROR_SIZE];
+    st_file *file = NULL;
+    nctmc_status st = st_read_file(path, &file, ctx->last_error, sizeof ctx->last_error);
+    if (st != NCTMC_OK)
+        return ctx_report_logged(ctx, st);
+    st = model_io_create(ctx, file, "", out, err, sizeof err);
+    st_file_free(file);
+    if (st != NCTMC_OK)
+        return ctx_report_fail(ctx, st, "\"%.300s\": %s", path, err);
+    return NCTMC_OK;
+}

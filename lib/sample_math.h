@@ -1,0 +1,573 @@
+/*
+ * sample_math.h — the per-position sampling math, written once for every
+ * backend (static inline, host+device, nothing beyond math.h): the model's
+ * rates with temperature and classifier-free guidance, the tau-leaping and
+ * Euler decisions, the clean-token recovery of paper App. E generalised to
+ * the three forward processes, the posterior sampler, the final denoising
+ * argmax, the self-correction proposal, the prior draw, and how every random
+ * number is keyed. docs/math.md ("Sampling") derives each formula.
+ *
+ * Conventions. A row is one position: current state i, the model's jump
+ * logits z (>= S floats; the padding is never read) and, for the learned
+ * link, the exit-rate head's h. Per-row scalars are double (rates span many
+ * orders of magnitude near t = 0 and t = 1); every sum over the vocabulary
+ * runs j = 0, 1, ..., S-1 in that order, and a categorical draw is the
+ * inverse CDF of one uniform walked in the same order, recomputing the very
+ * weights whose total it compares against — so a draw is a pure function of
+ * (inputs, uniform), whatever thread or kernel evaluates it.
+ */
+#ifndef NCTMC_SAMPLE_MATH_H
+#define NCTMC_SAMPLE_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "forward_process.h"
+#include "philox.h"
+
+/* What the fused sampling operation does to a row (nctmc_sample_step_args).
+ * The first three equal nctmc_sample_method's values. */
+enum {
+    SM_METHOD_TAU_LEAPING = 0, /* jump w.p. 1 - exp(-lambda tau), to j ~ r */
+    SM_METHOD_EULER = 1,       /* jump w.p. min(lambda tau, 1), to j ~ r */
+    SM_METHOD_POSTERIOR = 2,   /* x_s ~ sum_x0 p0(x0) q(x_t | x_s) q(x_s | x0) */
+    SM_METHOD_DENOISE = 3,     /* argmax_x0 p0(x0) q_{t|0}(x_t | x0) */
+    SM_METHOD_CORRECT = 4      /* propose x0 ~ Temp(p0; tau_sc), report p0(x0) */
+};
+
+/* ------------------------------------------------------------------------ */
+/* Random numbers                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Sequences are keyed by a 56-bit index: its low 32 bits fill one counter
+ * word, the high 24 bits share the first word with the 8-bit purpose. */
+#define SM_MAX_SEQUENCE ((int64_t)1 << 56)
+
+/* Two independent uniforms of one Philox block: `decide` for a yes/no
+ * decision, `pick` for a categorical draw. */
+typedef struct sm_uniforms {
+    double decide;
+    double pick;
+} sm_uniforms;
+
+/* A double uniform on (0, 1) from 53 random bits (+ half an ulp, so never 0
+ * or 1): jump probabilities of clean tokens late in sampling are far below
+ * the 2^-24 resolution of a float uniform. */
+static inline NCTMC_HD double sm_uniform53(uint32_t hi, uint32_t lo)
+{
+    uint64_t k = ((uint64_t)(hi >> 5) << 26) | (uint64_t)(lo >> 6);
+    return ((double)k + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+/* The uniforms for (purpose, step, sequence, position) under key = seed. */
+static inline NCTMC_HD sm_uniforms sm_draw(uint64_t seed, uint32_t purpose, uint32_t step,
+                                           int64_t sequence, int32_t position)
+{
+    uint64_t seq = (uint64_t)sequence;
+    philox4x32 c = {{(purpose & 0xFFu) | ((uint32_t)(seq >> 32) << 8), step, (uint32_t)seq,
+                     (uint32_t)position}};
+    philox4x32 b = philox4x32_10(c, seed);
+    sm_uniforms u = {sm_uniform53(b.v[0], b.v[1]), sm_uniform53(b.v[2], b.v[3])};
+    return u;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The model's rates: temperature and classifier-free guidance              */
+/* ------------------------------------------------------------------------ */
+
+/* log lambda_theta under guidance w: (1 - w) * unconditional + w * conditional
+ * (has_uncond false: the conditional alone). The masked process's rate is
+ * exact and the same in both passes, so it is returned as is (also keeping
+ * -inf out of the combination, where (1 - w) * -inf would be NaN). */
+static inline NCTMC_HD double sm_log_rate(const nctmc_fp *fp, double t, int32_t i, float h,
+                                          int has_uncond, float h_uncond, double w)
+{
+    double lc = fp_model_log_rate(fp, t, i, h);
+    if (!has_uncond || fp->process == NCTMC_FP_MASKED)
+        return lc;
+    double lu = fp_model_log_rate(fp, t, i, h_uncond);
+    return (1.0 - w) * lu + w * lc;
+}
+
+/* The jump distribution r(j | i) = softmax_{j != i}(g_j), with
+ *   g_j = ((1 - w) zu_j + w z_j) / T   (zu NULL: g_j = z_j / T).
+ * Combining the logits is the same as combining the two passes' log r and
+ * renormalising over j != i: each log r is its logits minus a constant per
+ * row, and a constant drops out of the softmax. */
+typedef struct sm_jump {
+    const float *z;
+    const float *zu;     /* unconditional logits, or NULL */
+    double w;            /* guidance scale */
+    double inv_temp;     /* 1 / T */
+    int32_t S;
+    int32_t i;           /* excluded state */
+    double max;          /* max_{j != i} g_j */
+    double sum;          /* sum_{j != i} exp(g_j - max), in order */
+    double log_sum;
+} sm_jump;
+
+static inline NCTMC_HD double sm_jump_logit(const sm_jump *J, int32_t j)
+{
+    double g = (double)J->z[j];
+    if (J->zu)
+        g = (1.0 - J->w) * (double)J->zu[j] + J->w * g;
+    return g * J->inv_temp;
+}
+
+/* exp(g_j - max): the unnormalised weight every pass recomputes alike. */
+static inline NCTMC_HD double sm_jump_weight(const sm_jump *J, int32_t j)
+{
+    return exp(sm_jump_logit(J, j) - J->max);
+}
+
+/* Two passes over the row: the max, then the sum of exponentials. */
+static inline NCTMC_HD sm_jump sm_jump_init(const float *z, const float *zu, double w,
+                                            double temperature, int32_t S, int32_t i)
+{
+    sm_jump J;
+    J.z = z;
+    J.zu = zu;
+    J.w = w;
+    J.inv_temp = 1.0 / temperature;
+    J.S = S;
+    J.i = i;
+    J.max = -INFINITY;
+    for (int32_t j = 0; j < S; j++)
+        if (j != i) {
+            double g = sm_jump_logit(&J, j);
+            J.max = g > J.max ? g : J.max;
+        }
+    J.sum = 0.0;
+    for (int32_t j = 0; j < S; j++)
+        if (j != i)
+            J.sum += sm_jump_weight(&J, j);
+    J.log_sum = log(J.sum);
+    return J;
+}
+
+/* log r(j | i) for j != i (-inf at j = i). */
+static inline NCTMC_HD double sm_jump_logprob(const sm_jump *J, int32_t j)
+{
+    if (j == J->i)
+        return -INFINITY;
+    return sm_jump_logit(J, j) - J->max - J->log_sum;
+}
+
+/* j ~ r by the inverse CDF of u over j = 0 .. S-1 (j != i). The walk adds
+ * the same terms in the same order as sm_jump_init's total; should rounding
+ * still leave u * total unreached, the last state with weight is taken. */
+static inline NCTMC_HD int32_t sm_jump_pick(const sm_jump *J, double u)
+{
+    double target = u * J->sum, cum = 0.0;
+    int32_t last = J->i;
+    for (int32_t j = 0; j < J->S; j++) {
+        if (j == J->i)
+            continue;
+        double wj = sm_jump_weight(J, j);
+        if (wj > 0.0)
+            last = j;
+        cum += wj;
+        if (cum > target)
+            return j;
+    }
+    return last;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tau-leaping and Euler                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* P(at least one jump in tau) = 1 - exp(-lambda tau). */
+static inline NCTMC_HD double sm_tau_leap_prob(double log_rate, double tau)
+{
+    if (!(tau > 0.0) || log_rate == -INFINITY)
+        return 0.0;
+    return -expm1(-exp(log_rate) * tau);
+}
+
+/* Euler: p_j = lambda r_j tau for j != i, so P(move) = lambda tau, and the
+ * stay probability 1 - lambda tau is clipped at 0 (then P(move) = 1 and the
+ * p_j renormalise to r_j). */
+static inline NCTMC_HD double sm_euler_prob(double log_rate, double tau)
+{
+    if (!(tau > 0.0) || log_rate == -INFINITY)
+        return 0.0;
+    double p = exp(log_rate) * tau;
+    return p < 1.0 ? p : 1.0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Clean-token recovery (paper App. E, for every process)                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The true reverse rate out of i given the other positions is
+ *   lambda(i) r(j | i) = sigma_t pi_i q(j) / q(i),  q = alpha p0 + (1 - alpha) pi,
+ * q the marginal of this position's x_t given the rest (the rate
+ * factorisation R_t(i, j) = R_fwd(j, i) q(j) / q(i), with R_fwd(j, i) =
+ * sigma pi_i). Summing over j != i and inverting:
+ *   q(i) = sigma pi_i / (sigma pi_i + lambda) = 1 / (1 + e^rho),
+ *   rho  = log lambda - log(sigma pi_i),
+ *   q(j) = (1 - q(i)) r(j | i)                                  (j != i),
+ *   p0   = Normalize over data tokens of [(q - (1 - alpha) pi) / alpha]_+.
+ * Uniform: pi = 1/S, the paper's formula. Masked, at the mask: lambda is the
+ * exact sigma alpha / (1 - alpha), so q(m) = 1 - alpha and p0 = r exactly.
+ * A state the forward process never enters (pi_i = 0: a data token under the
+ * masked process) has rate 0 and says nothing; there x0 = i for certain, so
+ * p0 = e_i. p0 is p(x0 | the other positions): the current token's own
+ * evidence is not in it (DESIGN §1).
+ *
+ * Fallbacks (documented in docs/math.md): if clipping leaves no mass on any
+ * data token (the mixture's mask entry took it all), p0 is q restricted to
+ * the data tokens; if that is empty too, uniform over them.
+ */
+enum { SM_P0_CLIPPED = 0, SM_P0_NOISED = 1, SM_P0_POINT = 2, SM_P0_UNIFORM = 3 };
+
+typedef struct sm_p0 {
+    sm_jump J;
+    int32_t mode;
+    int32_t n_data;      /* data tokens are 0 .. n_data - 1 */
+    double q_i;          /* recovered q(i) */
+    double q_rest;       /* 1 - q(i), computed on its own for precision */
+    double beta_i;       /* (1 - alpha) pi_i */
+    double beta_data;    /* (1 - alpha) pi of a data token */
+    double total;        /* sum of sm_p0_weight over the data tokens, in order */
+} sm_p0;
+
+/* The unnormalised p0(j) of a data token j (the 1/alpha drops out). */
+static inline NCTMC_HD double sm_p0_weight(const sm_p0 *P, int32_t j)
+{
+    int32_t i = P->J.i;
+    switch (P->mode) {
+    case SM_P0_POINT: return j == i ? 1.0 : 0.0;
+    case SM_P0_UNIFORM: return 1.0;
+    case SM_P0_NOISED:
+        return j == i ? P->q_i : P->q_rest * exp(sm_jump_logprob(&P->J, j));
+    default: {
+        double d = j == i ? P->q_i - P->beta_i
+                          : P->q_rest * exp(sm_jump_logprob(&P->J, j)) - P->beta_data;
+        return d > 0.0 ? d : 0.0;
+    }
+    }
+}
+
+static inline NCTMC_HD double sm_p0_sum(const sm_p0 *P)
+{
+    double s = 0.0;
+    for (int32_t j = 0; j < P->n_data; j++)
+        s += sm_p0_weight(P, j);
+    return s;
+}
+
+/* p0 at a data token j. */
+static inline NCTMC_HD double sm_p0_prob(const sm_p0 *P, int32_t j)
+{
+    return sm_p0_weight(P, j) / P->total;
+}
+
+/* Recovers p0 at time t (alpha = alpha_t, log_sigma = log sigma_t) from the
+ * row's log-rate and jump distribution J. */
+static inline NCTMC_HD sm_p0 sm_p0_init(const nctmc_fp *fp, double alpha, double log_sigma,
+                                        double log_rate, sm_jump J)
+{
+    sm_p0 P;
+    int32_t i = J.i;
+    P.J = J;
+    P.n_data = fp_n_data(fp);
+    double pi_i = fp_prior(fp, i);
+    P.beta_i = (1.0 - alpha) * pi_i;
+    P.beta_data = (1.0 - alpha) * fp_prior_data(fp);
+    P.mode = SM_P0_CLIPPED;
+    if (pi_i <= 0.0 && i < P.n_data) {
+        P.mode = SM_P0_POINT;
+        P.q_i = 1.0;
+        P.q_rest = 0.0;
+        P.total = 1.0;
+        return P;
+    }
+    if (log_rate == -INFINITY) {
+        P.q_i = 1.0;
+        P.q_rest = 0.0;
+    } else if (pi_i <= 0.0) {
+        /* an unreachable mask (mixture with p_u = 1): q(i) = 0 */
+        P.q_i = 0.0;
+        P.q_rest = 1.0;
+    } else {
+        double rho = log_rate - (log_sigma + log(pi_i));
+        P.q_i = 1.0 / (1.0 + exp(rho));
+        P.q_rest = 1.0 / (1.0 + exp(-rho));
+    }
+    P.total = sm_p0_sum(&P);
+    if (!(P.total > 0.0)) {
+        P.mode = SM_P0_NOISED;
+        P.total = sm_p0_sum(&P);
+    }
+    if (!(P.total > 0.0)) {
+        P.mode = SM_P0_UNIFORM;
+        P.total = (double)P.n_data;
+    }
+    return P;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Posterior sampler                                                        */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * x_s ~ w(x) = q_{t|s}(i | x) m(x),  m(x) = sum_x0 p0(x0) q_{s|0}(x | x0)
+ *                                         = alpha_s p0(x) + (1 - alpha_s) pi_x,
+ * q_{t|s}(i | x) = a [x = i] + (1 - a) pi_i,  a = alpha_{t|s} = alpha_t / alpha_s.
+ * Since sum_x m(x) = 1, the mass of staying and of moving are closed forms:
+ *   stay = (a + (1 - a) pi_i) m(i),   move = (1 - a) pi_i (1 - m(i)),
+ * and a move goes to x != i with probability proportional to m(x): O(S).
+ */
+typedef struct sm_posterior {
+    double alpha_s;
+    double m_i;      /* m(i) */
+    double stay;     /* unnormalised */
+    double move;     /* unnormalised */
+} sm_posterior;
+
+/* m(x): the forward marginal at s of the recovered p0. */
+static inline NCTMC_HD double sm_posterior_m(const nctmc_fp *fp, const sm_p0 *P,
+                                             double alpha_s, int32_t x)
+{
+    double p0 = x < P->n_data ? sm_p0_prob(P, x) : 0.0;
+    return alpha_s * p0 + (1.0 - alpha_s) * fp_prior(fp, x);
+}
+
+static inline NCTMC_HD sm_posterior sm_posterior_init(const nctmc_fp *fp, const sm_p0 *P,
+                                                      double alpha_t, double alpha_s)
+{
+    sm_posterior Q;
+    int32_t i = P->J.i;
+    double pi_i = fp_prior(fp, i);
+    double a = alpha_t / alpha_s;
+    Q.alpha_s = alpha_s;
+    Q.m_i = sm_posterior_m(fp, P, alpha_s, i);
+    Q.stay = (a + (1.0 - a) * pi_i) * Q.m_i;
+    double rest = 1.0 - Q.m_i;
+    Q.move = (1.0 - a) * pi_i * (rest > 0.0 ? rest : 0.0);
+    return Q;
+}
+
+/* The posterior probability of x_s = x (for tests and documentation; the
+ * sampler draws without normalising every entry). */
+static inline NCTMC_HD double sm_posterior_prob(const nctmc_fp *fp, const sm_p0 *P,
+                                                const sm_posterior *Q, int32_t x)
+{
+    double total = Q->stay + Q->move;
+    if (x == P->J.i)
+        return Q->stay / total;
+    double rest = 1.0 - Q->m_i;
+    if (!(rest > 0.0))
+        return 0.0;
+    return Q->move / total * sm_posterior_m(fp, P, Q->alpha_s, x) / rest;
+}
+
+static inline NCTMC_HD int32_t sm_posterior_draw(const nctmc_fp *fp, const sm_p0 *P,
+                                                 const sm_posterior *Q, sm_uniforms u)
+{
+    int32_t i = P->J.i, S = fp->vocab;
+    if (!(Q->move > 0.0) || u.decide * (Q->stay + Q->move) < Q->stay)
+        return i;
+    double sum = 0.0;
+    for (int32_t x = 0; x < S; x++)
+        if (x != i)
+            sum += sm_posterior_m(fp, P, Q->alpha_s, x);
+    double target = u.pick * sum, cum = 0.0;
+    int32_t last = i;
+    for (int32_t x = 0; x < S; x++) {
+        if (x == i)
+            continue;
+        double m = sm_posterior_m(fp, P, Q->alpha_s, x);
+        if (m > 0.0)
+            last = x;
+        cum += m;
+        if (cum > target)
+            return x;
+    }
+    return last;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Final denoising and self-correction                                      */
+/* ------------------------------------------------------------------------ */
+
+/* argmax over data tokens x0 of p0(x0) q_{t|0}(i | x0): p0 leaves out the
+ * current token's evidence, the likelihood puts it back. At the mask the
+ * likelihood (1 - alpha) pi_m is the same for every x0, so p0 alone decides.
+ * Ties go to the smallest token. */
+static inline NCTMC_HD int32_t sm_denoise(const nctmc_fp *fp, const sm_p0 *P, double alpha)
+{
+    int32_t i = P->J.i;
+    int32_t i_is_data = i < P->n_data;
+    double lik_other = (1.0 - alpha) * fp_prior(fp, i);
+    double lik_same = alpha + lik_other;
+    int32_t best = 0;
+    double best_score = -1.0;
+    for (int32_t x = 0; x < P->n_data; x++) {
+        double s = sm_p0_weight(P, x);
+        if (i_is_data)
+            s *= x == i ? lik_same : lik_other;
+        if (s > best_score) {
+            best_score = s;
+            best = x;
+        }
+    }
+    return best;
+}
+
+/* Self-correction proposal: x0 ~ Temp(p0; tau_sc) ∝ p0^(1/tau_sc), computed
+ * as (p0 / max p0)^(1/tau_sc) so that small temperatures do not underflow;
+ * *prob receives p0(x0) itself (what Alg. 3 ranks positions by). */
+static inline NCTMC_HD int32_t sm_correct_propose(const sm_p0 *P, double tau_sc, double u,
+                                                  float *prob)
+{
+    double wmax = 0.0;
+    for (int32_t x = 0; x < P->n_data; x++) {
+        double w = sm_p0_weight(P, x);
+        wmax = w > wmax ? w : wmax;
+    }
+    double inv_tau = 1.0 / tau_sc, log_wmax = log(wmax), sum = 0.0;
+    for (int32_t x = 0; x < P->n_data; x++) {
+        double w = sm_p0_weight(P, x);
+        sum += w > 0.0 ? exp((log(w) - log_wmax) * inv_tau) : 0.0;
+    }
+    double target = u * sum, cum = 0.0;
+    int32_t pick = -1, last = 0;
+    for (int32_t x = 0; x < P->n_data && pick < 0; x++) {
+        double w = sm_p0_weight(P, x);
+        double tw = w > 0.0 ? exp((log(w) - log_wmax) * inv_tau) : 0.0;
+        if (tw > 0.0)
+            last = x;
+        cum += tw;
+        if (cum > target)
+            pick = x;
+    }
+    if (pick < 0)
+        pick = last;
+    *prob = (float)sm_p0_prob(P, pick);
+    return pick;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Prior                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* x at t_max ~ pi: uniform over S; the mask; or the mask with probability
+ * 1 - p_u, else a uniform data token. */
+static inline NCTMC_HD int32_t sm_prior_token(const nctmc_fp *fp, sm_uniforms u)
+{
+    int32_t n_data = fp_n_data(fp);
+    if (fp->process == NCTMC_FP_MASKED)
+        return fp->vocab - 1;
+    if (fp->process == NCTMC_FP_MIXTURE && u.decide < fp_prior_mask(fp))
+        return fp->vocab - 1;
+    int32_t x = (int32_t)(u.pick * (double)n_data);
+    return x < n_data ? x : n_data - 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* One row of the fused operation                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Everything about a call that is the same for every row. */
+typedef struct sm_step {
+    nctmc_fp fp;
+    int32_t method;
+    double t;            /* current time */
+    double alpha_t;
+    double log_sigma_t;
+    double alpha_s;      /* posterior: alpha at the next time s */
+    double tau;          /* t - s */
+    double cfg_scale;
+    double temperature;
+    double correction_temperature;
+    uint64_t seed;
+    uint32_t purpose;    /* NCTMC_RNG_SAMPLE_STEP or _CORRECT */
+    uint32_t step;
+} sm_step;
+
+static inline NCTMC_HD sm_step sm_step_prepare(nctmc_fp fp, int32_t method, double t, double s,
+                                               double cfg_scale, double temperature,
+                                               double correction_temperature, uint64_t seed,
+                                               uint32_t step)
+{
+    sm_step st;
+    st.fp = fp;
+    st.method = method;
+    st.t = t;
+    st.alpha_t = fp_alpha(&fp, t);
+    st.log_sigma_t = log(fp_sigma(&fp, t));
+    st.alpha_s = fp_alpha(&fp, s);
+    st.tau = t - s;
+    st.cfg_scale = cfg_scale;
+    st.temperature = temperature;
+    st.correction_temperature = correction_temperature;
+    st.seed = seed;
+    st.purpose = method == SM_METHOD_CORRECT ? NCTMC_RNG_SAMPLE_CORRECT : NCTMC_RNG_SAMPLE_STEP;
+    st.step = step;
+    return st;
+}
+
+/* The row's inputs: logits z (and zu for the unconditional pass, or NULL),
+ * head outputs h / h_uncond, current state i, its stream (sequence,
+ * position). Writes the new state (every method but CORRECT) or the
+ * proposal and its p0 (CORRECT). */
+typedef struct sm_row_in {
+    const float *z;
+    const float *zu;
+    float h;
+    float h_uncond;
+    int32_t i;
+    int64_t sequence;
+    int32_t position;
+} sm_row_in;
+
+static inline NCTMC_HD sm_p0 sm_row_p0(const sm_step *st, const sm_row_in *in)
+{
+    double log_rate = sm_log_rate(&st->fp, st->t, in->i, in->h, in->zu != 0, in->h_uncond,
+                                  st->cfg_scale);
+    sm_jump J = sm_jump_init(in->z, in->zu, st->cfg_scale, st->temperature, st->fp.vocab, in->i);
+    return sm_p0_init(&st->fp, st->alpha_t, st->log_sigma_t, log_rate, J);
+}
+
+static inline NCTMC_HD int32_t sm_row_jump(const sm_step *st, const sm_row_in *in,
+                                           sm_uniforms u)
+{
+    double log_rate = sm_log_rate(&st->fp, st->t, in->i, in->h, in->zu != 0, in->h_uncond,
+                                  st->cfg_scale);
+    double p = st->method == SM_METHOD_EULER ? sm_euler_prob(log_rate, st->tau)
+                                             : sm_tau_leap_prob(log_rate, st->tau);
+    /* most rows stay: decide before touching the logits */
+    if (!(u.decide < p))
+        return in->i;
+    sm_jump J = sm_jump_init(in->z, in->zu, st->cfg_scale, st->temperature, st->fp.vocab, in->i);
+    return sm_jump_pick(&J, u.pick);
+}
+
+/* One row. `proposal` and `prob` are written only by CORRECT, `*x_out` by
+ * the others. */
+static inline NCTMC_HD void sm_sample_row(const sm_step *st, const sm_row_in *in,
+                                          int32_t *x_out, int32_t *proposal, float *prob)
+{
+    sm_uniforms u = {0.5, 0.5};
+    if (st->method != SM_METHOD_DENOISE)
+        u = sm_draw(st->seed, st->purpose, st->step, in->sequence, in->position);
+    if (st->method == SM_METHOD_TAU_LEAPING || st->method == SM_METHOD_EULER) {
+        *x_out = sm_row_jump(st, in, u);
+        return;
+    }
+    sm_p0 P = sm_row_p0(st, in);
+    if (st->method == SM_METHOD_POSTERIOR) {
+        sm_posterior Q = sm_posterior_init(&st->fp, &P, st->alpha_t, st->alpha_s);
+        *x_out = sm_posterior_draw(&st->fp, &P, &Q, u);
+    } else if (st->method == SM_METHOD_DENOISE) {
+        *x_out = sm_denoise(&st->fp, &P, st->alpha_t);
+    } else {
+        *proposal = sm_correct_propose(&P, st->correction_temperature, u.pick, prob);
+    }
+}
+
+#endif /* NCTMC_SAMPLE_MATH_H */

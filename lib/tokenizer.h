@@ -1,0 +1,96 @@
+/*
+ * tokenizer.h — the tokenizer handle's internals, the codecs of each kind,
+ * and the flat key/value form a tokenizer takes inside files (the
+ * tokenizer file and checkpoint metadata; docs/formats.md).
+ */
+#ifndef NCTMC_TOKENIZER_H
+#define NCTMC_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "context.h"
+#include "nctmc.h"
+
+#define TOKENIZER_MAX_ALPHABET 65536
+#define TOKENIZER_MAX_PIXELS 65536
+#define TOKENIZER_MAX_LEVELS 65536
+
+struct nctmc_tokenizer {
+    nctmc_tokenizer_kind kind;
+    int32_t vocab;          /* data tokens: 256, the alphabet's size, or levels */
+    uint32_t *alphabet;     /* CHARS: `vocab` code points, strictly increasing */
+    int32_t width;          /* IMAGE */
+    int32_t height;
+    int32_t levels;
+    int32_t pixel_chars;    /* IMAGE: characters per pixel in the ASCII picture */
+    char last_error[NCTMC_ERROR_SIZE];
+};
+
+/* A zeroed tokenizer of this kind and vocabulary (other fields for the
+ * caller to fill), or NULL when out of memory. */
+nctmc_tokenizer *tokenizer_new(nctmc_tokenizer_kind kind, int32_t vocab);
+
+/* A deep copy (last_error cleared). */
+nctmc_status tokenizer_clone(const nctmc_tokenizer *src, nctmc_tokenizer **out);
+
+/* The token of code point cp in a CHARS tokenizer's alphabet, or -1. */
+int32_t tokenizer_char_index(const nctmc_tokenizer *tok, uint32_t cp);
+
+/* Checks that tok's vocabulary is the data tokens of a model with this
+ * configuration: S for the uniform process, S - 1 (all but the mask)
+ * otherwise. */
+nctmc_status tokenizer_check_model(const nctmc_tokenizer *tok, const nctmc_model_config *cfg,
+                                   nctmc_status status, char *err, size_t err_size);
+
+/* ---- codecs (one per kind) ------------------------------------------------
+ * Encoders validate the whole text and count its tokens; they write tokens
+ * only when `tokens` is not NULL (the caller has checked the capacity).
+ * Decoders likewise count bytes and write text (without a NUL) only when
+ * `text` is not NULL. Errors name a byte offset or token index. */
+
+nctmc_status tokenizer_encode_chars(nctmc_tokenizer *tok, const uint8_t *text, size_t n,
+                                    int32_t *tokens, size_t *n_tokens);
+nctmc_status tokenizer_decode_chars(nctmc_tokenizer *tok, const int32_t *tokens, size_t n,
+                                    char *text, size_t *n_bytes);
+
+/* Characters per pixel for `levels` grey levels (1 up to 70 levels). */
+int32_t tokenizer_image_pixel_chars(int32_t levels);
+nctmc_status tokenizer_encode_image(nctmc_tokenizer *tok, const uint8_t *text, size_t n,
+                                    int32_t *tokens, size_t *n_tokens);
+nctmc_status tokenizer_decode_image(nctmc_tokenizer *tok, const int32_t *tokens, size_t n,
+                                    char *text, size_t *n_bytes);
+
+/* ---- the flat form ----------------------------------------------------- */
+
+#define TOKENIZER_MAX_FIELDS 6
+
+/* Keys are the constant names below; values are malloc'ed. */
+typedef struct tokenizer_fields {
+    int32_t n;
+    const char *keys[TOKENIZER_MAX_FIELDS];
+    char *values[TOKENIZER_MAX_FIELDS];
+} tokenizer_fields;
+
+/* True for the keys a tokenizer's flat form may have: "kind",
+ * "vocab_size", "alphabet", "width", "height", "levels". */
+bool tokenizer_is_field(const char *key);
+
+/* The flat form of tok: kind and vocab_size, then the alphabet (CHARS, as
+ * lowercase hexadecimal code points separated by one space) or width,
+ * height and levels (IMAGE). */
+nctmc_status tokenizer_to_fields(const nctmc_tokenizer *tok, tokenizer_fields *out, char *err,
+                                 size_t err_size);
+void tokenizer_fields_free(tokenizer_fields *fields);
+
+/* Looks a field up by key in whatever holds the flat form; NULL if absent. */
+typedef const char *(*tokenizer_get_fn)(const void *source, const char *key);
+
+/* Builds a tokenizer from its flat form, checking every field strictly
+ * (a field of another kind present, values out of range, an alphabet not
+ * strictly increasing): NCTMC_ERR_FORMAT with the reason. */
+nctmc_status tokenizer_from_fields(tokenizer_get_fn get, const void *source,
+                                   nctmc_tokenizer **out, char *err, size_t err_size);
+
+#endif /* NCTMC_TOKENIZER_H */

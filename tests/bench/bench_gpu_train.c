@@ -1,0 +1,340 @@
+/*
+ * bench_gpu_train.c — training and sampling throughput of the CUDA backend,
+ * to set beside tests/reference/bench_reference_gpu.py (the PyTorch
+ * reference on the same GPU).
+ *
+ * Measurements (each the median of --reps runs after --warmup runs):
+ *   forward     dit_forward: the backbone to the logits and the exit-rate head;
+ *   train_step  one optimiser step as the trainer takes it: forward, the
+ *               fused L_cond loss, backward to every parameter (dit_loss),
+ *               then the gradient norm, gradient scaling, AdamW and the EMA
+ *               over the whole parameter slab;
+ *   sample_step nctmc_sample() with --sample-steps steps and no final
+ *               denoising, divided by the steps: one model evaluation plus
+ *               the fused sampling operation per step.
+ * Each is run in TF32 and in bf16 mode (--precision).
+ *
+ * Model FLOPs, the standard count (Kaplan et al. / PaLM's MFU):
+ *   per token, forward + backward = 6 N + 12 n_layers L d,
+ *   N = n_layers 12 d^2 + d (V + 1): the weights every token multiplies
+ *   (attention qkv 3d^2 and output d^2, MLP 8d^2, the output projection and
+ *   the exit-rate head); the time MLP and the adaLN modulations act once
+ *   per sequence and the embedding is a lookup, so they are left out;
+ *   12 n_layers L d counts the attention scores and their weighted sum
+ *   (4 L d per token and layer forward, three times that with backward).
+ * A forward pass is a third of it. mfu_bf16 = achieved model FLOP/s over
+ * the GPU's dense bfloat16 peak (H100 SXM and H200: 989 TFLOP/s; override
+ * with --peak-tflops), in both precisions, so the two read on one scale.
+ *
+ * Output, key=value per line:
+ *   bench=gpu_device peak_bf16_tflops=... name="..."
+ *   bench=forward impl=libnctmc precision=tf32 config=paper-small batch=16 ms=...
+ *        tokens_per_s=... model_tflops=... mfu_bf16=...
+ *   bench=train_step ... (the same fields)
+ *   bench=sample_step impl=libnctmc precision=... method=tau-leaping batch=...
+ *        steps=... ms_per_step=... steps_per_s=... tokens_per_s=...
+ * Exits 77 ("skipped", with the reason) when no usable GPU is present.
+ *
+ * Usage: bench_gpu_train [--config paper-small|cpu-small|tiny] [--batch B]
+ *        [--reps R] [--warmup W] [--precision tf32|bf16|both]
+ *        [--sample-batch B] [--sample-steps N] [--peak-tflops X]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "context.h"
+#include "cuda_backend.h"
+#include "dit.h"
+
+typedef struct bench_args {
+    const char *config;
+    const char *precision;
+    int batch, reps, warmup, sample_batch, sample_steps;
+    double peak_tflops;
+} bench_args;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static bench_args parse_args(int argc, char **argv)
+{
+    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 0.0};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (strcmp(k, "--config") == 0) a.config = v;
+        else if (strcmp(k, "--precision") == 0) a.precision = v;
+        else if (strcmp(k, "--batch") == 0) a.batch = atoi(v);
+        else if (strcmp(k, "--reps") == 0) a.reps = atoi(v);
+        else if (strcmp(k, "--warmup") == 0) a.warmup = atoi(v);
+        else if (strcmp(k, "--sample-batch") == 0) a.sample_batch = atoi(v);
+        else if (strcmp(k, "--sample-steps") == 0) a.sample_steps = atoi(v);
+        else if (strcmp(k, "--peak-tflops") == 0) a.peak_tflops = atof(v);
+    }
+    if (a.batch < 1) a.batch = 1;
+    if (a.reps < 1) a.reps = 1;
+    if (a.warmup < 0) a.warmup = 0;
+    if (a.sample_batch < 0) a.sample_batch = 0;
+    if (a.sample_steps < 1) a.sample_steps = 1;
+    return a;
+}
+
+/* paper-small: DESIGN §2 (12 layers, d 768, 12 heads, L 512, V 50304). */
+static nctmc_model_config config_named(const char *name)
+{
+    nctmc_model_config c;
+    nctmc_model_config_init(&c); /* cpu-small */
+    if (strcmp(name, "paper-small") == 0) {
+        c.vocab_size = 50257;
+        c.vocab_pad_multiple = 128; /* V = 50304 */
+        c.seq_len = 512;
+        c.n_layers = 12;
+        c.d_model = 768;
+        c.n_heads = 12;
+    } else if (strcmp(name, "tiny") == 0) {
+        c.n_layers = 2;
+        c.d_model = 64;
+        c.n_heads = 2;
+        c.seq_len = 32;
+        c.vocab_size = 32;
+    }
+    return c;
+}
+
+/* Dense bf16 tensor-core peak of known parts, from the device's name. */
+static double peak_for(const char *desc)
+{
+    if (strstr(desc, "H100") && strstr(desc, "PCIe"))
+        return 756.0;
+    if (strstr(desc, "H100") || strstr(desc, "H200") || strstr(desc, "H800") ||
+        strstr(desc, "GH200"))
+        return 989.0;
+    if (strstr(desc, "A100"))
+        return 312.0;
+    return 0.0;
+}
+
+typedef struct train_state {
+    nctmc_model *model;
+    dit_workspace *ws;
+    float *grads, *m, *v, *ema;
+    dit_batch batch;
+    int64_t step;
+} train_state;
+
+/* What the trainer does after the gradients: norm, clip to 1, AdamW, EMA. */
+static void optimiser_step(train_state *s, nctmc_backend *be)
+{
+    int64_t n = (int64_t)s->model->slab_floats;
+    double norm = sqrt(be->ops->sum_squares(be, n, s->grads));
+    if (norm > 1.0)
+        be->ops->scale(be, n, s->grads, (float)(1.0 / norm));
+    be->ops->adamw(be, n, s->model->weights, s->grads, s->m, s->v, 3e-4f, 0.9f, 0.999f, 1e-8f,
+                   0.01f, ++s->step);
+    be->ops->ema_update(be, n, s->ema, s->model->weights, 0.9999f);
+}
+
+static double time_pass(train_state *s, nctmc_backend *be, bool train, const bench_args *a)
+{
+    double *times = malloc(sizeof(double) * (size_t)a->reps), loss;
+    char err[256];
+    for (int i = -a->warmup; i < a->reps; i++) {
+        double t0 = now_s();
+        if (train) {
+            if (dit_loss(s->model, s->ws, &s->batch, s->grads, false, &loss, err, sizeof err) !=
+                NCTMC_OK) {
+                fprintf(stderr, "bench_gpu_train: %s\n", err);
+                exit(1);
+            }
+            optimiser_step(s, be);
+        } else {
+            dit_forward(s->model, s->ws, &s->batch);
+        }
+        if (be->ops->synchronize(be) != NCTMC_OK) {
+            fprintf(stderr, "bench_gpu_train: %s\n", be->error);
+            exit(1);
+        }
+        if (i >= 0)
+            times[i] = now_s() - t0;
+    }
+    double t = median(times, a->reps);
+    free(times);
+    return t;
+}
+
+static void report(const char *what, const char *precision, const bench_args *a,
+                   const dit_dims *z, double t, double flops_per_token, double peak)
+{
+    double tokens = (double)a->batch * z->L;
+    double tflops = flops_per_token * tokens / t * 1e-12;
+    printf("bench=%s impl=libnctmc precision=%s config=%s batch=%d ms=%.2f tokens_per_s=%.1f "
+           "model_tflops=%.1f mfu_bf16=%.4f\n",
+           what, precision, a->config, a->batch, 1e3 * t, tokens / t, tflops,
+           peak > 0.0 ? tflops / peak : NAN);
+    fflush(stdout);
+}
+
+static void bench_sampling(nctmc_model *model, const char *precision, const bench_args *a)
+{
+    if (a->sample_batch == 0)
+        return;
+    static const struct {
+        nctmc_sample_method method;
+        const char *name;
+    } methods[] = {{NCTMC_SAMPLE_TAU_LEAPING, "tau-leaping"},
+                   {NCTMC_SAMPLE_POSTERIOR, "posterior"}};
+    nctmc_sampler_params sp;
+    nctmc_sampler_params_init(&sp);
+    sp.max_batch = a->sample_batch;
+    nctmc_sampler *s = NULL;
+    if (nctmc_sampler_create(model, &sp, &s) != NCTMC_OK) {
+        fprintf(stderr, "bench_gpu_train: sampler: %s\n", nctmc_model_last_error(model));
+        exit(1);
+    }
+    int32_t L = model->dims.L;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)a->sample_batch * (size_t)L);
+    for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
+        nctmc_sample_params p;
+        nctmc_sample_params_init(&p);
+        p.batch = a->sample_batch;
+        p.method = methods[k].method;
+        p.n_steps = a->sample_steps;
+        p.final_denoise = false;
+        p.seed = 7;
+        p.tokens_out = tokens;
+        double *times = malloc(sizeof(double) * (size_t)a->reps);
+        for (int i = -1; i < a->reps; i++) {
+            double t0 = now_s();
+            if (nctmc_sample(s, &p) != NCTMC_OK) {
+                fprintf(stderr, "bench_gpu_train: sample: %s\n", nctmc_sampler_last_error(s));
+                exit(1);
+            }
+            if (i >= 0)
+                times[i] = now_s() - t0;
+        }
+        double step = median(times, a->reps) / a->sample_steps;
+        printf("bench=sample_step impl=libnctmc precision=%s config=%s method=%s batch=%d "
+               "steps=%d ms_per_step=%.3f steps_per_s=%.2f tokens_per_s=%.1f\n",
+               precision, a->config, methods[k].name, a->sample_batch, a->sample_steps,
+               1e3 * step, 1.0 / step, (double)a->sample_batch * L / step);
+        fflush(stdout);
+        free(times);
+    }
+    free(tokens);
+    nctmc_sampler_free(s);
+}
+
+static void *alloc_or_die(nctmc_backend *be, size_t bytes)
+{
+    void *p = be->ops->alloc(be, bytes);
+    if (!p) {
+        fprintf(stderr, "bench_gpu_train: cannot allocate %zu bytes\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    bench_args a = parse_args(argc, argv);
+    char err[256];
+    bool no_device = false;
+    nctmc_backend *probe = nctmc_cuda_backend_create(0, false, err, sizeof err, &no_device);
+    if (!probe) {
+        printf("bench_gpu_train: skipped: %s\n", err);
+        return no_device ? 77 : 1;
+    }
+    probe->ops->destroy(probe);
+
+    nctmc_context_params cp;
+    nctmc_context_params_init(&cp);
+    cp.backend = "cuda";
+    nctmc_context *ctx = NULL;
+    nctmc_model_config cfg = config_named(a.config);
+    train_state s;
+    memset(&s, 0, sizeof s);
+    if (nctmc_context_create(&cp, &ctx) != NCTMC_OK ||
+        nctmc_model_create(ctx, &cfg, &s.model) != NCTMC_OK) {
+        fprintf(stderr, "bench_gpu_train: cannot create the model: %s\n",
+                nctmc_context_last_error(ctx));
+        return 1;
+    }
+    nctmc_backend *be = ctx->backend;
+    const dit_dims *z = &s.model->dims;
+    char desc[512];
+    nctmc_cuda_backend_describe(be, desc, sizeof desc);
+    double peak = a.peak_tflops > 0.0 ? a.peak_tflops : peak_for(desc);
+    printf("bench=gpu_device peak_bf16_tflops=%.1f params=%lld name=\"%.200s\"\n", peak,
+           (long long)s.model->n_params, desc);
+
+    int32_t N = a.batch * z->L;
+    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
+    float *times = malloc(sizeof(float) * (size_t)a.batch);
+    for (int32_t i = 0; i < N; i++) {
+        x_0[i] = (int32_t)((i * 2654435761u) % (uint32_t)z->S);
+        x_t[i] = i % 3 ? x_0[i] : (int32_t)((i * 40503u) % (uint32_t)z->S);
+    }
+    for (int b = 0; b < a.batch; b++)
+        times[b] = (float)(b + 0.5) / (float)a.batch;
+    s.batch = (dit_batch){a.batch, z->L, x_t, times, NULL, x_0};
+    size_t slab = s.model->slab_floats * sizeof(float);
+    if (dit_workspace_create(s.model, be, a.batch, z->L, true, &s.ws, err, sizeof err) !=
+        NCTMC_OK) {
+        fprintf(stderr, "bench_gpu_train: %s\n", err);
+        return 1;
+    }
+    s.grads = alloc_or_die(be, slab);
+    s.m = alloc_or_die(be, slab);
+    s.v = alloc_or_die(be, slab);
+    s.ema = alloc_or_die(be, slab);
+
+    double matmul_params = (double)z->n_layers * 12.0 * z->d * z->d + (double)z->d * (z->V + 1);
+    double train_flops = 6.0 * matmul_params + 12.0 * z->n_layers * (double)z->L * z->d;
+    printf("bench=model_flops config=%s flops_per_token_train=%.4g flops_per_token_forward=%.4g "
+           "matmul_params=%.4g\n",
+           a.config, train_flops, train_flops / 3.0, matmul_params);
+
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        const char *precision = bf16 ? "bf16" : "tf32";
+        if (strcmp(a.precision, "both") != 0 && strcmp(a.precision, precision) != 0)
+            continue;
+        nctmc_cuda_backend_set_bf16(be, bf16 != 0);
+        double t_fwd = time_pass(&s, be, false, &a);
+        report("forward", precision, &a, z, t_fwd, train_flops / 3.0, peak);
+        double t_step = time_pass(&s, be, true, &a);
+        report("train_step", precision, &a, z, t_step, train_flops, peak);
+        nctmc_cuda_backend_describe(be, desc, sizeof desc);
+        printf("# %s: %s\n", precision, desc);
+        bench_sampling(s.model, precision, &a);
+    }
+
+    be->ops->free(be, s.grads);
+    be->ops->free(be, s.m);
+    be->ops->free(be, s.v);
+    be->ops->free(be, s.ema);
+    dit_workspace_free(s.ws);
+    nctmc_model_free(s.model);
+    nctmc_context_free(ctx);
+    free(x_t);
+    free(x_0);
+    free(times);
+    return 0;
+}

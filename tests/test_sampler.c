@@ -1,0 +1,1444 @@
+/*
+ * test_sampler.c — the samplers, from the per-row math up to nctmc_sample():
+ *
+ *  1. lib/sample_math.h against brute forces written again here in double
+ *     from DESIGN §1 and paper App. E: the clean-token recovery returns p0
+ *     exactly when fed the true reverse rates of a known product
+ *     distribution; the posterior sampler's probabilities against the O(S^2)
+ *     sum; the jump distribution with temperature and classifier-free
+ *     guidance; the tau-leaping / Euler probabilities; the denoising argmax;
+ *     and the empirical frequencies of many draws against the computed
+ *     probabilities (chi-square).
+ *  2. The CPU backend's sample_step op: every method equals the per-row
+ *     math bit for bit, on 1 and 3 threads; fixed rows never move; the
+ *     vocabulary padding is never read. Whole chains driven with the exact
+ *     rates of a product distribution end at that distribution.
+ *  3. nctmc_sample() on small random models: bad parameters give clear
+ *     errors, infilling never changes a fixed token (every method, with
+ *     correction), cancelling, determinism (seeds, threads), and a sequence
+ *     alone versus inside a batch of 64.
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "nctmc.h"
+#include "sample_math.h"
+#include "test_util.h"
+
+_Static_assert(SM_METHOD_TAU_LEAPING == (int)NCTMC_SAMPLE_TAU_LEAPING, "method codes");
+_Static_assert(SM_METHOD_EULER == (int)NCTMC_SAMPLE_EULER, "method codes");
+_Static_assert(SM_METHOD_POSTERIOR == (int)NCTMC_SAMPLE_POSTERIOR, "method codes");
+
+#define REF_PI 3.14159265358979323846
+#define MAX_S 32
+#define SCHEDULE_EPS 1e-3f
+
+/* ------------------------------------------------------------------------ */
+/* The reference forward process, written again (not forward_process.h)     */
+/* ------------------------------------------------------------------------ */
+
+static nctmc_fp make_fp(int32_t process, int32_t schedule, int32_t vocab, float p_u)
+{
+    nctmc_fp fp;
+    memset(&fp, 0, sizeof fp);
+    fp.process = process;
+    fp.schedule = schedule;
+    fp.vocab = vocab;
+    fp.mixture_uniform = p_u;
+    fp.schedule_eps = SCHEDULE_EPS;
+    return fp;
+}
+
+static double ref_alpha(const nctmc_fp *fp, double t)
+{
+    switch (fp->schedule) {
+    case NCTMC_FP_LINEAR: return 1.0 - t;
+    case NCTMC_FP_COSINE: return cos(REF_PI * t / 2.0);
+    default: return 1.0 - (1.0 - (double)SCHEDULE_EPS) * t;
+    }
+}
+
+static double ref_sigma(const nctmc_fp *fp, double t)
+{
+    double da;
+    switch (fp->schedule) {
+    case NCTMC_FP_LINEAR: da = -1.0; break;
+    case NCTMC_FP_COSINE: da = -(REF_PI / 2.0) * sin(REF_PI * t / 2.0); break;
+    default: da = -(1.0 - (double)SCHEDULE_EPS); break;
+    }
+    return -da / ref_alpha(fp, t);
+}
+
+static int ref_n_data(const nctmc_fp *fp)
+{
+    return fp->process == NCTMC_FP_UNIFORM ? fp->vocab : fp->vocab - 1;
+}
+
+static double ref_pi(const nctmc_fp *fp, int j)
+{
+    int S = fp->vocab;
+    if (fp->process == NCTMC_FP_UNIFORM)
+        return 1.0 / S;
+    if (fp->process == NCTMC_FP_MASKED)
+        return j == S - 1 ? 1.0 : 0.0;
+    double pu = (double)fp->mixture_uniform;
+    return j == S - 1 ? 1.0 - pu : pu / (S - 1);
+}
+
+/* q_{t|s}(i | x) for alpha ratio a (s = 0: a = alpha_t) */
+static double ref_transition(const nctmc_fp *fp, double a, int i, int x)
+{
+    return (i == x ? a : 0.0) + (1.0 - a) * ref_pi(fp, i);
+}
+
+static const char *proc_name(int32_t process)
+{
+    return process == NCTMC_FP_UNIFORM ? "uniform" : process == NCTMC_FP_MASKED ? "masked"
+                                                                              : "mixture";
+}
+
+/* A strictly positive random distribution over the data tokens (mask: 0). */
+static void random_p0(test_rng *rng, const nctmc_fp *fp, double *p0)
+{
+    double sum = 0.0;
+    for (int j = 0; j < fp->vocab; j++) {
+        double u = (double)test_uniform(rng, 0.0f, 1.0f);
+        p0[j] = j < ref_n_data(fp) ? 0.02 + u * u * u : 0.0;
+        sum += p0[j];
+    }
+    for (int j = 0; j < fp->vocab; j++)
+        p0[j] /= sum;
+}
+
+/*
+ * The true reverse rates of one position whose clean token is p0 (the other
+ * positions independent, so they carry no information): the marginal
+ * q = alpha p0 + (1 - alpha) pi and R(i -> j) = R_fwd(j -> i) q(j) / q(i),
+ * R_fwd(j -> i) = sigma pi_i. Written as the model would output them: logits
+ * z_j = log R(i -> j) + offset (any offset), z_i arbitrary, and the head's
+ * h = log lambda - log sigma. Returns false where pi_i = 0 (no reverse rate).
+ */
+static bool true_rates(const nctmc_fp *fp, double t, const double *p0, int i, float offset,
+                       float z_i, float *z, float *h)
+{
+    double a = ref_alpha(fp, t), sigma = ref_sigma(fp, t), q[MAX_S];
+    for (int j = 0; j < fp->vocab; j++)
+        q[j] = a * p0[j] + (1.0 - a) * ref_pi(fp, j);
+    if (ref_pi(fp, i) == 0.0)
+        return false;
+    double lambda = 0.0;
+    for (int j = 0; j < fp->vocab; j++) {
+        if (j == i) {
+            z[j] = z_i;
+            continue;
+        }
+        double rate = sigma * ref_pi(fp, i) * q[j] / q[i];
+        lambda += rate;
+        z[j] = (float)(log(rate) + (double)offset);
+    }
+    *h = (float)(log(lambda) - log(sigma));
+    return true;
+}
+
+/* p0 recovered by the header from a row (z, h) at state i, time t. */
+static sm_p0 recover(const nctmc_fp *fp, double t, const float *z, float h, int i, double temp)
+{
+    double log_rate = sm_log_rate(fp, t, i, h, 0, 0.0f, 1.0);
+    sm_jump J = sm_jump_init(z, NULL, 1.0, temp, fp->vocab, i);
+    return sm_p0_init(fp, fp_alpha(fp, t), log(fp_sigma(fp, t)), log_rate, J);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 1. sample_math.h                                                         */
+/* ------------------------------------------------------------------------ */
+
+static const int32_t procs[3] = {NCTMC_FP_UNIFORM, NCTMC_FP_MASKED, NCTMC_FP_MIXTURE};
+
+static void test_recovery_exact(void)
+{
+    test_rng rng = test_rng_seed(1);
+    static const double times[] = {0.02, 0.3, 0.6, 0.9};
+    static const int32_t vocabs[] = {5, 16};
+    double worst = 0.0;
+    char where[160] = "(none)";
+    int n_point = 0, n_point_ok = 0;
+    for (int pr = 0; pr < 3; pr++)
+        for (int32_t sched = 0; sched < 3; sched++)
+            for (int v = 0; v < 2; v++)
+                for (int ti = 0; ti < 4; ti++) {
+                    nctmc_fp fp = make_fp(procs[pr], sched, vocabs[v], 0.3f);
+                    double t = times[ti], p0[MAX_S];
+                    random_p0(&rng, &fp, p0);
+                    for (int i = 0; i < fp.vocab; i++) {
+                        float z[MAX_S], h = 0.0f;
+                        float off = test_uniform(&rng, -3.0f, 3.0f);
+                        float zi = test_uniform(&rng, -5.0f, 5.0f);
+                        if (!true_rates(&fp, t, p0, i, off, zi, z, &h)) {
+                            /* pi_i = 0: x0 = i for certain */
+                            for (int j = 0; j < fp.vocab; j++)
+                                z[j] = test_uniform(&rng, -2.0f, 2.0f);
+                            sm_p0 P = recover(&fp, t, z, h, i, 1.0);
+                            n_point++;
+                            n_point_ok += P.mode == SM_P0_POINT && sm_p0_prob(&P, i) == 1.0;
+                            continue;
+                        }
+                        sm_p0 P = recover(&fp, t, z, h, i, 1.0);
+                        /* float logits carry ~1e-7 relative error; p0 = (q - ...)/alpha
+                         * magnifies it by 1/alpha */
+                        double tol = 2e-6 / ref_alpha(&fp, t);
+                        for (int j = 0; j < ref_n_data(&fp); j++) {
+                            double e = fabs(sm_p0_prob(&P, j) - p0[j]) / tol;
+                            if (e > worst) {
+                                worst = e;
+                                snprintf(where, sizeof where, "%s sched %d S=%d t=%g i=%d j=%d",
+                                         proc_name(fp.process), sched, fp.vocab, t, i, j);
+                            }
+                        }
+                    }
+                }
+    printf("recovery: worst |p0_hat - p0| / tol = %.3g at %s\n", worst, where);
+    CHECK(worst <= 1.0, "recovered p0 differs from the true p0: %.3g x tol at %s", worst, where);
+    CHECK(n_point > 0 && n_point_ok == n_point,
+          "masked data tokens: p0 = e_i in %d of %d cases", n_point_ok, n_point);
+}
+
+/* The masked process at the mask: p0 is the jump distribution itself, for
+ * any logits. */
+static void test_recovery_masked_is_jump(void)
+{
+    test_rng rng = test_rng_seed(2);
+    double worst = 0.0;
+    for (int c = 0; c < 50; c++) {
+        nctmc_fp fp = make_fp(NCTMC_FP_MASKED, c % 3, 9, 0.0f);
+        double t = test_uniform(&rng, 0.01f, 0.99f);
+        float z[MAX_S];
+        test_fill_uniform(&rng, z, MAX_S, -4.0f, 4.0f);
+        int m = fp.vocab - 1;
+        sm_p0 P = recover(&fp, t, z, 0.0f, m, 1.0);
+        sm_jump J = sm_jump_init(z, NULL, 1.0, 1.0, fp.vocab, m);
+        for (int j = 0; j < m; j++)
+            worst = fmax(worst, fabs(sm_p0_prob(&P, j) - exp(sm_jump_logprob(&J, j))));
+    }
+    CHECK(worst <= 1e-12, "masked: p0 differs from r at the mask by %.3g", worst);
+}
+
+/* The posterior sampler's closed forms against sum_x0 p0(x0) q(x_t | x_s)
+ * q(x_s | x0), summed over every (x_s, x0) pair. */
+static void test_posterior_brute_force(void)
+{
+    test_rng rng = test_rng_seed(3);
+    static const double pairs[][2] = {{0.9, 0.8}, {0.5, 0.49}, {0.2, 0.01}, {0.999, 0.5}};
+    double worst = 0.0;
+    char where[160] = "(none)";
+    for (int pr = 0; pr < 3; pr++)
+        for (int32_t sched = 0; sched < 3; sched++)
+            for (int k = 0; k < 4; k++)
+                for (int32_t S = 4; S <= 16; S += 12) {
+                    nctmc_fp fp = make_fp(procs[pr], sched, S, 0.4f);
+                    double t = pairs[k][0], s = pairs[k][1];
+                    double at = ref_alpha(&fp, t), as = ref_alpha(&fp, s);
+                    for (int i = 0; i < S; i++) {
+                        float z[MAX_S];
+                        test_fill_uniform(&rng, z, MAX_S, -3.0f, 3.0f);
+                        float h = test_uniform(&rng, -3.0f, 3.0f);
+                        sm_p0 P = recover(&fp, t, z, h, i, 1.0);
+                        sm_posterior Q = sm_posterior_init(&fp, &P, fp_alpha(&fp, t),
+                                                           fp_alpha(&fp, s));
+                        double w[MAX_S], total = 0.0;
+                        for (int x = 0; x < S; x++) {
+                            w[x] = 0.0;
+                            for (int x0 = 0; x0 < ref_n_data(&fp); x0++)
+                                w[x] += sm_p0_prob(&P, x0) * ref_transition(&fp, at / as, i, x) *
+                                        ref_transition(&fp, as, x, x0);
+                            total += w[x];
+                        }
+                        for (int x = 0; x < S; x++) {
+                            double e = fabs(sm_posterior_prob(&fp, &P, &Q, x) - w[x] / total);
+                            if (e > worst) {
+                                worst = e;
+                                snprintf(where, sizeof where, "%s sched %d S=%d t=%g s=%g i=%d x=%d",
+                                         proc_name(fp.process), sched, S, t, s, i, x);
+                            }
+                        }
+                    }
+                }
+    printf("posterior: worst |closed form - brute force| = %.3g at %s\n", worst, where);
+    CHECK(worst <= 1e-12, "posterior probabilities differ by %.3g at %s", worst, where);
+}
+
+/* softmax over j != i of (z / T), in double, by the definition */
+static void ref_log_softmax(const float *z, int S, int i, double T, double *out)
+{
+    double mx = -INFINITY, sum = 0.0;
+    for (int j = 0; j < S; j++)
+        if (j != i)
+            mx = fmax(mx, (double)z[j] / T);
+    for (int j = 0; j < S; j++)
+        if (j != i)
+            sum += exp((double)z[j] / T - mx);
+    for (int j = 0; j < S; j++)
+        out[j] = j == i ? -INFINITY : (double)z[j] / T - mx - log(sum);
+}
+
+static void test_jump_and_guidance(void)
+{
+    test_rng rng = test_rng_seed(4);
+    static const double temps[] = {0.5, 1.0, 2.0};
+    static const double scales[] = {0.0, 0.5, 1.0, 3.0};
+    double worst_r = 0.0, worst_rate = 0.0;
+    bool masked_ok = true;
+    for (int c = 0; c < 200; c++) {
+        int S = 2 + c % 15, i = test_randint(&rng, S);
+        double T = temps[c % 3], w = scales[(c / 3) % 4];
+        float zc[MAX_S], zu[MAX_S];
+        test_fill_uniform(&rng, zc, MAX_S, -4.0f, 4.0f);
+        test_fill_uniform(&rng, zu, MAX_S, -4.0f, 4.0f);
+        double lc[MAX_S], lu[MAX_S], comb[MAX_S], mx = -INFINITY, sum = 0.0;
+        ref_log_softmax(zc, S, i, T, lc);
+        ref_log_softmax(zu, S, i, T, lu);
+        for (int j = 0; j < S; j++)
+            if (j != i) {
+                comb[j] = (1.0 - w) * lu[j] + w * lc[j];
+                mx = fmax(mx, comb[j]);
+            }
+        for (int j = 0; j < S; j++)
+            if (j != i)
+                sum += exp(comb[j] - mx);
+        sm_jump J = sm_jump_init(zc, zu, w, T, S, i);
+        sm_jump Jc = sm_jump_init(zc, NULL, 1.0, T, S, i);
+        for (int j = 0; j < S; j++) {
+            if (j == i) {
+                worst_r = fmax(worst_r, sm_jump_logprob(&J, j) == -INFINITY ? 0.0 : 1.0);
+                continue;
+            }
+            worst_r = fmax(worst_r, fabs(sm_jump_logprob(&J, j) - (comb[j] - mx - log(sum))));
+            worst_r = fmax(worst_r, fabs(sm_jump_logprob(&Jc, j) - lc[j]));
+        }
+        /* log rates: (1 - w) * uncond + w * cond, each h + log sigma */
+        nctmc_fp fp = make_fp(NCTMC_FP_UNIFORM, c % 3, S, 0.0f);
+        double t = test_uniform(&rng, 0.01f, 0.99f);
+        float hc = test_uniform(&rng, -3.0f, 3.0f), hu = test_uniform(&rng, -3.0f, 3.0f);
+        double want = (1.0 - w) * ((double)hu + log(ref_sigma(&fp, t))) +
+                      w * ((double)hc + log(ref_sigma(&fp, t)));
+        double got = sm_log_rate(&fp, t, i, hc, 1, hu, w);
+        worst_rate = fmax(worst_rate, fabs(got - want) / fmax(1.0, fabs(want)));
+        /* masked: the exact rate, -inf at data tokens, never NaN under w */
+        nctmc_fp mfp = make_fp(NCTMC_FP_MASKED, c % 3, S, 0.0f);
+        double lm = sm_log_rate(&mfp, t, i, hc, 1, hu, w);
+        double a = ref_alpha(&mfp, t);
+        double lm_want = i == S - 1 ? log(ref_sigma(&mfp, t) * a / (1.0 - a)) : -INFINITY;
+        if (!(lm == lm_want || fabs(lm - lm_want) <= 1e-12 * fabs(lm_want)))
+            masked_ok = false;
+    }
+    CHECK(worst_r <= 1e-12, "jump log-probs (temperature, guidance) off by %.3g", worst_r);
+    CHECK(worst_rate <= 1e-12, "guided log rate off by %.3g (relative)", worst_rate);
+    CHECK(masked_ok, "masked log rate under guidance is not the exact schedule rate");
+}
+
+static void test_step_probabilities(void)
+{
+    static const double rates[] = {1e-9, 0.1, 1.0, 50.0};
+    static const double taus[] = {1e-3, 0.1, 0.0};
+    double worst_tl = 0.0, worst_eu = 0.0;
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 3; b++) {
+            double lam = rates[a], tau = taus[b];
+            /* the naive 1 - exp(-x) loses ~1e-16 absolute to cancellation */
+            double want_tl = 1.0 - exp(-lam * tau);
+            double tl = sm_tau_leap_prob(log(lam), tau);
+            worst_tl = fmax(worst_tl, fabs(tl - want_tl) / (1e-15 + 1e-12 * want_tl));
+            double want_eu = fmin(lam * tau, 1.0);
+            double eu = sm_euler_prob(log(lam), tau);
+            worst_eu = fmax(worst_eu, fabs(eu - want_eu) / (1e-300 + 1e-12 * want_eu));
+        }
+    CHECK(worst_tl <= 1.0, "tau-leaping jump probability off by %.3g x tolerance", worst_tl);
+    CHECK(worst_eu <= 1.0, "Euler jump probability off by %.3g x tolerance", worst_eu);
+    CHECK(sm_tau_leap_prob(-INFINITY, 0.5) == 0.0 && sm_euler_prob(-INFINITY, 0.5) == 0.0,
+          "a zero rate must never jump");
+}
+
+/* argmax_x0 p0(x0) q_{t|0}(i | x0) by brute force. */
+static void test_denoise(void)
+{
+    test_rng rng = test_rng_seed(5);
+    int mismatches = 0, cases = 0, moved = 0;
+    for (int c = 0; c < 300; c++) {
+        nctmc_fp fp = make_fp(procs[c % 3], c % 2, 3 + c % 9, 0.3f);
+        double t = c % 4 == 0 ? 0.6 : test_uniform(&rng, 0.001f, 0.3f);
+        int i = test_randint(&rng, fp.vocab);
+        float z[MAX_S];
+        test_fill_uniform(&rng, z, MAX_S, -6.0f, 6.0f);
+        float h = test_uniform(&rng, -4.0f, 8.0f);
+        sm_p0 P = recover(&fp, t, z, h, i, 1.0);
+        int best = 0;
+        double best_s = -1.0;
+        for (int x0 = 0; x0 < ref_n_data(&fp); x0++) {
+            double s = sm_p0_prob(&P, x0) * ref_transition(&fp, ref_alpha(&fp, t), i, x0);
+            if (s > best_s * (1.0 + 1e-12)) {
+                best_s = s;
+                best = x0;
+            }
+        }
+        int got = sm_denoise(&fp, &P, fp_alpha(&fp, t));
+        cases++;
+        mismatches += got != best;
+        moved += got != i;
+    }
+    CHECK(mismatches == 0, "denoise differs from the brute-force argmax in %d of %d cases",
+          mismatches, cases);
+    CHECK(moved > 0, "no denoising case changed its token (the test would be vacuous)");
+}
+
+/* ---- empirical frequencies ---------------------------------------------- */
+
+#define N_DRAWS 200000
+
+/* Pearson's chi-square of counts against probs; a count where the
+ * probability is 0 fails outright. Deterministic seeds: the bound is the
+ * mean plus about six standard deviations. */
+static void check_frequencies(const long *counts, const double *probs, int K, long n,
+                              const char *what)
+{
+    double chi2 = 0.0;
+    int df = -1;
+    bool impossible = false;
+    for (int k = 0; k < K; k++) {
+        double e = probs[k] * (double)n;
+        if (probs[k] <= 0.0) {
+            impossible |= counts[k] != 0;
+            continue;
+        }
+        df++;
+        chi2 += ((double)counts[k] - e) * ((double)counts[k] - e) / e;
+    }
+    double bound = df + 6.0 * sqrt(2.0 * (df > 0 ? df : 1)) + 4.0;
+    CHECK(!impossible && chi2 <= bound, "%s: chi2 = %.2f with %d dof (bound %.1f)%s", what,
+          chi2, df, bound, impossible ? ", a zero-probability outcome was drawn" : "");
+}
+
+typedef struct draw_case {
+    nctmc_fp fp;
+    int32_t method;
+    double t, s, w, temp, tau_sc;
+    float z[MAX_S], zu[MAX_S], h, hu;
+    bool guided;
+    int32_t i;
+} draw_case;
+
+/* Draws N_DRAWS rows (positions 0 .. N-1 of sequence 3) through
+ * sm_sample_row; counts outcomes (the proposal for CORRECT). */
+static void count_draws(const draw_case *c, long *counts, bool *prob_ok)
+{
+    sm_step st = sm_step_prepare(c->fp, c->method, c->t, c->s, c->w, c->temp, c->tau_sc, 77, 5);
+    sm_row_in in = {c->z, c->guided ? c->zu : NULL, c->h, c->hu, c->i, 3, 0};
+    sm_p0 P = sm_row_p0(&st, &in);
+    *prob_ok = true;
+    for (int k = 0; k < c->fp.vocab; k++)
+        counts[k] = 0;
+    for (int32_t n = 0; n < N_DRAWS; n++) {
+        in.position = n;
+        int32_t x = -1, prop = -1;
+        float prob = 0.0f;
+        sm_sample_row(&st, &in, &x, &prop, &prob);
+        if (c->method == SM_METHOD_CORRECT) {
+            x = prop;
+            if (prob != (float)sm_p0_prob(&P, prop))
+                *prob_ok = false;
+        }
+        if (x >= 0 && x < c->fp.vocab)
+            counts[x]++;
+    }
+}
+
+/* What the draws should follow: for tau-leaping and Euler stay w.p. 1 - p,
+ * else r; the posterior's probabilities; Temp(p0; tau_sc). */
+static void expected_probs(const draw_case *c, double *probs)
+{
+    int S = c->fp.vocab;
+    sm_step st = sm_step_prepare(c->fp, c->method, c->t, c->s, c->w, c->temp, c->tau_sc, 77, 5);
+    sm_row_in in = {c->z, c->guided ? c->zu : NULL, c->h, c->hu, c->i, 3, 0};
+    double log_rate = sm_log_rate(&c->fp, c->t, c->i, c->h, c->guided, c->hu, c->w);
+    sm_jump J = sm_jump_init(c->z, in.zu, c->w, c->temp, S, c->i);
+    sm_p0 P = sm_row_p0(&st, &in);
+    double lam_tau = exp(log_rate) * (c->t - c->s);
+    double p = c->method == SM_METHOD_EULER ? fmin(lam_tau, 1.0) : 1.0 - exp(-lam_tau);
+    double norm = 0.0;
+    for (int x = 0; x < S; x++) {
+        switch (c->method) {
+        case SM_METHOD_POSTERIOR: {
+            sm_posterior Q = sm_posterior_init(&c->fp, &P, st.alpha_t, st.alpha_s);
+            probs[x] = sm_posterior_prob(&c->fp, &P, &Q, x);
+            break;
+        }
+        case SM_METHOD_CORRECT:
+            probs[x] = x < ref_n_data(&c->fp) ? pow(sm_p0_prob(&P, x), 1.0 / c->tau_sc) : 0.0;
+            norm += probs[x];
+            break;
+        default: probs[x] = x == c->i ? 1.0 - p : p * exp(sm_jump_logprob(&J, x)); break;
+        }
+    }
+    if (c->method == SM_METHOD_CORRECT)
+        for (int x = 0; x < S; x++)
+            probs[x] /= norm;
+}
+
+static draw_case make_draw_case(test_rng *rng, int32_t process, int32_t method, int32_t S)
+{
+    draw_case c;
+    memset(&c, 0, sizeof c);
+    c.fp = make_fp(process, NCTMC_FP_LINEAR, S, 0.3f);
+    c.method = method;
+    c.t = 0.6;
+    c.s = 0.5;
+    c.w = 1.0;
+    c.temp = 1.0;
+    c.tau_sc = 0.5;
+    test_fill_uniform(rng, c.z, MAX_S, -1.5f, 1.5f);
+    test_fill_uniform(rng, c.zu, MAX_S, -1.5f, 1.5f);
+    /* lambda tau = e^h sigma tau ~ 0.5: jumps and stays both frequent */
+    c.h = (float)log(0.5 / (ref_sigma(&c.fp, c.t) * (c.t - c.s)));
+    c.hu = c.h + 0.3f;
+    c.i = process == NCTMC_FP_UNIFORM ? 2 : S - 1;
+    return c;
+}
+
+static void test_draw_frequencies(void)
+{
+    test_rng rng = test_rng_seed(6);
+    static const char *mname[] = {"tau-leaping", "euler", "posterior", "denoise", "correct"};
+    long counts[MAX_S];
+    double probs[MAX_S];
+    char what[128];
+    for (int pr = 0; pr < 3; pr++)
+        for (int32_t method = 0; method <= SM_METHOD_CORRECT; method++) {
+            if (method == SM_METHOD_DENOISE)
+                continue;
+            draw_case c = make_draw_case(&rng, procs[pr], method, 7);
+            if (method == SM_METHOD_EULER && pr == 2)
+                c.h += 2.0f; /* lambda tau ~ 3.7: the stay probability is clipped to 0 */
+            bool prob_ok;
+            count_draws(&c, counts, &prob_ok);
+            expected_probs(&c, probs);
+            snprintf(what, sizeof what, "%s / %s draws", mname[method], proc_name(c.fp.process));
+            check_frequencies(counts, probs, c.fp.vocab, N_DRAWS, what);
+            CHECK(prob_ok, "%s: reported proposal probability is not p0(proposal)", what);
+        }
+    /* guidance with temperature, mixture at a data token */
+    draw_case g = make_draw_case(&rng, NCTMC_FP_MIXTURE, SM_METHOD_TAU_LEAPING, 9);
+    g.guided = true;
+    g.w = 2.0;
+    g.temp = 0.7;
+    g.i = 3;
+    bool ok;
+    count_draws(&g, counts, &ok);
+    expected_probs(&g, probs);
+    check_frequencies(counts, probs, 9, N_DRAWS, "guided tau-leaping draws");
+}
+
+static void test_prior_frequencies(void)
+{
+    long counts[MAX_S];
+    double probs[MAX_S];
+    for (int pr = 0; pr < 3; pr++) {
+        nctmc_fp fp = make_fp(procs[pr], 0, 6, 0.3f);
+        for (int k = 0; k < fp.vocab; k++) {
+            counts[k] = 0;
+            probs[k] = ref_pi(&fp, k);
+        }
+        for (int32_t n = 0; n < N_DRAWS; n++)
+            counts[sm_prior_token(&fp, sm_draw(9, NCTMC_RNG_SAMPLE_PRIOR, 0, n / 64, n % 64))]++;
+        char what[64];
+        snprintf(what, sizeof what, "prior draws (%s)", proc_name(fp.process));
+        check_frequencies(counts, probs, fp.vocab, N_DRAWS, what);
+    }
+}
+
+/* Every field of the counter changes the numbers, the high bits of the
+ * sequence included; the same counter gives the same numbers. */
+static void test_counter_fields(void)
+{
+    sm_uniforms base = sm_draw(5, NCTMC_RNG_SAMPLE_STEP, 3, 7, 11);
+    sm_uniforms same = sm_draw(5, NCTMC_RNG_SAMPLE_STEP, 3, 7, 11);
+    sm_uniforms v[6] = {
+        sm_draw(6, NCTMC_RNG_SAMPLE_STEP, 3, 7, 11),
+        sm_draw(5, NCTMC_RNG_SAMPLE_CORRECT, 3, 7, 11),
+        sm_draw(5, NCTMC_RNG_SAMPLE_STEP, 4, 7, 11),
+        sm_draw(5, NCTMC_RNG_SAMPLE_STEP, 3, 8, 11),
+        sm_draw(5, NCTMC_RNG_SAMPLE_STEP, 3, 7 + ((int64_t)1 << 32), 11),
+        sm_draw(5, NCTMC_RNG_SAMPLE_STEP, 3, 7, 12),
+    };
+    CHECK(base.decide == same.decide && base.pick == same.pick, "draws are not reproducible");
+    int distinct = 0;
+    for (int k = 0; k < 6; k++)
+        distinct += v[k].decide != base.decide && v[k].pick != base.pick;
+    CHECK(distinct == 6, "only %d of 6 counter fields change the draw", distinct);
+    CHECK(base.decide > 0.0 && base.decide < 1.0 && base.pick > 0.0 && base.pick < 1.0,
+          "uniforms outside (0, 1)");
+}
+
+/* ------------------------------------------------------------------------ */
+/* 2. The CPU backend's op                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct op_case {
+    nctmc_fp fp;
+    int32_t B, L, V, method;
+    bool guided;
+    int64_t N;
+    float *logits, *logits_u, *h, *hu;
+    int32_t *x_t, *fixed_tokens;
+    uint8_t *fixed_mask;
+} op_case;
+
+static void op_case_fill(op_case *c, test_rng *rng)
+{
+    size_t NV = (size_t)c->N * (size_t)c->V;
+    c->logits = malloc(NV * sizeof(float));
+    c->logits_u = malloc(NV * sizeof(float));
+    c->h = malloc((size_t)c->N * sizeof(float));
+    c->hu = malloc((size_t)c->N * sizeof(float));
+    c->x_t = malloc((size_t)c->N * sizeof(int32_t));
+    c->fixed_tokens = malloc((size_t)c->N * sizeof(int32_t));
+    c->fixed_mask = malloc((size_t)c->N);
+    for (int64_t r = 0; r < c->N; r++) {
+        for (int32_t j = 0; j < c->V; j++) {
+            /* the padding is NaN: reading it would poison the row */
+            bool pad = j >= c->fp.vocab;
+            c->logits[r * c->V + j] = pad ? NAN : test_uniform(rng, -3.0f, 3.0f);
+            c->logits_u[r * c->V + j] = pad ? NAN : test_uniform(rng, -3.0f, 3.0f);
+        }
+        c->h[r] = test_uniform(rng, -2.0f, 3.0f);
+        c->hu[r] = test_uniform(rng, -2.0f, 3.0f);
+        c->x_t[r] = test_randint(rng, c->fp.vocab);
+        c->fixed_mask[r] = test_randint(rng, 4) == 0;
+        c->fixed_tokens[r] = test_randint(rng, ref_n_data(&c->fp));
+    }
+}
+
+static void op_case_free(op_case *c)
+{
+    free(c->logits);
+    free(c->logits_u);
+    free(c->h);
+    free(c->hu);
+    free(c->x_t);
+    free(c->fixed_tokens);
+    free(c->fixed_mask);
+}
+
+static void *dev_copy(nctmc_backend *be, const void *src, size_t bytes)
+{
+    void *d = be->ops->alloc(be, bytes);
+    if (d && src)
+        be->ops->upload(be, d, src, bytes);
+    return d;
+}
+
+typedef struct op_result {
+    int32_t *x_out, *proposal;
+    float *prob;
+} op_result;
+
+static nctmc_sample_step_args op_args(const op_case *c)
+{
+    nctmc_sample_step_args a;
+    memset(&a, 0, sizeof a);
+    a.n_rows = c->N;
+    a.seq_len = c->L;
+    a.row_stride = c->V;
+    a.method = c->method;
+    a.cfg_scale = c->guided ? 1.7f : 1.0f;
+    a.t = 0.7;
+    a.s = 0.55;
+    a.temperature = 0.8f;
+    a.correction_temperature = 0.3f;
+    a.seed = 1234;
+    a.step = 9;
+    a.first_sequence = 40;
+    a.fp = c->fp;
+    return a;
+}
+
+/* Runs the op on backend memory and downloads the outputs into *res. */
+static void run_op(nctmc_backend *be, const op_case *c, op_result *res)
+{
+    size_t NV = (size_t)c->N * (size_t)c->V * sizeof(float), N = (size_t)c->N;
+    bool masked = c->fp.process == NCTMC_FP_MASKED;
+    nctmc_sample_step_args a = op_args(c);
+    float *lg = dev_copy(be, c->logits, NV), *lu = dev_copy(be, c->logits_u, NV);
+    float *h = dev_copy(be, c->h, N * sizeof(float)), *hu = dev_copy(be, c->hu, N * sizeof(float));
+    int32_t *x = dev_copy(be, c->x_t, N * sizeof(int32_t));
+    int32_t *ft = dev_copy(be, c->fixed_tokens, N * sizeof(int32_t));
+    uint8_t *fm = dev_copy(be, c->fixed_mask, N);
+    int32_t *xo = dev_copy(be, NULL, N * sizeof(int32_t)), *pr = dev_copy(be, NULL, N * sizeof(int32_t));
+    float *pp = dev_copy(be, NULL, N * sizeof(float));
+    a.logits = lg;
+    a.rate_h = masked ? NULL : h;
+    a.logits_uncond = c->guided ? lu : NULL;
+    a.rate_h_uncond = c->guided && !masked ? hu : NULL;
+    a.x_t = x;
+    a.fixed_mask = fm;
+    a.fixed_tokens = ft;
+    a.x_out = xo;
+    a.proposal = pr;
+    a.proposal_prob = pp;
+    be->ops->sample_step(be, &a);
+    be->ops->download(be, res->x_out, xo, N * sizeof(int32_t));
+    be->ops->download(be, res->proposal, pr, N * sizeof(int32_t));
+    be->ops->download(be, res->prob, pp, N * sizeof(float));
+    CHECK(be->ops->synchronize(be) == NCTMC_OK, "sample_step: %s", be->error);
+    void *all[] = {lg, lu, h, hu, x, ft, fm, xo, pr, pp};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+        be->ops->free(be, all[k]);
+}
+
+/* The op's outputs, row by row, against sm_sample_row called here. */
+static int count_row_mismatches(const op_case *c, const op_result *res)
+{
+    nctmc_sample_step_args a = op_args(c);
+    sm_step st = sm_step_prepare(c->fp, c->method, a.t, a.s, a.cfg_scale, a.temperature,
+                                 a.correction_temperature, a.seed, a.step);
+    bool masked = c->fp.process == NCTMC_FP_MASKED;
+    int bad = 0;
+    for (int64_t r = 0; r < c->N; r++) {
+        bool corr = c->method == SM_METHOD_CORRECT;
+        if (c->fixed_mask[r]) {
+            bad += corr ? res->proposal[r] != c->x_t[r] || res->prob[r] != -1.0f
+                        : res->x_out[r] != c->fixed_tokens[r];
+            continue;
+        }
+        sm_row_in in = {c->logits + r * c->V, c->guided ? c->logits_u + r * c->V : NULL,
+                        masked ? 0.0f : c->h[r], masked ? 0.0f : c->hu[r], c->x_t[r],
+                        a.first_sequence + r / c->L, (int32_t)(r % c->L)};
+        int32_t x = -1, prop = -1;
+        float prob = 0.0f;
+        sm_sample_row(&st, &in, &x, &prop, &prob);
+        bad += corr ? prop != res->proposal[r] || memcmp(&prob, &res->prob[r], sizeof prob) != 0
+                    : x != res->x_out[r];
+    }
+    return bad;
+}
+
+static void op_result_alloc(op_result *r, int64_t N)
+{
+    r->x_out = calloc((size_t)N, sizeof(int32_t));
+    r->proposal = calloc((size_t)N, sizeof(int32_t));
+    r->prob = calloc((size_t)N, sizeof(float));
+}
+
+static void op_result_free(op_result *r)
+{
+    free(r->x_out);
+    free(r->proposal);
+    free(r->prob);
+}
+
+static bool op_results_equal(const op_result *a, const op_result *b, int64_t N, int32_t method)
+{
+    if (method == SM_METHOD_CORRECT)
+        return memcmp(a->proposal, b->proposal, (size_t)N * sizeof(int32_t)) == 0 &&
+               memcmp(a->prob, b->prob, (size_t)N * sizeof(float)) == 0;
+    return memcmp(a->x_out, b->x_out, (size_t)N * sizeof(int32_t)) == 0;
+}
+
+static void test_op_rows_and_threads(nctmc_backend *be1, nctmc_backend *be3)
+{
+    test_rng rng = test_rng_seed(7);
+    static const char *mname[] = {"tau-leaping", "euler", "posterior", "denoise", "correct"};
+    for (int pr = 0; pr < 3; pr++)
+        for (int32_t method = 0; method <= SM_METHOD_CORRECT; method++)
+            for (int guided = 0; guided < 2; guided++) {
+                op_case c = {make_fp(procs[pr], NCTMC_FP_COSINE, 9, 0.3f), 5, 13, 12, method,
+                             guided, 65, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                op_case_fill(&c, &rng);
+                op_result r1, r3;
+                op_result_alloc(&r1, c.N);
+                op_result_alloc(&r3, c.N);
+                run_op(be1, &c, &r1);
+                run_op(be3, &c, &r3);
+                int bad = count_row_mismatches(&c, &r1);
+                CHECK(bad == 0, "op %s/%s%s: %d of %lld rows differ from the row math",
+                      mname[method], proc_name(c.fp.process), guided ? " guided" : "", bad,
+                      (long long)c.N);
+                CHECK(op_results_equal(&r1, &r3, c.N, method),
+                      "op %s/%s%s: 1 and 3 threads differ", mname[method],
+                      proc_name(c.fp.process), guided ? " guided" : "");
+                op_result_free(&r1);
+                op_result_free(&r3);
+                op_case_free(&c);
+            }
+}
+
+/*
+ * Whole chains with the exact rates of a product distribution: at every
+ * step, each row's logits and h are the true reverse rates at its current
+ * state (true_rates), and the op moves it. After the grid and the final
+ * denoising step, each position's tokens must follow its p0. The posterior
+ * sampler is exact up to the denoising at t_min; tau-leaping and Euler carry
+ * a discretisation error that shrinks with the steps.
+ */
+#define ORACLE_CHAINS 8000
+#define ORACLE_L 3
+#define ORACLE_S 6
+
+static double oracle_chain_tv(nctmc_backend *be, nctmc_fp fp, int32_t method, int32_t n_steps,
+                              double p0[ORACLE_L][MAX_S])
+{
+    int64_t N = (int64_t)ORACLE_CHAINS * ORACLE_L;
+    int32_t S = fp.vocab;
+    float *z = malloc((size_t)N * S * sizeof(float)), *h = malloc((size_t)N * sizeof(float));
+    int32_t *x = malloc((size_t)N * sizeof(int32_t)), *xo = malloc((size_t)N * sizeof(int32_t));
+    for (int64_t r = 0; r < N; r++)
+        x[r] = sm_prior_token(&fp, sm_draw(3, NCTMC_RNG_SAMPLE_PRIOR, 0, r / ORACLE_L,
+                                           (int32_t)(r % ORACLE_L)));
+    double t_max = 0.999, t_min = 1e-3;
+    for (int32_t k = 0; k <= n_steps; k++) {
+        double t = t_max + (t_min - t_max) * k / n_steps;
+        double s = t_max + (t_min - t_max) * (k + 1) / n_steps;
+        int32_t m = k == n_steps ? SM_METHOD_DENOISE : method;
+        for (int64_t r = 0; r < N; r++) {
+            h[r] = 0.0f;
+            if (!true_rates(&fp, t, p0[r % ORACLE_L], x[r], 0.0f, 0.0f, z + r * S, h + r))
+                for (int32_t j = 0; j < S; j++)
+                    z[r * S + j] = 0.0f;
+        }
+        nctmc_sample_step_args a;
+        memset(&a, 0, sizeof a);
+        a.n_rows = N;
+        a.seq_len = ORACLE_L;
+        a.row_stride = S;
+        a.method = m;
+        a.logits = z;
+        a.rate_h = fp.process == NCTMC_FP_MASKED ? NULL : h;
+        a.cfg_scale = 1.0f;
+        a.x_t = x;
+        a.t = t;
+        a.s = k == n_steps ? t : s;
+        a.temperature = 1.0f;
+        a.seed = 11;
+        a.step = (uint32_t)k + 1;
+        a.fp = fp;
+        a.x_out = xo;
+        /* CPU backend memory is host memory: the buffers are used directly */
+        be->ops->sample_step(be, &a);
+        memcpy(x, xo, (size_t)N * sizeof(int32_t));
+    }
+    double tv = 0.0;
+    for (int l = 0; l < ORACLE_L; l++) {
+        double freq[MAX_S] = {0}, d = 0.0;
+        for (int64_t c = 0; c < ORACLE_CHAINS; c++)
+            freq[x[c * ORACLE_L + l]] += 1.0 / ORACLE_CHAINS;
+        for (int32_t j = 0; j < S; j++)
+            d += 0.5 * fabs(freq[j] - p0[l][j]);
+        tv = fmax(tv, d);
+    }
+    free(z);
+    free(h);
+    free(x);
+    free(xo);
+    return tv;
+}
+
+static void test_oracle_chains(nctmc_backend *be)
+{
+    test_rng rng = test_rng_seed(8);
+    static const char *mname[] = {"tau-leaping", "euler", "posterior"};
+    /* sampling noise alone: E[TV] ~ 0.4 sqrt(S / chains) ~ 0.011 */
+    static const double tol[] = {0.04, 0.04, 0.03};
+    for (int pr = 0; pr < 3; pr++) {
+        nctmc_fp fp = make_fp(procs[pr], NCTMC_FP_LINEAR, pr == 0 ? ORACLE_S : ORACLE_S + 1, 0.3f);
+        double p0[ORACLE_L][MAX_S];
+        for (int l = 0; l < ORACLE_L; l++)
+            random_p0(&rng, &fp, p0[l]);
+        for (int32_t method = 0; method <= SM_METHOD_POSTERIOR; method++) {
+            double tv = oracle_chain_tv(be, fp, method, 64, p0);
+            printf("oracle chain %s/%s, 64 steps: max TV to p0 = %.4f\n", mname[method],
+                   proc_name(fp.process), tv);
+            CHECK(tv <= tol[method], "%s/%s with the true rates: TV %.4f to p0 (tolerance %.2f)",
+                  mname[method], proc_name(fp.process), tv, tol[method]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* 3. nctmc_sample() on small random models                                 */
+/* ------------------------------------------------------------------------ */
+
+static nctmc_context *make_context(int n_threads)
+{
+    nctmc_context_params p;
+    nctmc_context_params_init(&p);
+    p.backend = "cpu";
+    p.n_threads = n_threads;
+    nctmc_context *ctx = NULL;
+    nctmc_status st = nctmc_context_create(&p, &ctx);
+    CHECK(st == NCTMC_OK && ctx, "context_create: %s", nctmc_status_string(st));
+    return ctx;
+}
+
+static nctmc_model_config tiny_config(nctmc_process process, int32_t n_classes)
+{
+    nctmc_model_config c;
+    nctmc_model_config_init(&c);
+    c.vocab_size = 11;
+    c.seq_len = 12;
+    c.n_layers = 2;
+    c.d_model = 16;
+    c.n_heads = 2;
+    c.cond_dim = 8;
+    c.n_classes = n_classes;
+    c.process = process;
+    c.mixture_uniform = 0.3f;
+    c.seed = 5;
+    return c;
+}
+
+/* Every tensor random, so outputs depend on every weight and the output
+ * layer and rate head are not zero; zero_output_weights then zeroes the
+ * output projection's and rate head's weights (keeping random biases), so
+ * the outputs no longer depend on the input at all. */
+static void randomize_weights(nctmc_model *m, uint64_t seed, bool zero_output_weights)
+{
+    test_rng rng = test_rng_seed(seed);
+    for (int32_t k = 0; k < nctmc_model_n_tensors(m); k++) {
+        nctmc_tensor_info info = {.struct_size = sizeof info};
+        nctmc_model_tensor_info(m, k, &info);
+        float *v = malloc((size_t)info.n_elements * sizeof(float));
+        test_fill_uniform(&rng, v, (size_t)info.n_elements, -0.5f, 0.5f);
+        if (zero_output_weights && (strcmp(info.name, "output_layer.linear.weight") == 0 ||
+                                    strcmp(info.name, "output_layer.rate_head.weight") == 0))
+            memset(v, 0, (size_t)info.n_elements * sizeof(float));
+        nctmc_model_write_tensor(m, info.name, v, info.n_elements);
+        free(v);
+    }
+}
+
+static nctmc_model *make_model(nctmc_context *ctx, nctmc_process process, int32_t n_classes,
+                               bool zero_output_weights)
+{
+    nctmc_model_config c = tiny_config(process, n_classes);
+    nctmc_model *m = NULL;
+    nctmc_status st = nctmc_model_create(ctx, &c, &m);
+    CHECK(st == NCTMC_OK && m, "model_create: %s", nctmc_context_last_error(ctx));
+    if (m)
+        randomize_weights(m, 100 + (uint64_t)process, zero_output_weights);
+    return m;
+}
+
+static nctmc_sampler *make_sampler(nctmc_model *m, nctmc_context *ctx, int32_t max_batch)
+{
+    nctmc_sampler_params sp;
+    nctmc_sampler_params_init(&sp);
+    sp.max_batch = max_batch;
+    sp.ctx = ctx;
+    nctmc_sampler *s = NULL;
+    nctmc_status st = nctmc_sampler_create(m, &sp, &s);
+    CHECK(st == NCTMC_OK && s, "sampler_create: %s", nctmc_context_last_error(ctx));
+    return s;
+}
+
+/* ---- bad parameters ------------------------------------------------------ */
+
+typedef struct bad_case {
+    const char *name;      /* what is wrong */
+    const char *keyword;   /* the message must mention it */
+    void (*apply)(nctmc_sample_params *p);
+} bad_case;
+
+static int32_t fixed_tokens_bad[64];
+static uint8_t fixed_mask_one[64] = {1};
+static int32_t labels_bad[2] = {99, 0};
+
+static void bad_batch0(nctmc_sample_params *p) { p->batch = 0; }
+static void bad_batch_big(nctmc_sample_params *p) { p->batch = 3; }
+static void bad_length_neg(nctmc_sample_params *p) { p->length = -1; }
+static void bad_length_big(nctmc_sample_params *p) { p->length = 13; }
+static void bad_method(nctmc_sample_params *p) { p->method = (nctmc_sample_method)7; }
+static void bad_grid(nctmc_sample_params *p) { p->grid = (nctmc_time_grid)5; }
+static void bad_steps(nctmc_sample_params *p) { p->n_steps = 0; }
+static void bad_tmin0(nctmc_sample_params *p) { p->t_min = 0.0f; }
+static void bad_order(nctmc_sample_params *p) { p->t_min = 0.6f; p->t_max = 0.5f; }
+static void bad_tmax1(nctmc_sample_params *p) { p->t_max = 1.0f; }
+static void bad_tnan(nctmc_sample_params *p) { p->t_max = NAN; }
+static void bad_temp0(nctmc_sample_params *p) { p->temperature = 0.0f; }
+static void bad_temp_inf(nctmc_sample_params *p) { p->temperature = INFINITY; }
+static void bad_fixed_no_tokens(nctmc_sample_params *p) { p->fixed_mask = fixed_mask_one; }
+static void bad_fixed_range(nctmc_sample_params *p)
+{
+    fixed_tokens_bad[0] = 11;
+    p->fixed_mask = fixed_mask_one;
+    p->fixed_tokens = fixed_tokens_bad;
+}
+static void bad_fixed_neg(nctmc_sample_params *p)
+{
+    fixed_tokens_bad[0] = -1;
+    p->fixed_mask = fixed_mask_one;
+    p->fixed_tokens = fixed_tokens_bad;
+}
+static void bad_labels(nctmc_sample_params *p) { p->labels = labels_bad; }
+static void bad_cfg(nctmc_sample_params *p) { p->cfg_scale = 2.0f; }
+static void bad_cfg_nan(nctmc_sample_params *p) { p->cfg_scale = NAN; }
+static void bad_corr_steps(nctmc_sample_params *p) { p->correction_steps = -1; }
+static void bad_corr_temp(nctmc_sample_params *p)
+{
+    p->correction_steps = 2;
+    p->correction_temperature = 0.0f;
+}
+static void bad_corr_time(nctmc_sample_params *p)
+{
+    p->correction_steps = 2;
+    p->correction_time = 1.0f;
+}
+static void bad_first_seq(nctmc_sample_params *p) { p->first_sequence = -1; }
+static void bad_out(nctmc_sample_params *p) { p->tokens_out = NULL; }
+static void bad_size(nctmc_sample_params *p) { p->struct_size = 3; }
+
+static const bad_case bad_cases[] = {
+    {"batch 0", "batch", bad_batch0},
+    {"batch above max_batch", "max_batch", bad_batch_big},
+    {"negative length", "length", bad_length_neg},
+    {"length above max_length", "max_length", bad_length_big},
+    {"unknown method", "method", bad_method},
+    {"unknown grid", "grid", bad_grid},
+    {"no steps", "n_steps", bad_steps},
+    {"t_min 0", "t_min", bad_tmin0},
+    {"t_min > t_max", "t_max", bad_order},
+    {"t_max 1", "t_max", bad_tmax1},
+    {"t_max NaN", "t_max", bad_tnan},
+    {"temperature 0", "temperature", bad_temp0},
+    {"temperature inf", "temperature", bad_temp_inf},
+    {"fixed_mask without fixed_tokens", "fixed_tokens", bad_fixed_no_tokens},
+    {"fixed token = S", "fixed_tokens[0]", bad_fixed_range},
+    {"fixed token -1", "fixed_tokens[0]", bad_fixed_neg},
+    {"labels on an unconditional model", "labels", bad_labels},
+    {"cfg without classes", "cfg_scale", bad_cfg},
+    {"cfg NaN", "cfg_scale", bad_cfg_nan},
+    {"negative correction_steps", "correction_steps", bad_corr_steps},
+    {"correction_temperature 0", "correction_temperature", bad_corr_temp},
+    {"correction_time 1", "correction_time", bad_corr_time},
+    {"negative first_sequence", "first_sequence", bad_first_seq},
+    {"tokens_out NULL", "tokens_out", bad_out},
+    {"struct_size", "struct_size", bad_size},
+};
+
+static void test_bad_sample_params(nctmc_context *ctx)
+{
+    nctmc_model *m = make_model(ctx, NCTMC_PROCESS_UNIFORM, 0, false);
+    nctmc_sampler *s = m ? make_sampler(m, ctx, 2) : NULL;
+    if (!s) {
+        nctmc_model_free(m);
+        return;
+    }
+    int32_t out[64];
+    for (size_t k = 0; k < sizeof bad_cases / sizeof bad_cases[0]; k++) {
+        nctmc_sample_params p;
+        nctmc_sample_params_init(&p);
+        p.n_steps = 2;
+        p.tokens_out = out;
+        bad_cases[k].apply(&p);
+        for (int r = 0; r < 64; r++)
+            out[r] = -7;
+        nctmc_status st = nctmc_sample(s, &p);
+        const char *msg = nctmc_sampler_last_error(s);
+        CHECK(st == NCTMC_ERR_INVALID_ARGUMENT, "%s: status %s", bad_cases[k].name,
+              nctmc_status_string(st));
+        CHECK(strstr(msg, bad_cases[k].keyword) != NULL, "%s: message \"%s\" does not name %s",
+              bad_cases[k].name, msg, bad_cases[k].keyword);
+        CHECK(out[0] == -7 && out[63] == -7, "%s: tokens_out was written", bad_cases[k].name);
+    }
+    CHECK(nctmc_sample(NULL, NULL) == NCTMC_ERR_INVALID_ARGUMENT, "NULL sampler accepted");
+    CHECK(nctmc_sample(s, NULL) == NCTMC_ERR_INVALID_ARGUMENT, "NULL params accepted");
+    CHECK(strcmp(nctmc_sampler_last_error(NULL), "") == 0, "last_error(NULL) is not \"\"");
+    nctmc_sampler_free(s);
+    nctmc_sampler_free(NULL);
+
+    /* the mask token cannot be fixed; labels out of range; cfg accepted
+     * with classes */
+    nctmc_model *mm = make_model(ctx, NCTMC_PROCESS_MASKED, 3, false);
+    nctmc_sampler *ms = mm ? make_sampler(mm, ctx, 2) : NULL;
+    if (ms) {
+        nctmc_sample_params p;
+        nctmc_sample_params_init(&p);
+        p.n_steps = 2;
+        p.tokens_out = out;
+        fixed_tokens_bad[0] = 10;
+        p.fixed_mask = fixed_mask_one;
+        p.fixed_tokens = fixed_tokens_bad;
+        CHECK(nctmc_sample(ms, &p) == NCTMC_ERR_INVALID_ARGUMENT &&
+                  strstr(nctmc_sampler_last_error(ms), "mask token"),
+              "fixing the mask token: %s", nctmc_sampler_last_error(ms));
+        nctmc_sample_params_init(&p);
+        p.n_steps = 2;
+        p.tokens_out = out;
+        p.labels = labels_bad;
+        CHECK(nctmc_sample(ms, &p) == NCTMC_ERR_INVALID_ARGUMENT &&
+                  strstr(nctmc_sampler_last_error(ms), "labels[0] = 99"),
+              "label out of range: %s", nctmc_sampler_last_error(ms));
+        p.labels = NULL;
+        p.cfg_scale = -1.0f;
+        CHECK(nctmc_sample(ms, &p) == NCTMC_ERR_INVALID_ARGUMENT, "negative cfg accepted");
+        p.cfg_scale = 2.5f;
+        CHECK(nctmc_sample(ms, &p) == NCTMC_OK, "cfg with classes: %s",
+              nctmc_sampler_last_error(ms));
+    }
+    nctmc_sampler_free(ms);
+    nctmc_model_free(mm);
+    nctmc_model_free(m);
+}
+
+static void test_bad_sampler_create(nctmc_context *ctx)
+{
+    nctmc_model *m = make_model(ctx, NCTMC_PROCESS_UNIFORM, 0, false);
+    if (!m)
+        return;
+    nctmc_sampler *s = (nctmc_sampler *)&s;
+    nctmc_sampler_params sp;
+    nctmc_sampler_params_init(&sp);
+    sp.ctx = ctx;
+    CHECK(nctmc_sampler_create(NULL, &sp, &s) == NCTMC_ERR_INVALID_ARGUMENT && s == NULL &&
+              strstr(nctmc_context_last_error(ctx), "model"),
+          "NULL model: %s", nctmc_context_last_error(ctx));
+    CHECK(nctmc_sampler_create(m, &sp, NULL) == NCTMC_ERR_INVALID_ARGUMENT, "NULL out accepted");
+    sp.max_batch = 0;
+    CHECK(nctmc_sampler_create(m, &sp, &s) == NCTMC_ERR_INVALID_ARGUMENT &&
+              strstr(nctmc_context_last_error(ctx), "max_batch"),
+          "max_batch 0: %s", nctmc_context_last_error(ctx));
+    sp.max_batch = 2;
+    sp.max_length = 13;
+    CHECK(nctmc_sampler_create(m, &sp, &s) == NCTMC_ERR_INVALID_ARGUMENT &&
+              strstr(nctmc_context_last_error(ctx), "max_length"),
+          "max_length 13: %s", nctmc_context_last_error(ctx));
+    sp.max_length = 0;
+    sp.struct_size = 1;
+    CHECK(nctmc_sampler_create(m, &sp, &s) == NCTMC_ERR_INVALID_ARGUMENT &&
+              strstr(nctmc_context_last_error(ctx), "struct_size"),
+          "struct_size: %s", nctmc_context_last_error(ctx));
+    CHECK(nctmc_sampler_create(m, NULL, &s) == NCTMC_OK && s, "default params: %s",
+          nctmc_context_last_error(ctx));
+    nctmc_sampler_free(s);
+    nctmc_model_free(m);
+}
+
+/* ---- infilling ----------------------------------------------------------- */
+
+typedef struct fixed_watch {
+    const uint8_t *mask;
+    const int32_t *tokens;
+    int violations;
+    int calls;
+    int32_t S;
+    int out_of_range;
+} fixed_watch;
+
+static bool watch_fixed(int32_t step, int32_t n_steps, const int32_t *tokens, int32_t batch,
+                        int32_t length, void *user)
+{
+    (void)step;
+    (void)n_steps;
+    fixed_watch *w = user;
+    w->calls++;
+    for (int32_t r = 0; r < batch * length; r++) {
+        if (w->mask[r] && tokens[r] != w->tokens[r])
+            w->violations++;
+        if (tokens[r] < 0 || tokens[r] >= w->S)
+            w->out_of_range++;
+    }
+    return true;
+}
+
+static void test_infilling(nctmc_context *ctx)
+{
+    enum { B = 3, L = 12 };
+    static const char *mname[] = {"tau-leaping", "euler", "posterior"};
+    test_rng rng = test_rng_seed(12);
+    for (int pr = 0; pr < 3; pr++) {
+        nctmc_model *m = make_model(ctx, (nctmc_process)procs[pr], 0, false);
+        nctmc_sampler *s = m ? make_sampler(m, ctx, B) : NULL;
+        if (!s) {
+            nctmc_model_free(m);
+            continue;
+        }
+        int32_t n_data = procs[pr] == NCTMC_FP_UNIFORM ? 11 : 10;
+        for (int method = 0; method < 3; method++) {
+            uint8_t mask[B * L];
+            int32_t fixed[B * L], out[B * L];
+            for (int r = 0; r < B * L; r++) {
+                /* a prefix, a suffix and scattered positions */
+                int l = r % L;
+                mask[r] = l < 3 || l == L - 1 || test_randint(&rng, 4) == 0;
+                fixed[r] = mask[r] ? test_randint(&rng, n_data) : 999;
+            }
+            fixed_watch w = {mask, fixed, 0, 0, 11, 0};
+            nctmc_sample_params p;
+            nctmc_sample_params_init(&p);
+            p.batch = B;
+            p.method = (nctmc_sample_method)method;
+            p.n_steps = 12;
+            p.grid = method == 1 ? NCTMC_GRID_GEOMETRIC : NCTMC_GRID_UNIFORM;
+            p.fixed_mask = mask;
+            p.fixed_tokens = fixed;
+            p.correction_steps = 4;
+            p.correction_temperature = 0.5f;
+            p.seed = 21 + (uint64_t)method;
+            p.callback = watch_fixed;
+            p.user_data = &w;
+            p.tokens_out = out;
+            nctmc_status st = nctmc_sample(s, &p);
+            CHECK(st == NCTMC_OK, "infill %s/%s: %s", mname[method], proc_name(procs[pr]),
+                  nctmc_sampler_last_error(s));
+            int changed = 0, masks_left = 0;
+            for (int r = 0; r < B * L; r++) {
+                changed += mask[r] && out[r] != fixed[r];
+                masks_left += procs[pr] != NCTMC_FP_UNIFORM && out[r] == 10;
+            }
+            CHECK(changed == 0 && w.violations == 0,
+                  "infill %s/%s: %d fixed tokens changed in the output, %d in callbacks",
+                  mname[method], proc_name(procs[pr]), changed, w.violations);
+            CHECK(w.calls >= 12 && w.out_of_range == 0,
+                  "infill %s/%s: %d callbacks, %d tokens out of range", mname[method],
+                  proc_name(procs[pr]), w.calls, w.out_of_range);
+            CHECK(masks_left == 0, "infill %s/%s: %d mask tokens survive the final denoise",
+                  mname[method], proc_name(procs[pr]), masks_left);
+        }
+        nctmc_sampler_free(s);
+        nctmc_model_free(m);
+    }
+}
+
+/* A length below max_length: only batch * length tokens are produced and
+ * written, each a valid state. */
+static void test_shorter_length(nctmc_context *ctx)
+{
+    nctmc_model *m = make_model(ctx, NCTMC_PROCESS_MIXTURE, 0, false);
+    nctmc_sampler *s = m ? make_sampler(m, ctx, 3) : NULL;
+    for (int method = 0; method < 3 && s; method++) {
+        int32_t out[3 * 12];
+        for (int r = 0; r < 36; r++)
+            out[r] = -5;
+        nctmc_sample_params p;
+        nctmc_sample_params_init(&p);
+        p.batch = 2;
+        p.length = 5;
+        p.method = (nctmc_sample_method)method;
+        p.n_steps = 6;
+        p.correction_steps = 2;
+        p.tokens_out = out;
+        nctmc_status st = nctmc_sample(s, &p);
+        int bad = 0, untouched = 0;
+        for (int r = 0; r < 10; r++)
+            bad += out[r] < 0 || out[r] >= 10;
+        for (int r = 10; r < 36; r++)
+            untouched += out[r] == -5;
+        CHECK(st == NCTMC_OK && bad == 0 && untouched == 26,
+              "length 5, method %d: %s, %d bad tokens, %d of 26 past the end untouched", method,
+              nctmc_sampler_last_error(s), bad, untouched);
+    }
+    nctmc_sampler_free(s);
+    nctmc_model_free(m);
+}
+
+/* ---- cancelling ---------------------------------------------------------- */
+
+typedef struct cancel_watch {
+    int32_t stop_at;
+    int32_t seen[64];
+    int n_seen;
+    int32_t last[64];
+} cancel_watch;
+
+static bool cancel_at(int32_t step, int32_t n_steps, const int32_t *tokens, int32_t batch,
+                      int32_t length, void *user)
+{
+    (void)n_steps;
+    cancel_watch *w = user;
+    if (w->n_seen < 64)
+        w->seen[w->n_seen++] = step;
+    memcpy(w->last, tokens, (size_t)(batch * length) * sizeof(int32_t));
+    return step < w->stop_at;
+}
+
+static void test_cancel(nctmc_context *ctx)
+{
+    nctmc_model *m = make_model(ctx, NCTMC_PROCESS_UNIFORM, 0, false);
+    nctmc_sampler *s = m ? make_sampler(m, ctx, 2) : NULL;
+    if (!s) {
+        nctmc_model_free(m);
+        return;
+    }
+    cancel_watch w;
+    memset(&w, 0, sizeof w);
+    w.stop_at = 3;
+    int32_t out[24];
+    nctmc_sample_params p;
+    nctmc_sample_params_init(&p);
+    p.batch = 2;
+    p.n_steps = 10;
+    p.callback = cancel_at;
+    p.user_data = &w;
+    p.tokens_out = out;
+    nctmc_status st = nctmc_sample(s, &p);
+    CHECK(st == NCTMC_ERR_CANCELLED, "cancel: status %s", nctmc_status_string(st));
+    CHECK(w.n_seen == 3 && w.seen[0] == 1 && w.seen[1] == 2 && w.seen[2] == 3,
+          "cancel: the callback saw %d steps (want 1, 2, 3)", w.n_seen);
+    CHECK(memcmp(out, w.last, sizeof out) == 0, "cancel: tokens_out is not the state at step 3");
+    CHECK(strstr(nctmc_sampler_last_error(s), "cancel") != NULL, "cancel message: \"%s\"",
+          nctmc_sampler_last_error(s));
+
+    /* cancelling inside the correction pass: steps n_steps + k */
+    memset(&w, 0, sizeof w);
+    w.stop_at = 12;
+    p.correction_steps = 5;
+    p.correction_temperature = 1.0f; /* proposals that differ, so no early finish */
+    st = nctmc_sample(s, &p);
+    CHECK(st == NCTMC_ERR_CANCELLED && w.n_seen == 12 && w.seen[10] == 11 && w.seen[11] == 12,
+          "cancel in correction: status %s, %d steps seen", nctmc_status_string(st), w.n_seen);
+    nctmc_sampler_free(s);
+    nctmc_model_free(m);
+}
+
+/* ---- determinism ----------------------------------------------------------- */
+
+static nctmc_status sample_once(nctmc_sampler *s, int32_t method, int32_t batch,
+                                int64_t first_sequence, uint64_t seed, int32_t correction,
+                                float cfg, const int32_t *labels, int32_t *out)
+{
+    nctmc_sample_params p;
+    nctmc_sample_params_init(&p);
+    p.batch = batch;
+    p.method = (nctmc_sample_method)method;
+    p.n_steps = 8;
+    p.seed = seed;
+    p.first_sequence = first_sequence;
+    p.correction_steps = correction;
+    p.cfg_scale = cfg;
+    p.labels = labels;
+    p.tokens_out = out;
+    nctmc_status st = nctmc_sample(s, &p);
+    CHECK(st == NCTMC_OK, "sample: %s", nctmc_sampler_last_error(s));
+    return st;
+}
+
+static void test_determinism(nctmc_context *ctx1, nctmc_context *ctx2)
+{
+    enum { B = 4, N = B * 12 };
+    static const int32_t labels[B] = {0, 1, 2, 1};
+    for (int pr = 0; pr < 3; pr++) {
+        nctmc_model *m = make_model(ctx1, (nctmc_process)procs[pr], 3, false);
+        nctmc_sampler *s1 = m ? make_sampler(m, ctx1, B) : NULL;
+        nctmc_sampler *s2 = m ? make_sampler(m, ctx2, B) : NULL;
+        for (int method = 0; method < 3 && s1 && s2; method++) {
+            int32_t a[N], b[N], c[N], d[N];
+            sample_once(s1, method, B, 0, 7, 3, 2.0f, labels, a);
+            sample_once(s1, method, B, 0, 7, 3, 2.0f, labels, b);
+            sample_once(s1, method, B, 0, 8, 3, 2.0f, labels, c);
+            sample_once(s2, method, B, 0, 7, 3, 2.0f, labels, d);
+            CHECK(memcmp(a, b, sizeof a) == 0, "%s method %d: same seed, different samples",
+                  proc_name(procs[pr]), method);
+            CHECK(memcmp(a, c, sizeof a) != 0, "%s method %d: seeds 7 and 8 give the same samples",
+                  proc_name(procs[pr]), method);
+            CHECK(memcmp(a, d, sizeof a) == 0, "%s method %d: 1 and 2 threads differ",
+                  proc_name(procs[pr]), method);
+        }
+        nctmc_sampler_free(s1);
+        nctmc_sampler_free(s2);
+        nctmc_model_free(m);
+    }
+}
+
+/*
+ * Sequence k drawn alone (batch 1, first_sequence = k) against the same
+ * sequence inside a batch of 64. The random numbers are keyed by sequence,
+ * so any difference can only come from the model's outputs for that
+ * sequence differing with the batch around it (rounding in batched
+ * products), which a single flipped draw then propagates. With the output
+ * projection's and rate head's weights zeroed the outputs are exactly the
+ * biases, independent of every input: there the agreement must be exact.
+ */
+static double batch_agreement(nctmc_context *ctx, nctmc_process process, int32_t method,
+                              bool zero_output)
+{
+    enum { BIG = 64, L = 12 };
+    static const int64_t probes[] = {0, 17, 63};
+    nctmc_model *m = make_model(ctx, process, 0, zero_output);
+    nctmc_sampler *big = m ? make_sampler(m, ctx, BIG) : NULL;
+    nctmc_sampler *one = m ? make_sampler(m, ctx, 1) : NULL;
+    double agree = -1.0;
+    int32_t *all = malloc(sizeof(int32_t) * BIG * L), alone[L];
+    if (big && one && sample_once(big, method, BIG, 100, 5, 2, 1.0f, NULL, all) == NCTMC_OK) {
+        long same = 0, total = 0;
+        for (size_t k = 0; k < sizeof probes / sizeof probes[0]; k++) {
+            if (sample_once(one, method, 1, 100 + probes[k], 5, 2, 1.0f, NULL, alone) != NCTMC_OK)
+                break;
+            for (int l = 0; l < L; l++)
+                same += alone[l] == all[probes[k] * L + l];
+            total += L;
+        }
+        agree = total ? (double)same / (double)total : -1.0;
+    }
+    free(all);
+    nctmc_sampler_free(big);
+    nctmc_sampler_free(one);
+    nctmc_model_free(m);
+    return agree;
+}
+
+static void test_batch_independence(nctmc_context *ctx)
+{
+    static const char *mname[] = {"tau-leaping", "euler", "posterior"};
+    for (int pr = 0; pr < 3; pr++)
+        for (int method = 0; method < 3; method++) {
+            double random_w = batch_agreement(ctx, (nctmc_process)procs[pr], method, false);
+            double zero_w = batch_agreement(ctx, (nctmc_process)procs[pr], method, true);
+            printf("batch independence %s/%s: agreement %.4f (random model), %.4f (zero output "
+                   "weights)\n",
+                   mname[method], proc_name(procs[pr]), random_w, zero_w);
+            CHECK(random_w >= 0.9, "%s/%s: sequence alone vs in a batch of 64 agree on %.3f",
+                  mname[method], proc_name(procs[pr]), random_w);
+            CHECK(zero_w == 1.0, "%s/%s: input-independent model, agreement %.4f (want exactly 1)",
+                  mname[method], proc_name(procs[pr]), zero_w);
+        }
+}
+
+int main(void)
+{
+    test_recovery_exact();
+    test_recovery_masked_is_jump();
+    test_posterior_brute_force();
+    test_jump_and_guidance();
+    test_step_probabilities();
+    test_denoise();
+    test_draw_frequencies();
+    test_prior_frequencies();
+    test_counter_fields();
+
+    char err[256] = "";
+    nctmc_backend *be1 = nctmc_cpu_backend_create(1, err, sizeof err);
+    nctmc_backend *be3 = nctmc_cpu_backend_create(3, err, sizeof err);
+    CHECK(be1 && be3, "CPU backend: %s", err);
+    if (be1 && be3) {
+        test_op_rows_and_threads(be1, be3);
+        test_oracle_chains(be3);
+    }
+    if (be1)
+        be1->ops->destroy(be1);
+    if (be3)
+        be3->ops->destroy(be3);
+
+    nctmc_context *ctx1 = make_context(1), *ctx2 = make_context(2);
+    if (ctx1 && ctx2) {
+        test_bad_sample_params(ctx2);
+        test_bad_sampler_create(ctx2);
+        test_infilling(ctx2);
+        test_cancel(ctx2);
+        test_shorter_length(ctx2);
+        test_determinism(ctx1, ctx2);
+        test_batch_independence(ctx2);
+    }
+    nctmc_context_free(ctx1);
+    nctmc_context_free(ctx2);
+    return test_finish("sampler");
+}
