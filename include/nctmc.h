@@ -765,8 +765,8 @@ typedef struct nctmc_sampler_params {
 /** Fills *params with the defaults. */
 NCTMC_API void nctmc_sampler_params_init(nctmc_sampler_params *params);
 
-/** Creates a sampler. Errors are stored in params->ctx or the model's
- *  context. */
+/** Creates a sampler; params may be NULL for the defaults. Errors are
+ *  stored in params->ctx or the model's context. */
 NCTMC_API nctmc_status nctmc_sampler_create(const nctmc_model *model,
                                             const nctmc_sampler_params *params,
                                             nctmc_sampler **out);

@@ -343,7 +343,7 @@ static void eval_fill_rows(eval_state *e, int64_t g0, int32_t nb)
         int64_t s = (g0 + b) / n;
         int32_t k = (int32_t)((g0 + b) % n);
         float t = eval_time(p->seed, e->T, n, k, s);
-        double om = nelbo_one_minus_alpha(&e->fp, (double)t);
+        double om = fp_one_minus_alpha(&e->fp, (double)t);
         e->times[b] = t;
         if (p->labels)
             e->labels[b] = p->labels[s];

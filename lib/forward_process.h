@@ -47,6 +47,25 @@ static inline NCTMC_HD double fp_alpha(const nctmc_fp *fp, double t)
     }
 }
 
+/* 1 - a_t without cancellation: near t = 0 the cosine schedule's
+ * 1 - cos(pi t / 2) loses every digit (it is 0 below t ~ 1e-8), which
+ * would make the masked exit rate sigma a / (1 - a) infinite. */
+static inline NCTMC_HD double fp_one_minus_alpha(const nctmc_fp *fp, double t)
+{
+    switch (fp->schedule) {
+    case NCTMC_FP_COSINE: {
+        /* a_1 = 0 exactly (the masked prior depends on it), which neither
+         * cos(pi/2) nor 2 sin^2(pi/4) gives in floating point */
+        if (t >= 1.0)
+            return 1.0;
+        double s = sin(0.25 * NCTMC_PI * t);
+        return 2.0 * s * s;
+    }
+    case NCTMC_FP_LOGLINEAR: return (1.0 - (double)fp->schedule_eps) * t;
+    default: return t;
+    }
+}
+
 /* sigma_t = -a'_t / a_t (> 0 on (0, 1)) */
 static inline NCTMC_HD double fp_sigma(const nctmc_fp *fp, double t)
 {
@@ -170,7 +189,7 @@ static inline NCTMC_HD double fp_masked_log_rate(const nctmc_fp *fp, double t, i
     if (i != fp_mask(fp))
         return -INFINITY;
     double a = fp_alpha(fp, t);
-    return log(fp_sigma(fp, t) * a / (1.0 - a));
+    return log(fp_sigma(fp, t) * a / fp_one_minus_alpha(fp, t));
 }
 
 /* log lambda_theta from the exit-rate head's output h: the learned link

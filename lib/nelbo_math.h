@@ -21,23 +21,6 @@
 
 #include "forward_process.h"
 
-/* 1 - a_t without the cancellation of 1 - cos near t = 0 (there 1 - a_t is
- * far below double's resolution around 1, yet it is the noise probability). */
-static inline NCTMC_HD double nelbo_one_minus_alpha(const nctmc_fp *fp, double t)
-{
-    switch (fp->schedule) {
-    case NCTMC_FP_COSINE: {
-        /* a_1 = 0 exactly (the masked prior depends on it), which neither
-         * cos(pi/2) nor 2 sin^2(pi/4) gives in floating point */
-        if (t >= 1.0)
-            return 1.0;
-        double s = sin(0.25 * NCTMC_PI * t);
-        return 2.0 * s * s;
-    }
-    case NCTMC_FP_LOGLINEAR: return (1.0 - (double)fp->schedule_eps) * t;
-    default: return t;
-    }
-}
 
 /* q_{t|0}(. | x0) for any data token x0 (the prior is the same on every data
  * token, so only "is x0", "other data token" and "mask" matter). */
@@ -58,7 +41,7 @@ static inline NCTMC_HD double nelbo_log_or_ninf(double x)
 static inline NCTMC_HD nelbo_marginal nelbo_marginal_at(const nctmc_fp *fp, double t)
 {
     nelbo_marginal g;
-    double om = nelbo_one_minus_alpha(fp, t);
+    double om = fp_one_minus_alpha(fp, t);
     double pd = fp_prior_data(fp), pm = fp_prior_mask(fp);
     g.sigma = fp_sigma(fp, t);
     g.one_minus_a = om;

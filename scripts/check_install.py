@@ -5,7 +5,9 @@
   are installed;
 - the shared library exports only nctmc_* symbols and has a soname;
 - tests/install/consumer.c builds against the installed copy through
-  pkg-config, dynamically and statically (pkg-config --static), and runs.
+  pkg-config, dynamically and statically (pkg-config --static), and runs;
+- examples/embed.c builds the same way and samples from a checkpoint that
+  the installed `nctmc` tool trains (a few steps on the digits data).
 
 Writes build-ci/install-check.json in meson's testlog format (one JSON
 object per line) so the summary counts these checks with the tests.
@@ -78,6 +80,47 @@ if pc and header:
             run = subprocess.run([exe], capture_output=True, text=True, env=env)
             record("consumer runs (%s)" % kind, run.returncode == 0,
                    (run.stdout + run.stderr).strip()[:400])
+
+
+
+def check_embed(env):
+    """Builds examples/embed.c against the installed library and runs it on
+    a checkpoint made by the installed tool."""
+    tool = find("nctmc")
+    tool = tool if tool and os.access(tool, os.X_OK) and "bin" in tool else None
+    record("nctmc tool installed", tool is not None)
+    if not tool:
+        return
+    work = os.path.join(root, "build-ci", "install-embed")
+    os.makedirs(work, exist_ok=True)
+    data, ckpt = os.path.join(work, "digits"), os.path.join(work, "tiny.safetensors")
+    steps = [[tool, "prepare", "--digits", os.path.join(root, "examples", "data", "digits.txt"),
+              "--out", data],
+             [tool, "train", "--data", data, "--out", ckpt, "--layers", "1", "--d-model", "32",
+              "--heads", "2", "--cond-dim", "16", "--batch", "4", "--steps", "3",
+              "--eval-every", "0", "--eval-sequences", "8", "--threads", "1"]]
+    for cmd in steps:
+        run = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if run.returncode != 0:
+            record("installed tool: " + cmd[1], False, (run.stdout + run.stderr).strip()[-400:])
+            return
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "nctmc"], capture_output=True,
+                           text=True, env=env)
+    exe = os.path.join(work, "embed")
+    build = subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror",
+                            os.path.join(root, "examples", "embed.c"), "-o", exe]
+                           + flags.stdout.split(), capture_output=True, text=True, env=env)
+    ok = flags.returncode == 0 and build.returncode == 0
+    record("examples/embed.c builds against the installed library", ok,
+           (flags.stderr + build.stderr).strip()[:400])
+    if ok:
+        run = subprocess.run([exe, ckpt], capture_output=True, text=True, env=env)
+        record("embed samples from a checkpoint", run.returncode == 0 and run.stdout.strip() != "",
+               (run.stdout + run.stderr).strip()[:400])
+
+
+if pc and header:
+    check_embed(env)
 
 with open(os.path.join(root, "build-ci", "install-check.json"), "w") as f:
     for r in results:

@@ -71,14 +71,42 @@ int image_grid_write_png(const image_grid *g, int32_t scale, const char *path)
     return rc;
 }
 
+/* One image as text for the terminal: two characters per pixel (terminal
+ * cells are about twice as tall as wide) from a ten-step ramp that reads
+ * from light to dark at a glance. This is a view, not the tokenizer's
+ * decodable form (`--out` writes that). */
+static char *render_picture(const image_grid *g, const int32_t *pixels)
+{
+    static const char shades[] = " .:-=+*#%@";
+    const int32_t n_shades = (int32_t)sizeof shades - 1;
+    size_t line = 2 * (size_t)g->width + 1;
+    char *text = malloc(line * (size_t)g->height + 1);
+    if (text == NULL)
+        return NULL;
+    char *at = text;
+    for (int32_t y = 0; y < g->height; y++) {
+        for (int32_t x = 0; x < g->width; x++) {
+            int64_t level = pixels[(size_t)y * (size_t)g->width + (size_t)x];
+            int64_t k = g->levels > 1 ? level * (n_shades - 1) / (g->levels - 1) : 0;
+            char c = shades[k < 0 ? 0 : k >= n_shades ? n_shades - 1 : k];
+            *at++ = c;
+            *at++ = c;
+        }
+        *at++ = '\n';
+    }
+    *at = '\0';
+    return text;
+}
+
 bool image_grid_print_preview(FILE *out, const image_grid *g, nctmc_tokenizer *tok,
                               const char *const *row_titles, int width)
 {
+    (void)tok; /* the shape is in g; kept for callers that decode */
     char **pictures = calloc((size_t)(g->n > 0 ? g->n : 1), sizeof *pictures);
     bool ok = pictures != NULL;
     size_t pixels = (size_t)g->width * (size_t)g->height;
     for (int64_t i = 0; ok && i < g->n; i++) {
-        pictures[i] = cli_decode("sample", tok, g->tokens + (size_t)i * pixels, pixels);
+        pictures[i] = render_picture(g, g->tokens + (size_t)i * pixels);
         ok = pictures[i] != NULL;
     }
     if (ok)
