@@ -22,7 +22,7 @@ echo
 # Three minutes of two cores are enough for recognisable digits with the
 # masked process, whose exit rate is exact. The uniform process (the
 # paper's; --process uniform) learns its exit rate, and in three minutes
-# its clean-token rates stay ~30x too high at small t (`nctmc eval` prints
+# its clean-token rates stay 8-35x too high for t < 0.5 (`nctmc eval` prints
 # the calibration table), which leaves the digits speckled: it needs longer
 # runs. A short run wants a short EMA (0.999 would still remember the
 # untrained start).
