@@ -66,9 +66,6 @@ void cpu_parallel_chunks(cpu_backend *cb, int64_t n, int64_t chunk, cpu_pool_fn 
     cpu_pool_run(cb->pool, (n + chunk - 1) / chunk, fn, arg);
 }
 
-/* cpu_sample.c */
-void cpu_sample_step(nctmc_backend *be, const nctmc_sample_step_args *args);
-
 static const nctmc_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,

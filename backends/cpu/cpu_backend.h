@@ -93,6 +93,7 @@ void cpu_attention_backward(nctmc_backend *be, int32_t batch, int32_t seq_len, i
 /* cpu_loss.c */
 void cpu_lcond(nctmc_backend *be, const nctmc_lcond_args *args);
 void cpu_jump_output(nctmc_backend *be, const nctmc_jump_output_args *args);
+void cpu_sample_step(nctmc_backend *be, const nctmc_sample_step_args *args);
 
 /* cpu_optim.c */
 double cpu_sum_squares(nctmc_backend *be, int64_t n, const float *x);

@@ -8,10 +8,6 @@
 #include "cpu_backend.h"
 #include "sample_math.h"
 
-/* Declared here rather than in cpu_backend.h, beside the ops table that
- * uses it (cpu_backend.c repeats this prototype). */
-void cpu_sample_step(nctmc_backend *be, const nctmc_sample_step_args *args);
-
 typedef struct sample_job {
     const nctmc_sample_step_args *a;
     sm_step st;

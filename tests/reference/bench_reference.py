@@ -10,7 +10,11 @@ same two measurements as the C benchmark:
               (what dit_forward computes), without autograd;
   train_step  forward + L_cond loss + backward to every parameter (what
               dit_loss with gradients computes), the loss in its vectorised
-              form (nctmc_reference.lcond_loss_fast), not the brute force.
+              form (nctmc_reference.lcond_loss_fast), not the brute force;
+  sample_step (with --measure sample_step) one tau-leaping step as
+              tests/bench/bench_sample_step.c times it: the forward pass,
+              the model's rates and jump distribution, each position jumping
+              with probability 1 - exp(-lambda tau) to j ~ r, without autograd.
 --threads N sets both torch's intra-op threads and OpenBLAS's (which does its
 matrix products); OMP_WAIT_POLICY defaults to PASSIVE (see main()). Each
 measurement is run `warmup` times, then `reps` times; the median is reported:
@@ -66,6 +70,8 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--config", choices=sorted(CONFIGS), default="cpu-small")
+    ap.add_argument("--measure", default="forward,train_step",
+                    help="comma-separated: forward, train_step, sample_step")
     args = ap.parse_args()
     threads = max(1, args.threads)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -99,8 +105,25 @@ def main():
         loss = ref.lcond_loss_fast(cfg, log_rate, jump_logprobs, x_t, x0, t).mean()
         loss.backward()
 
+    gen = torch.Generator().manual_seed(1)
+    tau = 1.0 / 128.0
+
+    def sample_step():
+        with torch.no_grad():
+            logits, h = ref.forward(params, cfg, x_t, t)
+            log_rate, jump_logprobs = ref.model_outputs(cfg, logits, h, x_t, t)
+            p_jump = -torch.expm1(-torch.exp(log_rate) * tau)
+            jumps = torch.rand(p_jump.shape, generator=gen) < p_jump
+            dest = torch.multinomial(torch.exp(jump_logprobs).reshape(-1, cfg.S), 1,
+                                     generator=gen).reshape(x_t.shape)
+            return torch.where(jumps, dest, x_t)
+
     tokens = args.batch * cfg.L
-    for name, fn in (("forward", forward), ("train_step", train_step)):
+    known = {"forward": forward, "train_step": train_step, "sample_step": sample_step}
+    for name in args.measure.split(","):
+        if name not in known:
+            ap.error("unknown measurement %r" % name)
+    for name, fn in ((n, known[n]) for n in args.measure.split(",")):
         ms = median_ms(fn, args.warmup, args.reps)
         print("bench=%s impl=torch config=%s threads=%d batch=%d ms=%.2f tokens_per_s=%.1f "
               "torch=%s omp_wait=%s" % (name, args.config, torch.get_num_threads(), args.batch,
