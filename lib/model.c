@@ -13,7 +13,11 @@
 #define MODEL_FAIL(model, status, ...) \
     nctmc_fail((model)->last_error, sizeof (model)->last_error, (status), __VA_ARGS__)
 
-static nctmc_status upload_initial_weights(nctmc_model *m, char *err, size_t err_size)
+/* Allocates the weight slab and, when `initialise`, fills it with the
+ * seeded initial weights (a loader that overwrites every weight skips that:
+ * it is a third of the time to load a large model). */
+static nctmc_status upload_initial_weights(nctmc_model *m, bool initialise, char *err,
+                                           size_t err_size)
 {
     size_t bytes;
     if (!checked_mul(m->slab_floats, sizeof(float), &bytes))
@@ -25,6 +29,8 @@ static nctmc_status upload_initial_weights(nctmc_model *m, char *err, size_t err
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate %zu bytes of weights on the %s backend", bytes,
                           be->name);
+    if (!initialise)
+        return NCTMC_OK; /* alloc gives zeros; the caller uploads every weight */
     float *host = malloc(bytes);
     if (!host)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
@@ -41,6 +47,12 @@ static nctmc_status upload_initial_weights(nctmc_model *m, char *err, size_t err
 
 NCTMC_API nctmc_status nctmc_model_create(nctmc_context *ctx, const nctmc_model_config *config,
                                           nctmc_model **out)
+{
+    return dit_model_create(ctx, config, true, out);
+}
+
+nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *config,
+                              bool initialise, nctmc_model **out)
 {
     if (!ctx)
         return NCTMC_ERR_INVALID_ARGUMENT;
@@ -71,7 +83,7 @@ NCTMC_API nctmc_status nctmc_model_create(nctmc_context *ctx, const nctmc_model_
         return nctmc_fail(ctx->last_error, sizeof ctx->last_error, st,
                           "out of memory building the tensor table");
     }
-    st = upload_initial_weights(m, ctx->last_error, sizeof ctx->last_error);
+    st = upload_initial_weights(m, initialise, ctx->last_error, sizeof ctx->last_error);
     if (st != NCTMC_OK) {
         nctmc_model_free(m);
         return st;

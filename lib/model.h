@@ -98,6 +98,12 @@ struct nctmc_model {
     char last_error[512];
 };
 
+/* nctmc_model_create(), with the seeded initialisation only when
+ * `initialise` (otherwise the weights are zero until the caller uploads
+ * them). Errors go to ctx. */
+nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *config,
+                              bool initialise, nctmc_model **out);
+
 /* Checks a configuration and derives its sizes; on failure writes why. */
 nctmc_status dit_config_validate(const nctmc_model_config *config, dit_dims *dims,
                                  char *err, size_t err_size);

@@ -434,12 +434,13 @@ static nctmc_status check_tensors(const st_file *file, const dit_dims *dims, con
     return st;
 }
 
-/* Creates the model with nctmc_model_create(), which reports into
- * ctx->last_error; err may be that very buffer. */
+/* Creates the model without the seeded initialisation (every weight is read
+ * from the file next); it reports into ctx->last_error, and err may be that
+ * very buffer. */
 static nctmc_status create_model(nctmc_context *ctx, const nctmc_model_config *cfg,
                                  nctmc_model **out, char *err, size_t err_size)
 {
-    nctmc_status st = nctmc_model_create(ctx, cfg, out);
+    nctmc_status st = dit_model_create(ctx, cfg, false, out);
     if (st != NCTMC_OK && err != ctx->last_error)
         nctmc_fail(err, err_size, st, "%s", ctx->last_error);
     return st;
