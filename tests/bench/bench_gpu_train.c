@@ -48,6 +48,7 @@
 #include "context.h"
 #include "cuda_backend.h"
 #include "dit.h"
+#include "bench_util.h"
 
 typedef struct bench_args {
     const char *config;
@@ -55,25 +56,6 @@ typedef struct bench_args {
     int batch, reps, warmup, sample_batch, sample_steps;
     double peak_tflops;
 } bench_args;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static bench_args parse_args(int argc, char **argv)
 {

@@ -28,6 +28,7 @@
 #include "dit.h"
 #include "sample_math.h"
 #include "sampler.h"
+#include "bench_util.h"
 
 #define MAX_BATCHES 8
 
@@ -40,25 +41,6 @@ typedef struct bench_args {
 } bench_args;
 
 static const char *method_names[] = {"tau-leaping", "euler", "posterior"};
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static int parse_batches(const char *s, int *out)
 {

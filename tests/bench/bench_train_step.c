@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "dit.h"
+#include "bench_util.h"
 
 typedef struct gemm_shape {
     int transa, transb;
@@ -88,25 +89,6 @@ static double gemm_flops(const gemm_list *g)
     for (int i = 0; i < g->n; i++)
         f += 2.0 * g->s[i].m * (double)g->s[i].n * g->s[i].k * g->s[i].count;
     return f;
-}
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Runs the listed products back to back with OpenBLAS's own threading. */
