@@ -79,28 +79,6 @@ static bench_args parse_args(int argc, char **argv)
     return a;
 }
 
-/* paper-small: DESIGN §2 (12 layers, d 768, 12 heads, L 512, V 50304). */
-static nctmc_model_config config_named(const char *name)
-{
-    nctmc_model_config c;
-    nctmc_model_config_init(&c); /* cpu-small */
-    if (strcmp(name, "paper-small") == 0) {
-        c.vocab_size = 50257;
-        c.vocab_pad_multiple = 128; /* V = 50304 */
-        c.seq_len = 512;
-        c.n_layers = 12;
-        c.d_model = 768;
-        c.n_heads = 12;
-    } else if (strcmp(name, "tiny") == 0) {
-        c.n_layers = 2;
-        c.d_model = 64;
-        c.n_heads = 2;
-        c.seq_len = 32;
-        c.vocab_size = 32;
-    }
-    return c;
-}
-
 /* Dense bf16 tensor-core peak of known parts, from the device's name. */
 static double peak_for(const char *desc)
 {

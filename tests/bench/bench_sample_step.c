@@ -81,20 +81,6 @@ static bench_args parse_args(int argc, char **argv)
     return a;
 }
 
-static nctmc_model_config config_named(const char *name)
-{
-    nctmc_model_config c;
-    nctmc_model_config_init(&c); /* cpu-small: 6 layers, d 384, 6 heads, L 256, S 256 */
-    if (strcmp(name, "tiny") == 0) {
-        c.n_layers = 2;
-        c.d_model = 64;
-        c.n_heads = 2;
-        c.seq_len = 32;
-        c.vocab_size = 32;
-    }
-    return c;
-}
-
 /* Deterministic pseudo-random weights in +-scale/sqrt(fan-in)-ish ranges:
  * every tensor gets values, so h and the logits vary across positions. */
 static void randomize(nctmc_model *m)

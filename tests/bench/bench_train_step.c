@@ -141,20 +141,6 @@ typedef struct bench_args {
     const char *config;
 } bench_args;
 
-static nctmc_model_config config_named(const char *name)
-{
-    nctmc_model_config c;
-    nctmc_model_config_init(&c); /* cpu-small: 6 layers, d 384, 6 heads, L 256, S 256 */
-    if (strcmp(name, "tiny") == 0) {
-        c.n_layers = 2;
-        c.d_model = 64;
-        c.n_heads = 2;
-        c.seq_len = 32;
-        c.vocab_size = 32;
-    }
-    return c;
-}
-
 static bench_args parse_args(int argc, char **argv)
 {
     bench_args a = {2, 8, 5, "cpu-small"};

@@ -5,7 +5,10 @@
 #define NCTMC_BENCH_UTIL_H
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+#include "nctmc.h"
 
 /* Monotonic seconds. */
 static inline double now_s(void)
@@ -26,6 +29,31 @@ static inline double median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The benchmarks' configurations by name: "cpu-small" (the default config:
+ * 6 layers, d 384, 6 heads, L 256, S 256), "tiny", and "paper-small"
+ * (DESIGN §2: 12 layers, d 768, 12 heads, L 512, V 50304). Unknown names
+ * give cpu-small. */
+static inline nctmc_model_config config_named(const char *name)
+{
+    nctmc_model_config c;
+    nctmc_model_config_init(&c);
+    if (strcmp(name, "paper-small") == 0) {
+        c.vocab_size = 50257;
+        c.vocab_pad_multiple = 128; /* V = 50304 */
+        c.seq_len = 512;
+        c.n_layers = 12;
+        c.d_model = 768;
+        c.n_heads = 12;
+    } else if (strcmp(name, "tiny") == 0) {
+        c.n_layers = 2;
+        c.d_model = 64;
+        c.n_heads = 2;
+        c.seq_len = 32;
+        c.vocab_size = 32;
+    }
+    return c;
 }
 
 #endif /* NCTMC_BENCH_UTIL_H */
