@@ -273,13 +273,15 @@ static void test_accumulation(void)
     fixture_free(&f);
 }
 
-/* The same inputs give the same bits, run after run and on 1, 2 or 3
+/* The same inputs give the same bits, run after run and on 1, 2, 3, 8 or 32
  * threads (every split of the work is fixed by the shapes). */
 static void test_determinism(void)
 {
+    static const int thread_counts[] = {1, 2, 3, 8, 32};
     float *ref = NULL;
     double ref_loss = 0.0;
-    for (int threads = 1; threads <= 3; threads++) {
+    for (size_t ti = 0; ti < sizeof thread_counts / sizeof thread_counts[0]; ti++) {
+        int threads = thread_counts[ti];
         for (int rep = 0; rep < 2; rep++) {
             grad_fixture f;
             fixture_init(&f, NCTMC_PROCESS_MIXTURE, 3, threads, 42);

@@ -2,9 +2,13 @@
  * cpu_linear.c — GEMM on the backend's pool, and the linear layer built on it.
  *
  * OpenBLAS runs single-threaded (see cpu_backend.c); parallelism comes from
- * cutting C into a grid of tiles, one OpenBLAS call per tile. A tile's result
- * depends only on its own inputs, and each element's value not on the tile
- * it lies in, so the output is bitwise the same for every thread count.
+ * cutting C into a grid of tiles, one OpenBLAS call per tile. The grid is a
+ * function of the product's shape alone, never of the thread count: threads
+ * only choose which tiles they run. That is what makes the output bitwise
+ * the same for every thread count, whatever kernel OpenBLAS picks — some of
+ * its kernels (Haswell's, for one) compute an element differently depending
+ * on where it lies in the call's output, so a grid that followed the pool
+ * size would change the bits.
  */
 #include "cpu_backend.h"
 
@@ -14,14 +18,14 @@
 /* Below this many multiply-adds a single call beats the cost of waking the
  * pool and of packing the operands once per tile. */
 #define GEMM_SPLIT_MIN_MACS (1 << 21)
-/* Tiles per GEMM when the shape allows: at least this many, and two per
- * thread on larger pools, so that every thread has work to the end of the
- * job. Each tile repacks its panels of A and B: on the 2-core reference
- * machine 8 tiles of the DiT shapes run as fast as one 2-thread OpenBLAS
- * call while 16 run about 5% slower, and on 16 cores a fixed 8 tiles left
- * half the cores idle. */
-#define GEMM_MIN_TARGET_TILES 8
-#define GEMM_MAX_TARGET_TILES 128
+/* Aim for a tile per this many multiply-adds (~0.1 ms on one core), and
+ * never more than GEMM_MAX_TILES tiles: each tile repacks its panels of A and
+ * B, so on the 2-core reference machine 8 tiles of the DiT shapes ran as
+ * fast as one 2-thread OpenBLAS call and 16 about 5% slower. 16 keeps two
+ * tiles per thread up to 8 threads; larger pools still run the same grid,
+ * with some threads idle at the end of a product. */
+#define GEMM_MACS_PER_TILE (1 << 22)
+#define GEMM_MAX_TILES 16
 /* No tile edge under this: thinner tiles spend their time packing. */
 #define GEMM_MIN_TILE_EDGE 128
 /* Tile edges are multiples of the widest OpenBLAS micro-kernel, so no tile
@@ -57,22 +61,20 @@ static int64_t min64(int64_t a, int64_t b)
 /* Cuts C into row bands first, then the bands into columns, halving each
  * while the pieces keep the minimum edge. Row bands are contiguous in C and
  * share nothing but B; measured on the DiT shapes they beat square tiles of
- * the same count. The grid depends on the shape and, above 4 threads, on
- * the pool size; the values do not: OpenBLAS computes each element of C
- * with the same sequence of operations whatever tile it lies in (its inner
- * dimension is blocked by k alone), which tests/test_cpu_dense.c checks. */
-static void gemm_plan(gemm_job *job, int threads)
+ * the same count. Only m, n and k decide the grid (see the top of the file). */
+static void gemm_plan(gemm_job *job)
 {
-    int64_t target = 2 * (int64_t)threads;
-    target = target < GEMM_MIN_TARGET_TILES ? GEMM_MIN_TARGET_TILES : target;
-    target = target > GEMM_MAX_TARGET_TILES ? GEMM_MAX_TARGET_TILES : target;
-    int64_t cuts_m = 1, cuts_n = 1;
-    if ((double)job->m * (double)job->n * (double)job->k >= GEMM_SPLIT_MIN_MACS) {
-        while (cuts_m * 2 <= target && job->m / (cuts_m * 2) >= GEMM_MIN_TILE_EDGE)
-            cuts_m *= 2;
-        while (cuts_m * cuts_n * 2 <= target && job->n / (cuts_n * 2) >= GEMM_MIN_TILE_EDGE)
-            cuts_n *= 2;
+    double macs = (double)job->m * (double)job->n * (double)job->k;
+    int64_t target = 1;
+    if (macs >= GEMM_SPLIT_MIN_MACS) {
+        double wanted = macs / GEMM_MACS_PER_TILE;
+        target = wanted >= GEMM_MAX_TILES ? GEMM_MAX_TILES : (int64_t)wanted;
     }
+    int64_t cuts_m = 1, cuts_n = 1;
+    while (cuts_m * 2 <= target && job->m / (cuts_m * 2) >= GEMM_MIN_TILE_EDGE)
+        cuts_m *= 2;
+    while (cuts_m * cuts_n * 2 <= target && job->n / (cuts_n * 2) >= GEMM_MIN_TILE_EDGE)
+        cuts_n *= 2;
     job->tile_m = ceil_div(ceil_div(job->m, cuts_m), GEMM_TILE_ALIGN) * GEMM_TILE_ALIGN;
     job->tile_n = ceil_div(ceil_div(job->n, cuts_n), GEMM_TILE_ALIGN) * GEMM_TILE_ALIGN;
     job->tiles_n = ceil_div(job->n, job->tile_n);
@@ -128,7 +130,7 @@ static void gemm_run(cpu_backend *cb, gemm_job *job)
 {
     if (job->m <= 0 || job->n <= 0)
         return;
-    gemm_plan(job, cpu_pool_size(cb->pool));
+    gemm_plan(job);
     int64_t tiles = ceil_div(job->m, job->tile_m) * job->tiles_n;
     cpu_pool_run(cb->pool, tiles, gemm_tile, job);
 }

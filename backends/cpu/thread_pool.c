@@ -4,7 +4,9 @@
  * Workers take task numbers from one atomic counter. Between jobs they spin
  * briefly on the job generation (a layer runs a dozen short operations in a
  * row, and waking a sleeping thread costs tens of microseconds), then sleep
- * on a condition variable.
+ * on a condition variable. The spin is bounded in time, not in iterations
+ * (a pause instruction costs 10 to 140 cycles depending on the processor):
+ * inside a host application an idle pool must give its cores back at once.
  */
 #include "thread_pool.h"
 
@@ -12,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -23,7 +26,9 @@
 
 /* Spins before sleeping: long enough to cover the gap between two operations
  * of one layer, short enough not to steal a core from other work. */
-#define POOL_SPIN_ITERATIONS 20000
+#define POOL_SPIN_NS 50000
+/* The clock is read once per this many pauses. */
+#define POOL_SPIN_CHECK_EVERY 64
 
 struct cpu_pool {
     int n_threads;
@@ -50,6 +55,38 @@ typedef struct worker_start {
     int index;
 } worker_start;
 
+static int64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spins until done(pool, arg) or POOL_SPIN_NS have passed; true if done. */
+static bool spin_until(bool (*done)(cpu_pool *, unsigned), cpu_pool *pool, unsigned arg)
+{
+    int64_t deadline = monotonic_ns() + POOL_SPIN_NS;
+    for (int spin = 1;; spin++) {
+        if (done(pool, arg))
+            return true;
+        if (spin % POOL_SPIN_CHECK_EVERY == 0 && monotonic_ns() >= deadline)
+            return false;
+        CPU_RELAX();
+    }
+}
+
+static bool job_posted(cpu_pool *pool, unsigned seen)
+{
+    return atomic_load_explicit(&pool->generation, memory_order_acquire) != seen ||
+           atomic_load(&pool->stopping);
+}
+
+static bool workers_left(cpu_pool *pool, unsigned unused)
+{
+    (void)unused;
+    return atomic_load_explicit(&pool->busy_workers, memory_order_acquire) == 0;
+}
+
 static void run_tasks(cpu_pool *pool, int worker)
 {
     for (;;) {
@@ -63,12 +100,8 @@ static void run_tasks(cpu_pool *pool, int worker)
 /* Waits until the generation differs from `seen` or the pool stops. */
 static unsigned wait_for_job(cpu_pool *pool, unsigned seen)
 {
-    for (int spin = 0; spin < POOL_SPIN_ITERATIONS; spin++) {
-        unsigned g = atomic_load_explicit(&pool->generation, memory_order_acquire);
-        if (g != seen || atomic_load(&pool->stopping))
-            return g;
-        CPU_RELAX();
-    }
+    if (spin_until(job_posted, pool, seen))
+        return atomic_load_explicit(&pool->generation, memory_order_acquire);
     pthread_mutex_lock(&pool->lock);
     unsigned g;
     while ((g = atomic_load(&pool->generation)) == seen && !atomic_load(&pool->stopping))
@@ -195,12 +228,7 @@ void cpu_pool_run(cpu_pool *pool, int64_t n_tasks, cpu_pool_fn fn, void *arg)
     run_tasks(pool, 0);
 
     /* wait for the workers to leave the job before it is overwritten */
-    for (int spin = 0; spin < POOL_SPIN_ITERATIONS; spin++) {
-        if (atomic_load_explicit(&pool->busy_workers, memory_order_acquire) == 0)
-            break;
-        CPU_RELAX();
-    }
-    if (atomic_load_explicit(&pool->busy_workers, memory_order_acquire) != 0) {
+    if (!spin_until(workers_left, pool, 0)) {
         pthread_mutex_lock(&pool->lock);
         while (atomic_load(&pool->busy_workers) != 0)
             pthread_cond_wait(&pool->done, &pool->lock);
