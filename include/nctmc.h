@@ -10,25 +10,47 @@
  *
  *  - Every call that can fail returns an nctmc_status. NCTMC_OK is 0. On
  *    failure a human-readable message is stored in the handle the call was
- *    made on (nctmc_context_last_error(), nctmc_model_last_error()), and
- *    nctmc_status_string() names the code. Output arguments are left
+ *    made on (nctmc_context_last_error(), nctmc_model_last_error(),
+ *    nctmc_sampler_last_error(), ...; each function says which), and
+ *    nctmc_status_string() names the code. A call that succeeds clears that
+ *    message to "" — except the calls that take a const nctmc_model *, which
+ *    several threads may make at once: they write the model's message only
+ *    when they fail (see nctmc_model_last_error()). nctmc_context_create()
+ *    has no handle yet: it writes its reason to the caller's
+ *    nctmc_context_params.error_buffer. Output arguments are left
  *    untouched on failure unless stated otherwise.
  *  - Parameter structs begin with `size_t struct_size`. Fill them with the
  *    matching *_params_init() / *_config_init() function, change the fields you
  *    need, and pass them by pointer. A struct_size the library does not know
  *    is rejected with NCTMC_ERR_INVALID_ARGUMENT.
  *  - Release functions accept NULL and do nothing then.
+ *  - Lifetimes: handles may be freed in any order. Contexts and models are
+ *    reference counted: a model holds its context, a sampler holds its model
+ *    (and nctmc_sampler_params.ctx when given), a trainer holds its model.
+ *    nctmc_context_free() and nctmc_model_free() give up the caller's
+ *    handle only; the object itself is destroyed when the last holder
+ *    goes. So a sampler or trainer keeps working after its model and
+ *    context were freed, and a model after its context was. A handle the
+ *    caller has freed must not be passed to the library again.
  *  - Nothing in the library calls exit(), abort() or assert() on user input.
  *
  * Threads. A handle is used by one thread at a time: two threads may call
  * into two different handles concurrently, never into the same one. The
- * exception is a model after it has been created and its weights set: calls
- * that only read it (nctmc_model_forward(), the introspection and
- * read functions) may be made from several threads at once provided each
- * thread passes its own nctmc_context to nctmc_model_forward_ex() — see
- * there. nctmc_model_write_tensor() must not overlap any other use of the
- * same model. The CPU backend's thread pool serialises concurrent callers
- * that share one context.
+ * exception is a model: the calls that take a const nctmc_model * (the
+ * getters and introspection, nctmc_model_read_tensor(), nctmc_model_save(),
+ * nctmc_model_get_tokenizer(), nctmc_model_forward_ex(),
+ * nctmc_sampler_create()), and nctmc_sample() on samplers of the model, may
+ * run on several threads at once, each thread computing on its own context
+ * (nctmc_model_forward_ex()'s ctx, nctmc_sampler_params.ctx). A call that
+ * takes a non-const model (nctmc_model_write_tensor(),
+ * nctmc_model_forward(), nctmc_model_set_tokenizer(), nctmc_eval(),
+ * nctmc_trainer_create() and its trainer's steps) must not overlap any other
+ * use of that model. Reference counts are atomic: nctmc_model_free(),
+ * nctmc_context_free(), nctmc_sampler_free() and nctmc_trainer_free() may
+ * run while other handles that hold the same model or context are in use
+ * on other threads. nctmc_sampler_cancel() may be called from any thread.
+ * The CPU backend's thread pool serialises concurrent callers that share one
+ * context.
  *
  * OpenBLAS keeps one process-wide thread setting; every CPU context sets it
  * to 1 and runs its own pool of threads around the matrix products instead,
@@ -141,6 +163,12 @@ typedef struct nctmc_context_params {
     void *log_user_data;
     /** Messages below this level are not delivered. Default NCTMC_LOG_WARN. */
     nctmc_log_level log_level;
+    /** Where nctmc_context_create() writes why it failed (there is no
+     *  context yet to hold the message): error_buffer_size bytes owned by
+     *  the caller, which receive the message NUL-terminated and truncated to
+     *  fit; "" when the call succeeds. NULL / 0 (default): no buffer. */
+    char *error_buffer;
+    size_t error_buffer_size;
 } nctmc_context_params;
 
 /** Fills *params with the defaults. Does nothing when params is NULL. */
@@ -148,14 +176,22 @@ NCTMC_API void nctmc_context_params_init(nctmc_context_params *params);
 
 /**
  * Creates a context: the compute backend plus its threads.
- * params may be NULL for all defaults. On failure *out is set to NULL and, if
- * params carries a log callback, the reason is logged at NCTMC_LOG_ERROR
- * (there is no handle yet to hold it).
+ * params may be NULL for all defaults. On failure *out is set to NULL and the
+ * reason (there is no handle yet to hold it) is written to
+ * params->error_buffer when one is given, and logged at NCTMC_LOG_ERROR to
+ * params->log_fn when one is set.
  */
 NCTMC_API nctmc_status nctmc_context_create(const nctmc_context_params *params,
                                             nctmc_context **out);
 
-/** Releases a context. Every model created from it must be freed first. */
+/**
+ * Gives up the caller's handle on a context. Models and samplers created on
+ * it keep it alive (its backend and threads) until the last of them is freed,
+ * in any order; the context is destroyed then. From the moment this returns
+ * the log callback is never called again, so its user data may be released
+ * (messages of the models and samplers still computing on the context are
+ * then only stored in their handles).
+ */
 NCTMC_API void nctmc_context_free(nctmc_context *ctx);
 
 /** The name of the backend in use ("cpu"). NULL-safe: returns "" for NULL. */
@@ -164,8 +200,9 @@ NCTMC_API const char *nctmc_context_backend(const nctmc_context *ctx);
 /** The number of threads the context computes with; 0 for NULL. */
 NCTMC_API int nctmc_context_n_threads(const nctmc_context *ctx);
 
-/** The message of the last failed call on this context ("" if none).
- *  Valid until the next call on the context. */
+/** The message of the last failed call whose errors are stored in this
+ *  context ("" if none, or if a later such call succeeded). Valid until the
+ *  next call on the context. */
 NCTMC_API const char *nctmc_context_last_error(const nctmc_context *ctx);
 
 /* ------------------------------------------------------------------------ */
@@ -241,12 +278,15 @@ typedef struct nctmc_model nctmc_model;
  * thread count. Linear weights and embeddings are uniform in
  * +-1/sqrt(fan_in), biases 0, layer-norm weights 1; adaLN modulations, the
  * output projection and the exit-rate head start at 0.
- * The context must outlive the model. Errors are stored in ctx.
+ * The model holds a reference to ctx: the caller may free ctx at any time
+ * after this call, before or after the model. Errors are stored in ctx.
  */
 NCTMC_API nctmc_status nctmc_model_create(nctmc_context *ctx, const nctmc_model_config *config,
                                           nctmc_model **out);
 
-/** Releases a model. */
+/** Gives up the caller's handle on a model. Samplers and trainers of the
+ *  model keep it alive until the last of them is freed, in any order; the
+ *  model is destroyed then, releasing its context. */
 NCTMC_API void nctmc_model_free(nctmc_model *model);
 
 /** Copies the model's configuration into *config (whose struct_size must be
@@ -254,8 +294,40 @@ NCTMC_API void nctmc_model_free(nctmc_model *model);
 NCTMC_API nctmc_status nctmc_model_get_config(const nctmc_model *model,
                                               nctmc_model_config *config);
 
-/** The message of the last failed call on this model ("" if none). */
+/**
+ * The message of the last failed call whose errors are stored in this model
+ * ("" if none). A successful call on the non-const model (write_tensor,
+ * forward, set_tokenizer, nctmc_eval(), nctmc_trainer_create()) clears it;
+ * a successful const call (tensor_info, find_tensor, read_tensor, save,
+ * nctmc_sampler_create() without its own context) leaves it as it was, and a
+ * failing one writes it under a lock, so concurrent readers of the model
+ * never race on it. Read it after a failed call while no other thread is
+ * calling into the model (with several threads, the message may be that of
+ * another thread's failure, and a failure on another thread may overwrite
+ * it while it is read). Valid until the next failing call on the model.
+ */
 NCTMC_API const char *nctmc_model_last_error(const nctmc_model *model);
+
+/** L, the longest sequence the model takes (config.seq_len); 0 for NULL. */
+NCTMC_API int32_t nctmc_model_seq_len(const nctmc_model *model);
+
+/** S, the states per position (config.vocab_size), the mask token
+ *  included; 0 for NULL. */
+NCTMC_API int32_t nctmc_model_vocab_size(const nctmc_model *model);
+
+/** The mask token, S - 1, of the masked and mixture processes; -1 for the
+ *  uniform process (it has none) and for NULL. The data tokens are then
+ *  0 .. S - 2, and the model's tokenizer's vocabulary size equals the mask
+ *  token (see nctmc_tokenizer_set_mask_placeholder()). */
+NCTMC_API int32_t nctmc_model_mask_token(const nctmc_model *model);
+
+/** The number of class labels (config.n_classes; 0 = unconditional, and for
+ *  NULL). Labels are 0 .. n_classes - 1, n_classes being the null label. */
+NCTMC_API int32_t nctmc_model_n_classes(const nctmc_model *model);
+
+/** The forward process as its nctmc_process value (NCTMC_PROCESS_UNIFORM,
+ *  _MASKED, _MIXTURE); -1 for NULL. */
+NCTMC_API int32_t nctmc_model_process(const nctmc_model *model);
 
 /** The total number of scalar parameters; 0 for NULL. */
 NCTMC_API int64_t nctmc_model_n_params(const nctmc_model *model);
@@ -407,13 +479,32 @@ NCTMC_API nctmc_status nctmc_tokenizer_encode(nctmc_tokenizer *tok, const char *
  * Decodes tokens into text, NUL-terminated. *n_bytes receives the length the
  * whole text needs, without the NUL, always. Pass text = NULL, capacity = 0
  * to only measure; capacity must be at least *n_bytes + 1. A token outside
- * the vocabulary is an error naming its index.
+ * the vocabulary is an error naming its index — except the token equal to
+ * the vocabulary's size (a masked or mixture model's mask token) while a
+ * placeholder is set (nctmc_tokenizer_set_mask_placeholder()).
  */
 NCTMC_API nctmc_status nctmc_tokenizer_decode(nctmc_tokenizer *tok, const int32_t *tokens,
                                               size_t n_tokens, char *text, size_t capacity,
                                               size_t *n_bytes);
 
-/** The message of the last failed call on this tokenizer ("" if none). */
+/**
+ * Makes nctmc_tokenizer_decode() render the token equal to the tokenizer's
+ * vocabulary size — the mask token of a masked or mixture model, whose data
+ * tokens are the tokenizer's — as `text`, so that partial results (the
+ * sampling callback's tokens, a cancelled run) decode. text is UTF-8 of at
+ * most 256 bytes, copied; "" renders masked positions as nothing. An image
+ * tokenizer needs exactly one character (not a newline): a masked pixel is
+ * drawn as that character, once per character of a pixel (one for up to 70
+ * levels), so rows keep their width. NULL restores the default: that token
+ * is an error. The placeholder is for display: encoding it does not give
+ * the mask token back, and it is not saved with the tokenizer. Clones (and
+ * the copy nctmc_model_set_tokenizer() attaches) carry it.
+ */
+NCTMC_API nctmc_status nctmc_tokenizer_set_mask_placeholder(nctmc_tokenizer *tok,
+                                                            const char *text);
+
+/** The message of the last failed call on this tokenizer ("" if none, or if
+ *  a later encode, decode, save or set_mask_placeholder on it succeeded). */
 NCTMC_API const char *nctmc_tokenizer_last_error(const nctmc_tokenizer *tok);
 
 /** Writes the tokenizer to a small text file (docs/formats.md), atomically,
@@ -582,15 +673,17 @@ typedef struct nctmc_trainer_state {
 NCTMC_API void nctmc_trainer_state_init(nctmc_trainer_state *state);
 
 /**
- * Creates a trainer for `model`, which it updates in place and which must
- * outlive it (and not be used by anything else during a step). Errors are
- * stored in the model.
+ * Creates a trainer for `model`, which it updates in place (the model must
+ * not be used by anything else during a step). The trainer holds a
+ * reference to the model: the caller may free the model before or after the
+ * trainer. Errors are stored in the model.
  */
 NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
                                             const nctmc_trainer_params *params,
                                             nctmc_trainer **out);
 
-/** Releases a trainer (not its model). */
+/** Releases a trainer and its reference to the model (which is destroyed
+ *  now if the caller has freed it and nothing else holds it). */
 NCTMC_API void nctmc_trainer_free(nctmc_trainer *trainer);
 
 /**
@@ -640,15 +733,18 @@ NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *trainer, const char *pa
  * Resumes from a nctmc_trainer_save() checkpoint: creates the model (raw
  * weights) on ctx and a trainer whose next step is exactly the step the
  * saved run would have taken next. params NULL keeps the saved parameters;
- * otherwise batch_size and seq_len must match them. The model belongs to
- * the caller and must outlive the trainer. Errors are stored in ctx.
+ * otherwise batch_size and seq_len must match them. The caller owns one
+ * handle on the model (free it with nctmc_model_free()) and the trainer
+ * holds another, like nctmc_trainer_create(): free the two, and ctx, in any
+ * order. Errors are stored in ctx.
  */
 NCTMC_API nctmc_status nctmc_trainer_resume(nctmc_context *ctx, const char *path,
                                             const nctmc_trainer_params *params,
                                             nctmc_model **model_out,
                                             nctmc_trainer **trainer_out);
 
-/** The message of the last failed call on this trainer ("" if none). */
+/** The message of the last failed call on this trainer ("" if none, or if
+ *  a later call on it succeeded). */
 NCTMC_API const char *nctmc_trainer_last_error(const nctmc_trainer *trainer);
 
 /* ------------------------------------------------------------------------ */
@@ -765,14 +861,38 @@ typedef struct nctmc_sampler_params {
 /** Fills *params with the defaults. */
 NCTMC_API void nctmc_sampler_params_init(nctmc_sampler_params *params);
 
-/** Creates a sampler; params may be NULL for the defaults. Errors are
- *  stored in params->ctx or the model's context. */
+/**
+ * Creates a sampler; params may be NULL for the defaults. The sampler holds
+ * a reference to the model and to params->ctx (when given): the caller may
+ * free them before or after the sampler. Errors are stored in params->ctx
+ * when given, else in the model (nctmc_model_last_error(); this is a const
+ * call: a success leaves the model's message alone); they are also logged
+ * to that context or the model's.
+ */
 NCTMC_API nctmc_status nctmc_sampler_create(const nctmc_model *model,
                                             const nctmc_sampler_params *params,
                                             nctmc_sampler **out);
 
-/** Releases a sampler (not its model). */
+/** Releases a sampler and its references to the model and context (which are
+ *  destroyed now if the caller has freed them and nothing else holds
+ *  them). Must not overlap a call on the sampler. */
 NCTMC_API void nctmc_sampler_free(nctmc_sampler *sampler);
+
+/**
+ * Asks the nctmc_sample() call running on this sampler, on another thread,
+ * to stop. Callable from any thread (and from the sample callback) while the
+ * sampler is not being freed; NULL does nothing. The running call checks
+ * the request after drawing the prior, after every step (after the callback)
+ * and after the final denoise; at the first check that sees it, it returns
+ * NCTMC_ERR_CANCELLED with the current tokens in tokens_out, and the request
+ * is used up. The rule, free of races: nctmc_sample() clears the request
+ * first thing when it begins. A cancel made after that point stops that
+ * call (or, arriving after its last check, leaves its result complete and
+ * NCTMC_OK); a cancel made before it — while no call runs — is dropped, so
+ * it never stops a later call. To stop a call you are about to start, make
+ * its callback return false instead (or cancel once the callback has run).
+ */
+NCTMC_API void nctmc_sampler_cancel(nctmc_sampler *sampler);
 
 typedef enum nctmc_sample_method {
     /** Each position jumps with probability 1 - exp(-lambda tau), to j ~ r. */
@@ -796,7 +916,8 @@ typedef enum nctmc_time_grid {
  *  update with step = n_steps + k; the final denoise has no call of its
  *  own) with the current tokens [batch * length].
  *  Return false to stop: nctmc_sample() then returns NCTMC_ERR_CANCELLED
- *  with the current tokens in tokens_out. */
+ *  with the current tokens in tokens_out. (Another thread stops the call
+ *  with nctmc_sampler_cancel().) */
 typedef bool (*nctmc_sample_callback)(int32_t step, int32_t n_steps, const int32_t *tokens,
                                       int32_t batch, int32_t length, void *user_data);
 
@@ -858,7 +979,9 @@ NCTMC_API void nctmc_sample_params_init(nctmc_sample_params *params);
  */
 NCTMC_API nctmc_status nctmc_sample(nctmc_sampler *sampler, const nctmc_sample_params *params);
 
-/** The message of the last failed call on this sampler ("" if none). */
+/** The message of the last failed nctmc_sample() on this sampler ("" if
+ *  none, or if a later call succeeded). A cancelled call's message says
+ *  whether the callback or nctmc_sampler_cancel() stopped it. */
 NCTMC_API const char *nctmc_sampler_last_error(const nctmc_sampler *sampler);
 
 #ifdef __cplusplus

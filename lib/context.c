@@ -4,6 +4,8 @@
 #include "context.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,25 +39,42 @@ void nctmc_log(const nctmc_context *ctx, nctmc_log_level level, const char *fmt,
 {
     if (!ctx)
         return;
+    /* The lock is taken on a const context: it guards the callback, which
+     * nctmc_context_free() may detach from another thread. */
+    nctmc_context *c = (nctmc_context *)ctx;
+    pthread_mutex_lock(&c->log_mutex);
     va_list ap;
     va_start(ap, fmt);
-    log_message(ctx->log_fn, ctx->log_user_data, ctx->log_level, level, fmt, ap);
+    log_message(c->log_fn, c->log_user_data, c->log_level, level, fmt, ap);
     va_end(ap);
+    pthread_mutex_unlock(&c->log_mutex);
 }
 
-/* Before a context exists the only channel for a message is the callback in
- * the caller's parameters. */
+/* The caller's error buffer, when its struct is recent enough to have one
+ * and it gave one: the message, NUL-terminated, truncated to fit. */
+static void write_error_buffer(const nctmc_context_params *p, const char *msg)
+{
+    size_t end = offsetof(nctmc_context_params, error_buffer_size) + sizeof p->error_buffer_size;
+    if (!p || p->struct_size < end || !p->error_buffer || p->error_buffer_size == 0)
+        return;
+    snprintf(p->error_buffer, p->error_buffer_size, "%s", msg);
+}
+
+/* Before a context exists the only channels for a message are the error
+ * buffer and the log callback in the caller's parameters. */
 static nctmc_status fail_params(const nctmc_context_params *p, nctmc_status status,
                                 const char *fmt, ...) NCTMC_PRINTF(3, 4);
 static nctmc_status fail_params(const nctmc_context_params *p, nctmc_status status,
                                 const char *fmt, ...)
 {
-    if (p && p->log_fn) {
-        va_list ap;
-        va_start(ap, fmt);
-        log_message(p->log_fn, p->log_user_data, NCTMC_LOG_DEBUG, NCTMC_LOG_ERROR, fmt, ap);
-        va_end(ap);
-    }
+    char msg[NCTMC_ERROR_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    write_error_buffer(p, msg);
+    if (p && p->log_fn)
+        p->log_fn(NCTMC_LOG_ERROR, msg, p->log_user_data);
     return status;
 }
 
@@ -71,6 +90,17 @@ static void log_params(const nctmc_context_params *p, nctmc_log_level level, con
         log_message(p->log_fn, p->log_user_data, p->log_level, level, fmt, ap);
         va_end(ap);
     }
+}
+
+static bool init_log_mutex(pthread_mutex_t *mutex)
+{
+    pthread_mutexattr_t attr;
+    if (pthread_mutexattr_init(&attr) != 0)
+        return false;
+    bool ok = pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE) == 0 &&
+              pthread_mutex_init(mutex, &attr) == 0;
+    pthread_mutexattr_destroy(&attr);
+    return ok;
 }
 
 NCTMC_API void nctmc_context_params_init(nctmc_context_params *params)
@@ -151,6 +181,7 @@ NCTMC_API nctmc_status nctmc_context_create(const nctmc_context_params *params,
         nctmc_context_params_init(&defaults);
         params = &defaults;
     }
+    write_error_buffer(params, "");
     if (!out)
         return fail_params(params, NCTMC_ERR_INVALID_ARGUMENT, "out is NULL");
     *out = NULL;
@@ -160,8 +191,14 @@ NCTMC_API nctmc_status nctmc_context_create(const nctmc_context_params *params,
     nctmc_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return fail_params(params, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!init_log_mutex(&ctx->log_mutex)) {
+        free(ctx);
+        return fail_params(params, NCTMC_ERR_OUT_OF_MEMORY, "cannot create a mutex");
+    }
+    atomic_init(&ctx->refs, 1);
     st = create_backend(params, &ctx->backend);
     if (st != NCTMC_OK) {
+        pthread_mutex_destroy(&ctx->log_mutex);
         free(ctx);
         return st;
     }
@@ -174,13 +211,36 @@ NCTMC_API nctmc_status nctmc_context_create(const nctmc_context_params *params,
     return NCTMC_OK;
 }
 
+void ctx_retain(nctmc_context *ctx)
+{
+    atomic_fetch_add_explicit(&ctx->refs, 1, memory_order_relaxed);
+}
+
+void ctx_release(nctmc_context *ctx)
+{
+    if (!ctx)
+        return;
+    /* acq_rel: whatever a releasing thread did with the context happens
+     * before the destruction by whichever thread drops the last reference */
+    if (atomic_fetch_sub_explicit(&ctx->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (ctx->backend)
+        ctx->backend->ops->destroy(ctx->backend);
+    pthread_mutex_destroy(&ctx->log_mutex);
+    free(ctx);
+}
+
+/* The caller gives up its handle: models and samplers may keep the backend
+ * alive, but no message reaches the caller's callback any more. */
 NCTMC_API void nctmc_context_free(nctmc_context *ctx)
 {
     if (!ctx)
         return;
-    if (ctx->backend)
-        ctx->backend->ops->destroy(ctx->backend);
-    free(ctx);
+    pthread_mutex_lock(&ctx->log_mutex);
+    ctx->log_fn = NULL;
+    ctx->log_user_data = NULL;
+    pthread_mutex_unlock(&ctx->log_mutex);
+    ctx_release(ctx);
 }
 
 NCTMC_API const char *nctmc_context_backend(const nctmc_context *ctx)

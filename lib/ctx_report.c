@@ -17,6 +17,12 @@ nctmc_status ctx_report_fail(nctmc_context *ctx, nctmc_status status, const char
     return ctx_report_logged(ctx, status);
 }
 
+void ctx_report_ok(nctmc_context *ctx)
+{
+    if (ctx)
+        ctx->last_error[0] = '\0';
+}
+
 nctmc_status ctx_report_logged(nctmc_context *ctx, nctmc_status status)
 {
     if (ctx)

@@ -15,4 +15,8 @@ nctmc_status ctx_report_fail(nctmc_context *ctx, nctmc_status status, const char
  * there) and returns status. */
 nctmc_status ctx_report_logged(nctmc_context *ctx, nctmc_status status);
 
+/* A call whose errors belong to ctx succeeded: clears its last error (ctx
+ * may be NULL). */
+void ctx_report_ok(nctmc_context *ctx);
+
 #endif /* NCTMC_CTX_REPORT_H */

@@ -218,6 +218,7 @@ NCTMC_API nctmc_status nctmc_dataset_write(nctmc_context *ctx, const char *path,
     }
     if (st != NCTMC_OK)
         return ctx_report_fail(ctx, st, "nctmc_dataset_write: %s", err);
+    ctx_report_ok(ctx);
     return NCTMC_OK;
 }
 
@@ -360,6 +361,7 @@ NCTMC_API nctmc_status nctmc_dataset_open(nctmc_context *ctx, const char *path,
     ds->data = body;
     ds->labels = h.n_classes > 0 ? body + h.n_tokens * h.token_bytes : NULL;
     *out = ds;
+    ctx_report_ok(ctx);
     return NCTMC_OK;
 }
 
@@ -413,6 +415,7 @@ NCTMC_API nctmc_status nctmc_dataset_read_tokens(nctmc_dataset *ds, int64_t firs
     const uint8_t *p = ds->data + (size_t)first * ds->token_bytes;
     for (int64_t i = 0; i < count; i++, p += ds->token_bytes)
         dst[i] = (int32_t)get_token(p, ds->token_bytes);
+    ds->last_error[0] = '\0';
     return NCTMC_OK;
 }
 
@@ -427,6 +430,7 @@ NCTMC_API nctmc_status nctmc_dataset_read_label(nctmc_dataset *ds, int64_t index
         return DS_FAIL(ds, "label index %lld is outside [0, %lld) or label is NULL",
                        (long long)index, (long long)ds->n_sequences);
     *label = (int32_t)get_u32(ds->labels + 4 * (size_t)index);
+    ds->last_error[0] = '\0';
     return NCTMC_OK;
 }
 

@@ -3,6 +3,8 @@
  * public forward call.
  */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,8 +12,57 @@
 #include "dit.h"
 #include "model.h"
 
-#define MODEL_FAIL(model, status, ...) \
-    nctmc_fail((model)->last_error, sizeof (model)->last_error, (status), __VA_ARGS__)
+/* Every failure on a model goes through the lock: the same helpers serve
+ * const calls, which may run on several threads at once. */
+#define MODEL_FAIL(model, status, ...) model_fail_shared((model), (status), __VA_ARGS__)
+
+nctmc_status model_fail_shared(const nctmc_model *model, nctmc_status status, const char *fmt,
+                               ...)
+{
+    /* last_error is the one part of a const model that calls write */
+    nctmc_model *m = (nctmc_model *)model;
+    pthread_mutex_lock(&m->error_mutex);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->last_error, sizeof m->last_error, fmt, ap);
+    va_end(ap);
+    pthread_mutex_unlock(&m->error_mutex);
+    return status;
+}
+
+void model_clear_error(nctmc_model *model)
+{
+    model->last_error[0] = '\0';
+}
+
+void model_retain(const nctmc_model *model)
+{
+    /* the count is the other part a const model's calls change */
+    nctmc_model *m = (nctmc_model *)model;
+    atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+}
+
+/* Frees everything the model owns, then gives up its context. */
+static void model_destroy(nctmc_model *m)
+{
+    if (m->weights)
+        m->ctx->backend->ops->free(m->ctx->backend, m->weights);
+    free(m->view.blocks);
+    free(m->tensors);
+    nctmc_tokenizer_free(m->tokenizer);
+    pthread_mutex_destroy(&m->error_mutex);
+    ctx_release(m->ctx);
+    free(m);
+}
+
+void model_release(const nctmc_model *model)
+{
+    if (!model)
+        return;
+    nctmc_model *m = (nctmc_model *)model;
+    if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1)
+        model_destroy(m);
+}
 
 /* Allocates the weight slab and, when `initialise`, fills it with the
  * seeded initial weights (a loader that overwrites every weight skips that:
@@ -65,9 +116,15 @@ nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *conf
     if (st != NCTMC_OK)
         return st;
     nctmc_model *m = calloc(1, sizeof *m);
+    if (m && pthread_mutex_init(&m->error_mutex, NULL) != 0) {
+        free(m);
+        m = NULL;
+    }
     if (!m)
         return nctmc_fail(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of memory");
+    atomic_init(&m->refs, 1);
+    ctx_retain(ctx);
     m->ctx = ctx;
     m->config = *config;
     m->dims = dims;
@@ -89,6 +146,9 @@ nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *conf
         return st;
     }
     dit_view_bind(m, m->weights, m->view.blocks, &m->view);
+    /* Every way to make a model (create, load, resume) passes here; what
+     * fails after this point writes its own message. */
+    ctx->last_error[0] = '\0';
     nctmc_log(ctx, NCTMC_LOG_INFO, "model: %d layers, d=%d, %d heads, S=%d, L=%d, %lld params",
               dims.n_layers, dims.d, dims.H, dims.S, dims.L, (long long)m->n_params);
     *out = m;
@@ -97,14 +157,7 @@ nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *conf
 
 NCTMC_API void nctmc_model_free(nctmc_model *model)
 {
-    if (!model)
-        return;
-    if (model->weights)
-        model->ctx->backend->ops->free(model->ctx->backend, model->weights);
-    free(model->view.blocks);
-    free(model->tensors);
-    nctmc_tokenizer_free(model->tokenizer);
-    free(model);
+    model_release(model);
 }
 
 NCTMC_API nctmc_status nctmc_model_get_config(const nctmc_model *model,
@@ -230,6 +283,7 @@ NCTMC_API nctmc_status nctmc_model_write_tensor(nctmc_model *model, const char *
     st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
         return MODEL_FAIL(model, st, "writing \"%s\": %s", t->name, be->error);
+    model_clear_error(model);
     return NCTMC_OK;
 }
 
@@ -341,10 +395,12 @@ NCTMC_API nctmc_status nctmc_model_forward(nctmc_model *model, const nctmc_forwa
     if (!model)
         return NCTMC_ERR_INVALID_ARGUMENT;
     nctmc_status st = check_forward_params(params, model->last_error, sizeof model->last_error);
-    if (st != NCTMC_OK)
-        return st;
-    return run_forward(model, model->ctx->backend, params, model->last_error,
-                       sizeof model->last_error);
+    if (st == NCTMC_OK)
+        st = run_forward(model, model->ctx->backend, params, model->last_error,
+                         sizeof model->last_error);
+    if (st == NCTMC_OK)
+        model_clear_error(model);
+    return st;
 }
 
 NCTMC_API nctmc_status nctmc_model_forward_ex(const nctmc_model *model, nctmc_context *ctx,
@@ -360,7 +416,36 @@ NCTMC_API nctmc_status nctmc_model_forward_ex(const nctmc_model *model, nctmc_co
                           "the model lives on the %s backend, the context is %s",
                           model->ctx->backend->name, ctx->backend->name);
     nctmc_status st = check_forward_params(params, ctx->last_error, sizeof ctx->last_error);
-    if (st != NCTMC_OK)
-        return st;
-    return run_forward(model, ctx->backend, params, ctx->last_error, sizeof ctx->last_error);
+    if (st == NCTMC_OK)
+        st = run_forward(model, ctx->backend, params, ctx->last_error, sizeof ctx->last_error);
+    if (st == NCTMC_OK)
+        ctx->last_error[0] = '\0';
+    return st;
+}
+
+/* ---- plain getters for bindings ----------------------------------------- */
+
+NCTMC_API int32_t nctmc_model_seq_len(const nctmc_model *model)
+{
+    return model ? model->config.seq_len : 0;
+}
+
+NCTMC_API int32_t nctmc_model_vocab_size(const nctmc_model *model)
+{
+    return model ? model->config.vocab_size : 0;
+}
+
+NCTMC_API int32_t nctmc_model_mask_token(const nctmc_model *model)
+{
+    return model ? fp_mask(&model->fp) : -1;
+}
+
+NCTMC_API int32_t nctmc_model_n_classes(const nctmc_model *model)
+{
+    return model ? model->config.n_classes : 0;
+}
+
+NCTMC_API int32_t nctmc_model_process(const nctmc_model *model)
+{
+    return model ? (int32_t)model->config.process : -1;
 }

@@ -7,6 +7,8 @@
 #ifndef NCTMC_MODEL_H
 #define NCTMC_MODEL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -83,7 +85,11 @@ typedef struct dit_view {
     float *rate_b;          /* [1] */
 } dit_view;
 
+/* A model is reference counted like its context: the caller's handle is one
+ * reference, every sampler and trainer of the model holds another. It holds
+ * one reference to its context. */
 struct nctmc_model {
+    atomic_int refs;
     nctmc_context *ctx;
     nctmc_model_config config;
     dit_dims dims;
@@ -95,8 +101,28 @@ struct nctmc_model {
     float *weights;         /* backend memory, slab_floats */
     dit_view view;          /* typed pointers into `weights` */
     struct nctmc_tokenizer *tokenizer;  /* owned copy, or NULL */
+    /* Calls on a const model may run on several threads at once; when one
+     * fails it writes last_error under this lock (and a success leaves the
+     * message alone), so two failures never write the buffer together. */
+    pthread_mutex_t error_mutex;
     char last_error[512];
 };
+
+/* Takes one more reference to the model (a sampler or trainer of it). */
+void model_retain(const nctmc_model *model);
+
+/* Drops one reference; the last one frees the model and releases its
+ * context. NULL does nothing. */
+void model_release(const nctmc_model *model);
+
+/* Records the failure of a call that may run concurrently with other calls
+ * on the same model (a const-model call): formats under error_mutex. */
+nctmc_status model_fail_shared(const nctmc_model *model, nctmc_status status, const char *fmt,
+                               ...) NCTMC_PRINTF(3, 4);
+
+/* A successful call that has the model to itself (a non-const-model call)
+ * clears its last error. */
+void model_clear_error(nctmc_model *model);
 
 /* nctmc_model_create(), with the seeded initialisation only when
  * `initialise` (otherwise the weights are zero until the caller uploads

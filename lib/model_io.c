@@ -233,12 +233,15 @@ NCTMC_API nctmc_status nctmc_model_save(const nctmc_model *model, const char *pa
 {
     if (!model)
         return NCTMC_ERR_INVALID_ARGUMENT;
-    nctmc_model *m = (nctmc_model *)model;
     if (!path || !path[0])
-        return nctmc_fail(m->last_error, sizeof m->last_error, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_model_save: no path");
-    return model_io_save(model, path, NULL, NULL, 0, NULL, 0, m->last_error,
-                         sizeof m->last_error);
+        return model_fail_shared(model, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_save: no path");
+    /* a const-model call: the message reaches the model only through the
+     * lock, and a success leaves the model's last error alone */
+    char err[NCTMC_ERROR_SIZE];
+    nctmc_status st = model_io_save(model, path, NULL, NULL, 0, NULL, 0, err, sizeof err);
+    if (st != NCTMC_OK)
+        return model_fail_shared(model, st, "%s", err);
+    return NCTMC_OK;
 }
 
 /* ---- load: metadata -------------------------------------------------------- */

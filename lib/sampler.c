@@ -6,6 +6,7 @@
  * uploads the current tokens, runs the model, runs the op and downloads the
  * new tokens (which the callback sees).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,36 +100,42 @@ static nctmc_status alloc_buffers(nctmc_sampler *s, char *err, size_t err_size)
     return NCTMC_OK;
 }
 
-NCTMC_API nctmc_status nctmc_sampler_create(const nctmc_model *model,
-                                            const nctmc_sampler_params *params,
-                                            nctmc_sampler **out)
+/* Where a failed nctmc_sampler_create() leaves its message: the context the
+ * caller passed, else the model — which the caller surely still holds, while
+ * it may have released the model's context already. */
+static nctmc_status create_fail(const nctmc_model *model, nctmc_context *given,
+                                nctmc_status st, const char *msg)
 {
-    nctmc_sampler_params defaults;
-    if (!params) {
-        nctmc_sampler_params_init(&defaults);
-        params = &defaults;
+    if (given) {
+        snprintf(given->last_error, sizeof given->last_error, "%s", msg);
+        nctmc_log(given, NCTMC_LOG_ERROR, "%s", msg);
+    } else if (model) {
+        model_fail_shared(model, st, "%s", msg);
+        nctmc_log(model->ctx, NCTMC_LOG_ERROR, "%s", msg);
     }
-    nctmc_context *ctx = params->ctx ? params->ctx : model ? model->ctx : NULL;
-    if (!ctx)
-        return NCTMC_ERR_INVALID_ARGUMENT;
-    char *err = ctx->last_error;
-    size_t err_size = sizeof ctx->last_error;
-    if (!out)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_sampler_create: out is NULL");
-    *out = NULL;
-    if (!model)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_sampler_create: model is NULL");
+    return st;
+}
+
+/* Makes the sampler and everything it owns; the message of a failure goes
+ * to err. */
+static nctmc_status sampler_build(const nctmc_model *model, const nctmc_sampler_params *params,
+                                  nctmc_context *ctx, nctmc_sampler **out, char *err,
+                                  size_t err_size)
+{
     nctmc_status st = check_sampler_params(model, params, ctx, err, err_size);
     if (st != NCTMC_OK)
         return st;
     nctmc_sampler *s = calloc(1, sizeof *s);
     if (!s)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    /* the sampler keeps its model and its context alive (in any order of
+     * *_free) */
+    model_retain(model);
+    ctx_retain(ctx);
     s->model = model;
     s->ctx = ctx;
     s->be = ctx->backend;
+    atomic_init(&s->cancel, 0);
     s->max_batch = params->max_batch;
     s->max_length = params->max_length ? params->max_length : model->dims.L;
     s->ws_batch = model->config.n_classes > 0 ? 2 * s->max_batch : s->max_batch;
@@ -141,6 +148,37 @@ NCTMC_API nctmc_status nctmc_sampler_create(const nctmc_model *model,
         return st;
     }
     *out = s;
+    return NCTMC_OK;
+}
+
+NCTMC_API nctmc_status nctmc_sampler_create(const nctmc_model *model,
+                                            const nctmc_sampler_params *params,
+                                            nctmc_sampler **out)
+{
+    nctmc_sampler_params defaults;
+    if (!params) {
+        nctmc_sampler_params_init(&defaults);
+        params = &defaults;
+    }
+    nctmc_context *given = params->ctx;
+    if (!given && !model)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    char err[NCTMC_ERROR_SIZE];
+    if (!out)
+        return create_fail(model, given, NCTMC_ERR_INVALID_ARGUMENT,
+                           "nctmc_sampler_create: out is NULL");
+    *out = NULL;
+    if (!model)
+        return create_fail(model, given, NCTMC_ERR_INVALID_ARGUMENT,
+                           "nctmc_sampler_create: model is NULL");
+    nctmc_status st =
+        sampler_build(model, params, given ? given : model->ctx, out, err, sizeof err);
+    if (st != NCTMC_OK)
+        return create_fail(model, given, st, err);
+    /* a success clears the error of the context passed; the model's is left
+     * alone (other threads may be reading it: a const-model call) */
+    if (given)
+        given->last_error[0] = '\0';
     return NCTMC_OK;
 }
 
@@ -159,7 +197,15 @@ NCTMC_API void nctmc_sampler_free(nctmc_sampler *s)
     free(s->h_proposal);
     free(s->h_prob);
     free(s->h_done);
+    model_release(s->model);
+    ctx_release(s->ctx);
     free(s);
+}
+
+NCTMC_API void nctmc_sampler_cancel(nctmc_sampler *sampler)
+{
+    if (sampler)
+        atomic_store_explicit(&sampler->cancel, 1, memory_order_release);
 }
 
 NCTMC_API const char *nctmc_sampler_last_error(const nctmc_sampler *sampler)
@@ -286,17 +332,32 @@ static void draw_prior(nctmc_sampler *s, const sample_run *run)
     }
 }
 
+/* Stops the call when nctmc_sampler_cancel() has asked since the call
+ * began (taking the request back): the current tokens go to tokens_out. */
+static nctmc_status check_cancel(nctmc_sampler *s, const sample_run *run, const char *where)
+{
+    if (!atomic_exchange_explicit(&s->cancel, 0, memory_order_acquire))
+        return NCTMC_OK;
+    memcpy(run->p->tokens_out, s->h_tokens, (size_t)run->n_rows * sizeof(int32_t));
+    return nctmc_fail(s->last_error, sizeof s->last_error, NCTMC_ERR_CANCELLED,
+                      "nctmc_sample: cancelled by nctmc_sampler_cancel() %s", where);
+}
+
 /* Calls the user's callback; false (stop) leaves the current tokens in
- * tokens_out and the reason in last_error. */
+ * tokens_out and the reason in last_error. Then looks for a cancel request
+ * from another thread. */
 static nctmc_status notify(nctmc_sampler *s, const sample_run *run, int32_t step)
 {
     const nctmc_sample_params *p = run->p;
-    if (!p->callback ||
-        p->callback(step, p->n_steps, s->h_tokens, run->batch, run->length, p->user_data))
-        return NCTMC_OK;
-    memcpy(p->tokens_out, s->h_tokens, (size_t)run->n_rows * sizeof(int32_t));
-    return nctmc_fail(s->last_error, sizeof s->last_error, NCTMC_ERR_CANCELLED,
-                      "nctmc_sample: cancelled by the callback after step %d", step);
+    if (p->callback &&
+        !p->callback(step, p->n_steps, s->h_tokens, run->batch, run->length, p->user_data)) {
+        memcpy(p->tokens_out, s->h_tokens, (size_t)run->n_rows * sizeof(int32_t));
+        return nctmc_fail(s->last_error, sizeof s->last_error, NCTMC_ERR_CANCELLED,
+                          "nctmc_sample: cancelled by the callback after step %d", step);
+    }
+    char where[32];
+    snprintf(where, sizeof where, "after step %d", step);
+    return check_cancel(s, run, where);
 }
 
 /* Model evaluations at t_0 .. t_{n-1}; step k moves from t_{k-1} to t_k,
@@ -387,9 +448,14 @@ static nctmc_status run_sampler(nctmc_sampler *s, const sample_run *run)
     const nctmc_sample_params *p = run->p;
     upload_fixed(s, run);
     draw_prior(s, run);
-    nctmc_status st = run_grid(s, run);
-    if (st == NCTMC_OK && p->final_denoise)
+    nctmc_status st = check_cancel(s, run, "before the first step");
+    if (st == NCTMC_OK)
+        st = run_grid(s, run);
+    if (st == NCTMC_OK && p->final_denoise) {
         st = advance(s, run, SM_METHOD_DENOISE, p->t_min, p->t_min, 0);
+        if (st == NCTMC_OK)
+            st = check_cancel(s, run, "after the final denoising step");
+    }
     if (st == NCTMC_OK && p->correction_steps > 0)
         st = run_correction(s, run);
     if (st == NCTMC_OK)
@@ -401,14 +467,19 @@ NCTMC_API nctmc_status nctmc_sample(nctmc_sampler *sampler, const nctmc_sample_p
 {
     if (!sampler)
         return NCTMC_ERR_INVALID_ARGUMENT;
+    /* A call starts with no cancel request: one made before this point
+     * (while no call ran) is dropped, one made after it stops this call. */
+    atomic_store_explicit(&sampler->cancel, 0, memory_order_relaxed);
     sample_run run;
     nctmc_status st = sampler_check_params(sampler, params, &run, sampler->last_error,
                                            sizeof sampler->last_error);
     if (st == NCTMC_OK)
         st = run_sampler(sampler, &run);
-    if (st == NCTMC_ERR_CANCELLED)
+    if (st == NCTMC_OK)
+        sampler->last_error[0] = '\0';
+    else if (st == NCTMC_ERR_CANCELLED)
         nctmc_log(sampler->ctx, NCTMC_LOG_INFO, "%s", sampler->last_error);
-    else if (st != NCTMC_OK)
+    else
         nctmc_log(sampler->ctx, NCTMC_LOG_ERROR, "%s", sampler->last_error);
     return st;
 }

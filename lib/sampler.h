@@ -6,6 +6,7 @@
 #ifndef NCTMC_SAMPLER_H
 #define NCTMC_SAMPLER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,9 +19,12 @@
  * max_batch x max_length (the model input twice over when classifier-free
  * guidance may need an unconditional pass): the step loop never allocates. */
 struct nctmc_sampler {
-    const nctmc_model *model;
-    nctmc_context *ctx;        /* where errors are logged */
+    const nctmc_model *model;  /* one reference held */
+    nctmc_context *ctx;        /* where errors are logged; one reference held */
     nctmc_backend *be;         /* ctx's backend: where everything runs */
+    /* set by nctmc_sampler_cancel() from any thread, cleared when a call
+     * starts and when a call stops because of it */
+    atomic_int cancel;
     int32_t max_batch;
     int32_t max_length;
     int32_t ws_batch;          /* 2 * max_batch with classes (CFG), else max_batch */

@@ -90,6 +90,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_create_chars(nctmc_context *ctx, const ch
                 tok->alphabet[k++] = cp;
         *out = tok;
         tok = NULL;
+        ctx_report_ok(ctx);
     }
     nctmc_tokenizer_free(tok);
     free(seen);
@@ -120,6 +121,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_create_image(nctmc_context *ctx, int32_t 
     tok->levels = levels;
     tok->pixel_chars = tokenizer_image_pixel_chars(levels);
     *out = tok;
+    ctx_report_ok(ctx);
     return NCTMC_OK;
 }
 
@@ -128,6 +130,7 @@ NCTMC_API void nctmc_tokenizer_free(nctmc_tokenizer *tok)
     if (!tok)
         return;
     free(tok->alphabet);
+    free(tok->mask_text);
     free(tok);
 }
 
@@ -139,14 +142,23 @@ nctmc_status tokenizer_clone(const nctmc_tokenizer *src, nctmc_tokenizer **out)
     *tok = *src;
     tok->last_error[0] = '\0';
     tok->alphabet = NULL;
+    tok->mask_text = NULL;
     if (src->alphabet) {
         size_t bytes = sizeof *tok->alphabet * (size_t)src->vocab;
         tok->alphabet = malloc(bytes);
         if (!tok->alphabet) {
-            free(tok);
+            nctmc_tokenizer_free(tok);
             return NCTMC_ERR_OUT_OF_MEMORY;
         }
         memcpy(tok->alphabet, src->alphabet, bytes);
+    }
+    if (src->mask_text) {
+        tok->mask_text = malloc(src->mask_len + 1);
+        if (!tok->mask_text) {
+            nctmc_tokenizer_free(tok);
+            return NCTMC_ERR_OUT_OF_MEMORY;
+        }
+        memcpy(tok->mask_text, src->mask_text, src->mask_len + 1);
     }
     *out = tok;
     return NCTMC_OK;
@@ -192,6 +204,69 @@ NCTMC_API const char *nctmc_tokenizer_last_error(const nctmc_tokenizer *tok)
     return tok ? tok->last_error : "";
 }
 
+nctmc_status tokenizer_bad_token(nctmc_tokenizer *tok, size_t i, int32_t token)
+{
+    if (token == tok->vocab)
+        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+                        "token %zu = %d is outside the vocabulary [0, %d): it is the mask "
+                        "token of a masked or mixture model "
+                        "(nctmc_tokenizer_set_mask_placeholder() renders it)",
+                        i, token, tok->vocab);
+    return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+                    "token %zu = %d is outside the vocabulary [0, %d)", i, token, tok->vocab);
+}
+
+/* An image pixel is one character (repeated to the pixel's width): rows
+ * keep their width, so a partial sample still reads as a picture. */
+static nctmc_status check_placeholder(nctmc_tokenizer *tok, const char *text, size_t len)
+{
+    if (len > TOKENIZER_MAX_PLACEHOLDER)
+        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+                        "nctmc_tokenizer_set_mask_placeholder: the placeholder is longer "
+                        "than %d bytes",
+                        TOKENIZER_MAX_PLACEHOLDER);
+    size_t bad = utf8_first_invalid((const uint8_t *)text, len);
+    if (bad < len)
+        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+                        "nctmc_tokenizer_set_mask_placeholder: invalid UTF-8 at byte offset "
+                        "%zu",
+                        bad);
+    uint32_t cp;
+    if (tok->kind == NCTMC_TOKENIZER_IMAGE &&
+        (len == 0 || utf8_decode((const uint8_t *)text, len, &cp) != len || text[0] == '\n'))
+        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+                        "nctmc_tokenizer_set_mask_placeholder: an image tokenizer's "
+                        "placeholder must be exactly one character (not a newline): it "
+                        "stands for one pixel");
+    return NCTMC_OK;
+}
+
+NCTMC_API nctmc_status nctmc_tokenizer_set_mask_placeholder(nctmc_tokenizer *tok,
+                                                            const char *text)
+{
+    if (!tok)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    char *copy = NULL;
+    size_t len = 0;
+    if (text) {
+        /* bounded: a long text is refused without measuring all of it */
+        len = strnlen(text, TOKENIZER_MAX_PLACEHOLDER + 1);
+        nctmc_status st = check_placeholder(tok, text, len);
+        if (st != NCTMC_OK)
+            return st;
+        copy = malloc(len + 1);
+        if (!copy)
+            return TOK_FAIL(tok, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        memcpy(copy, text, len);
+        copy[len] = '\0';
+    }
+    free(tok->mask_text);
+    tok->mask_text = copy;
+    tok->mask_len = len;
+    tok->last_error[0] = '\0';
+    return NCTMC_OK;
+}
+
 int32_t tokenizer_char_index(const nctmc_tokenizer *tok, uint32_t cp)
 {
     int32_t lo = 0, hi = tok->vocab - 1;
@@ -219,17 +294,35 @@ static nctmc_status encode_bytes(const uint8_t *text, size_t n, int32_t *tokens,
     return NCTMC_OK;
 }
 
+/* Appends the mask placeholder at text + *len (when text is not NULL). */
+static nctmc_status put_mask(nctmc_tokenizer *tok, char *text, size_t *len)
+{
+    size_t at = *len;
+    if (!checked_add(at, tok->mask_len, len))
+        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT, "decoded text is too long");
+    if (text)
+        memcpy(text + at, tok->mask_text, tok->mask_len);
+    return NCTMC_OK;
+}
+
 static nctmc_status decode_bytes(nctmc_tokenizer *tok, const int32_t *tokens, size_t n,
                                  char *text, size_t *n_bytes)
 {
+    size_t len = 0;
     for (size_t i = 0; i < n; i++) {
+        if (tokenizer_renders_mask(tok, tokens[i])) {
+            nctmc_status st = put_mask(tok, text, &len);
+            if (st != NCTMC_OK)
+                return st;
+            continue;
+        }
         if (tokens[i] < 0 || tokens[i] > 255)
-            return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                            "token %zu = %d is outside the vocabulary [0, 256)", i, tokens[i]);
+            return tokenizer_bad_token(tok, i, tokens[i]);
         if (text)
-            text[i] = (char)(uint8_t)tokens[i];
+            text[len] = (char)(uint8_t)tokens[i];
+        len++;
     }
-    *n_bytes = n;
+    *n_bytes = len;
     return NCTMC_OK;
 }
 
@@ -261,10 +354,14 @@ nctmc_status tokenizer_decode_chars(nctmc_tokenizer *tok, const int32_t *tokens,
 {
     size_t len = 0;
     for (size_t i = 0; i < n; i++) {
+        if (tokenizer_renders_mask(tok, tokens[i])) {
+            nctmc_status st = put_mask(tok, text, &len);
+            if (st != NCTMC_OK)
+                return st;
+            continue;
+        }
         if (tokens[i] < 0 || tokens[i] >= tok->vocab)
-            return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                            "token %zu = %d is outside the vocabulary [0, %d)", i, tokens[i],
-                            tok->vocab);
+            return tokenizer_bad_token(tok, i, tokens[i]);
         uint32_t cp = tok->alphabet[tokens[i]];
         /* n tokens give at most 4n bytes: overflow needs n > SIZE_MAX / 4 */
         if (!checked_add(len, utf8_length(cp), &len))
@@ -318,12 +415,17 @@ NCTMC_API nctmc_status nctmc_tokenizer_encode(nctmc_tokenizer *tok, const char *
     if (st != NCTMC_OK)
         return st;
     *n_tokens = count;
-    if (!tokens)
+    if (!tokens) {
+        tok->last_error[0] = '\0';
         return NCTMC_OK;
+    }
     if (capacity < count)
         return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
                         "the text needs %zu tokens, the buffer holds %zu", count, capacity);
-    return encode_any(tok, (const uint8_t *)text, n_bytes, tokens, &count);
+    st = encode_any(tok, (const uint8_t *)text, n_bytes, tokens, &count);
+    if (st == NCTMC_OK)
+        tok->last_error[0] = '\0';
+    return st;
 }
 
 NCTMC_API nctmc_status nctmc_tokenizer_decode(nctmc_tokenizer *tok, const int32_t *tokens,
@@ -342,15 +444,19 @@ NCTMC_API nctmc_status nctmc_tokenizer_decode(nctmc_tokenizer *tok, const int32_
     if (st != NCTMC_OK)
         return st;
     *n_bytes = len;
-    if (!text)
+    if (!text) {
+        tok->last_error[0] = '\0';
         return NCTMC_OK;
+    }
     if (capacity <= len)
         return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
                         "the text needs %zu bytes and a NUL, the buffer holds %zu", len,
                         capacity);
     st = decode_any(tok, tokens, n_tokens, text, &len);
-    if (st == NCTMC_OK)
+    if (st == NCTMC_OK) {
         text[len] = '\0';
+        tok->last_error[0] = '\0';
+    }
     return st;
 }
 
@@ -387,6 +493,7 @@ NCTMC_API nctmc_status nctmc_model_set_tokenizer(nctmc_model *model, const nctmc
     }
     nctmc_tokenizer_free(model->tokenizer);
     model->tokenizer = copy;
+    model_clear_error(model);
     return NCTMC_OK;
 }
 

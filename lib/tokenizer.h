@@ -16,6 +16,7 @@
 #define TOKENIZER_MAX_ALPHABET 65536
 #define TOKENIZER_MAX_PIXELS 65536
 #define TOKENIZER_MAX_LEVELS 65536
+#define TOKENIZER_MAX_PLACEHOLDER 256   /* bytes of a mask placeholder */
 
 struct nctmc_tokenizer {
     nctmc_tokenizer_kind kind;
@@ -25,6 +26,11 @@ struct nctmc_tokenizer {
     int32_t height;
     int32_t levels;
     int32_t pixel_chars;    /* IMAGE: characters per pixel in the ASCII picture */
+    /* What decoding renders for token `vocab` (the mask token of a masked or
+     * mixture model), or NULL: then that token is an error. Display only:
+     * not part of the flat form. */
+    char *mask_text;
+    size_t mask_len;
     char last_error[NCTMC_ERROR_SIZE];
 };
 
@@ -34,6 +40,17 @@ nctmc_tokenizer *tokenizer_new(nctmc_tokenizer_kind kind, int32_t vocab);
 
 /* A deep copy (last_error cleared). */
 nctmc_status tokenizer_clone(const nctmc_tokenizer *src, nctmc_tokenizer **out);
+
+/* True when `token` is the mask token and tok renders it as mask_text. */
+static inline bool tokenizer_renders_mask(const nctmc_tokenizer *tok, int32_t token)
+{
+    return tok->mask_text != NULL && token == tok->vocab;
+}
+
+/* The error for token number i, which is outside the vocabulary (and not a
+ * rendered mask token): names the index, and for the mask token says how to
+ * render it. */
+nctmc_status tokenizer_bad_token(nctmc_tokenizer *tok, size_t i, int32_t token);
 
 /* The token of code point cp in a CHARS tokenizer's alphabet, or -1. */
 int32_t tokenizer_char_index(const nctmc_tokenizer *tok, uint32_t cp);

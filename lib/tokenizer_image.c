@@ -139,23 +139,45 @@ nctmc_status tokenizer_encode_image(nctmc_tokenizer *tok, const uint8_t *text, s
     return NCTMC_OK;
 }
 
+/* A masked pixel: the placeholder character once per character of a
+ * pixel, so the row keeps its width. */
+static char *draw_mask(const nctmc_tokenizer *tok, char *out)
+{
+    for (int32_t c = 0; c < tok->pixel_chars; c++) {
+        memcpy(out, tok->mask_text, tok->mask_len);
+        out += tok->mask_len;
+    }
+    return out;
+}
+
 nctmc_status tokenizer_decode_image(nctmc_tokenizer *tok, const int32_t *tokens, size_t n,
                                     char *text, size_t *n_bytes)
 {
-    size_t w = (size_t)tok->width, pc = (size_t)tok->pixel_chars, bytes;
+    size_t w = (size_t)tok->width, pc = (size_t)tok->pixel_chars, bytes, n_masked = 0;
     if (n % w != 0)
         return IMG_FAIL(tok, "%zu tokens are not whole rows of %d pixels", n, tok->width);
-    if (!checked_mul(n, pc, &bytes) || !checked_add(bytes, n / w, &bytes))
+    for (size_t i = 0; i < n; i++) {
+        if (tokenizer_renders_mask(tok, tokens[i]))
+            n_masked++;
+        else if (tokens[i] < 0 || tokens[i] >= tok->levels)
+            return tokenizer_bad_token(tok, i, tokens[i]);
+    }
+    /* (n - masked) pixels of pc bytes, masked ones of pc placeholders, and
+     * one newline per row */
+    size_t mask_bytes;
+    if (!checked_mul(n - n_masked, pc, &bytes) ||
+        !checked_mul3(n_masked, pc, tok->mask_len, &mask_bytes) ||
+        !checked_add(bytes, mask_bytes, &bytes) || !checked_add(bytes, n / w, &bytes))
         return IMG_FAIL(tok, "the picture of %zu tokens is too large", n);
-    for (size_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= tok->levels)
-            return IMG_FAIL(tok, "token %zu = %d is outside the vocabulary [0, %d)", i,
-                            tokens[i], tok->levels);
     if (text) {
         char *out = text;
         for (size_t i = 0; i < n; i++) {
-            draw_pixel(tokens[i], tok->levels, tok->pixel_chars, out);
-            out += pc;
+            if (tokenizer_renders_mask(tok, tokens[i])) {
+                out = draw_mask(tok, out);
+            } else {
+                draw_pixel(tokens[i], tok->levels, tok->pixel_chars, out);
+                out += pc;
+            }
             if ((i + 1) % w == 0)
                 *out++ = '\n';
         }

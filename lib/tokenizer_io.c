@@ -299,6 +299,8 @@ NCTMC_API nctmc_status nctmc_tokenizer_save(nctmc_tokenizer *tok, const char *pa
     else if (af.path)
         atomic_file_abort(&af);
     tokenizer_fields_free(&f);
+    if (st == NCTMC_OK)
+        tok->last_error[0] = '\0';
     return st;
 }
 
@@ -367,5 +369,6 @@ NCTMC_API nctmc_status nctmc_tokenizer_load(nctmc_context *ctx, const char *path
     free(data);
     if (st != NCTMC_OK)
         return ctx_report_fail(ctx, st, "tokenizer \"%.300s\": %s", path, err);
+    ctx_report_ok(ctx);
     return NCTMC_OK;
 }

@@ -120,6 +120,7 @@ NCTMC_API void nctmc_trainer_free(nctmc_trainer *t)
     free(t->host_labels);
     free(t->host_times);
     free(t->host_rate_h);
+    model_release(t->model);
     free(t);
 }
 
@@ -170,6 +171,8 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     nctmc_trainer *t = calloc(1, sizeof *t);
     if (!t)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    /* the trainer keeps its model alive (in any order of *_free) */
+    model_retain(model);
     t->model = model;
     t->be = model->ctx->backend;
     t->params = *params;
@@ -206,6 +209,7 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
         nctmc_trainer_free(t);
         return st;
     }
+    model_clear_error(model);
     *out = t;
     return NCTMC_OK;
 }
@@ -415,6 +419,7 @@ static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
                             "step %lld: loss %g, gradient norm %g; step skipped, weights "
                             "unchanged",
                             (long long)t->state.step, loss, grad_norm);
+    t->last_error[0] = '\0';
     return NCTMC_OK;
 }
 
@@ -582,5 +587,6 @@ NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *t, nctmc_model 
     free(host);
     if (st != NCTMC_OK)
         return TRAINER_FAIL(t, st, "copying weights: %s / %s", t->be->error, dst_be->error);
+    t->last_error[0] = '\0';
     return NCTMC_OK;
 }

@@ -9,7 +9,7 @@
 #include "model.h"
 
 struct nctmc_trainer {
-    nctmc_model *model;         /* updated in place; owned by the caller */
+    nctmc_model *model;         /* updated in place; one reference held */
     nctmc_backend *be;          /* the model's backend */
     nctmc_trainer_params params;
     int32_t seq_len;            /* L of every batch */

@@ -199,6 +199,8 @@ NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *t, const char *path)
                        N_TRAINER_FIELDS, b.refs, t->model->n_tensors * N_SAVED_SLABS,
                        t->last_error, sizeof t->last_error);
     save_buffers_free(&b);
+    if (st == NCTMC_OK)
+        t->last_error[0] = '\0';
     return st;
 }
 
