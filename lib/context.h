@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "alloc.h"
 #include "backend.h"
 #include "nctmc.h"
 
@@ -18,6 +19,8 @@ struct nctmc_context {
     void *log_user_data;
     nctmc_log_level log_level;
     char last_error[NCTMC_ERROR_SIZE];
+    /* the caller's allocator hook; the backend points at it (alloc.h) */
+    nctmc_allocator alloc;
 };
 
 #if defined(__GNUC__)
