@@ -169,6 +169,36 @@ typedef struct nctmc_context_params {
      *  fit; "" when the call succeeds. NULL / 0 (default): no buffer. */
     char *error_buffer;
     size_t error_buffer_size;
+    /**
+     * Allocator hook: both set, or both NULL (default) for the C library's
+     * malloc / aligned_alloc / free. alloc_fn returns `size` bytes (never 0)
+     * aligned to `alignment` (a power of two: alignof(max_align_t) for host
+     * structs and buffers, 64 for the CPU backend's weights, slabs and
+     * activation arenas), or NULL, which the library turns into
+     * NCTMC_ERR_OUT_OF_MEMORY with nothing leaked; a pointer not aligned
+     * as asked counts as NULL (it is handed back to free_fn). free_fn is
+     * never given NULL. Nothing is ever reallocated in place.
+     *
+     * Through it goes the host memory of everything made on behalf of the
+     * context: the context itself and its CPU backend (thread-pool
+     * bookkeeping, weights, workspaces, activation arenas), models,
+     * samplers, trainers, evaluation, the temporary buffers of loading and
+     * saving, and tokenizers and datasets created or opened with this
+     * context (they keep a copy of the hook; a clone keeps its source's).
+     * Not through it: OpenBLAS's own buffers, the stacks of the worker
+     * threads, the CUDA backend and the CUDA runtime and driver, the C
+     * library's internal buffers, and tokenizers made without a context
+     * (nctmc_tokenizer_create_bytes(), or a NULL ctx).
+     *
+     * Calls come from the threads that call into the library (never from
+     * the CPU backend's worker threads); a hook shared by handles used on
+     * several threads must be thread-safe. The hook and alloc_user_data
+     * must stay valid until the last handle made with this context (and
+     * every tokenizer and dataset holding a copy) is released.
+     */
+    void *(*alloc_fn)(size_t size, size_t alignment, void *user_data);
+    void (*free_fn)(void *ptr, void *user_data);
+    void *alloc_user_data;
 } nctmc_context_params;
 
 /** Fills *params with the defaults. Does nothing when params is NULL. */
@@ -551,6 +581,52 @@ NCTMC_API nctmc_status nctmc_model_save(const nctmc_model *model, const char *pa
  */
 NCTMC_API nctmc_status nctmc_model_load(nctmc_context *ctx, const char *path,
                                         nctmc_model **out);
+
+/**
+ * As nctmc_model_load(), from a checkpoint's `size` bytes at `data` (for
+ * example a file embedded in the program). The buffer is only read, and
+ * only during the call: the model keeps no pointer into it. The same checks
+ * as for a file; a truncated buffer is NCTMC_ERR_FORMAT.
+ */
+NCTMC_API nctmc_status nctmc_model_load_memory(nctmc_context *ctx, const void *data,
+                                               size_t size, nctmc_model **out);
+
+/**
+ * The caller's I/O for a checkpoint: a byte range of `size` bytes read by
+ * position (pread-style), so that a checkpoint can be an entry of an archive
+ * or a pack file, compressed or not. Fill with nctmc_reader_init().
+ */
+typedef struct nctmc_reader {
+    size_t struct_size;
+    /** The checkpoint's total size in bytes, >= 0. */
+    int64_t size;
+    /** Copies up to n bytes starting at `offset` (0 <= offset < size) into
+     *  dst and returns how many it copied (0 .. n; fewer than n is fine,
+     *  the library asks again for the rest; 0 means the data ends there),
+     *  or a negative number for an I/O error. Called only during the
+     *  loading call, on its thread, with n <= 1 GiB. */
+    int64_t (*read_at)(void *user_data, void *dst, size_t n, int64_t offset);
+    void *user_data;
+} nctmc_reader;
+
+/** Fills the first `size` bytes of *reader with zeros and sets struct_size
+ *  to `size`; use the macro nctmc_reader_init(). NCTMC_ERR_INVALID_ARGUMENT
+ *  for NULL or a size too small to hold struct_size. */
+NCTMC_API nctmc_status nctmc_reader_init_sized(nctmc_reader *reader, size_t size);
+#define nctmc_reader_init(reader) nctmc_reader_init_sized((reader), sizeof *(reader))
+
+/**
+ * As nctmc_model_load(), reading through `reader` (its struct is copied;
+ * read_at is called only during this call). A read_at that fails (returns
+ * < 0) gives NCTMC_ERR_IO; one that returns more than asked NCTMC_ERR_IO;
+ * data that ends before `size` (a size that lies) or that does not hold a
+ * valid checkpoint NCTMC_ERR_FORMAT. A struct_size smaller than this
+ * release's nctmc_reader is NCTMC_ERR_INVALID_ARGUMENT; a larger one is
+ * accepted when its unknown trailing bytes are zero, else
+ * NCTMC_ERR_UNSUPPORTED.
+ */
+NCTMC_API nctmc_status nctmc_model_load_reader(nctmc_context *ctx, const nctmc_reader *reader,
+                                               nctmc_model **out);
 
 /* ------------------------------------------------------------------------ */
 /* Token datasets                                                            */

@@ -40,6 +40,7 @@
 #include "nctmc.h"
 
 typedef struct nctmc_backend nctmc_backend;
+struct nctmc_allocator; /* alloc.h */
 
 /* The inputs of the fused L_cond loss operation, one row per position. */
 typedef struct nctmc_lcond_args {
@@ -284,10 +285,20 @@ struct nctmc_backend {
     const char *name;      /* "cpu", ... */
     int n_threads;
     char error[256];       /* message of the last failure reported */
+    /* The context's allocator (alloc.h), for host memory allocated on the
+     * backend's behalf (workspace staging, samplers, trainers); NULL = the
+     * C library's. Set by the context that owns the backend. */
+    const struct nctmc_allocator *alloc;
 };
 
 /* The CPU backend (OpenBLAS + the backend's own thread pool). n_threads 0
  * means all online cores. Returns NULL and fills err on failure. */
 nctmc_backend *nctmc_cpu_backend_create(int n_threads, char *err, size_t err_size);
+
+/* The same with the backend's memory, its own struct and its thread pool's
+ * bookkeeping from `alloc` (alloc.h; NULL = the C library), which must
+ * outlive the backend. */
+nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const struct nctmc_allocator *alloc,
+                                             char *err, size_t err_size);
 
 #endif /* NCTMC_BACKEND_H */

@@ -114,6 +114,19 @@ NCTMC_API void nctmc_context_params_init(nctmc_context_params *params)
     params->log_level = NCTMC_LOG_WARN;
 }
 
+/* The allocator hook of the parameters; a caller's struct too short to
+ * hold it gets the C library's. */
+static nctmc_allocator params_allocator(const nctmc_context_params *p)
+{
+    nctmc_allocator a = {NULL, NULL, NULL};
+    if (p->struct_size >= offsetof(nctmc_context_params, alloc_user_data) + sizeof(void *)) {
+        a.alloc_fn = p->alloc_fn;
+        a.free_fn = p->free_fn;
+        a.user_data = p->alloc_user_data;
+    }
+    return a;
+}
+
 static nctmc_status check_context_params(const nctmc_context_params *p)
 {
     if (p->struct_size != sizeof *p)
@@ -128,12 +141,17 @@ static nctmc_status check_context_params(const nctmc_context_params *p)
     if (p->log_level < NCTMC_LOG_DEBUG || p->log_level > NCTMC_LOG_ERROR)
         return fail_params(p, NCTMC_ERR_INVALID_ARGUMENT, "log_level %d is not a level",
                            (int)p->log_level);
+    nctmc_allocator a = params_allocator(p);
+    if (!a.alloc_fn != !a.free_fn)
+        return fail_params(p, NCTMC_ERR_INVALID_ARGUMENT,
+                           "alloc_fn and free_fn must both be set or both be NULL");
     return NCTMC_OK;
 }
 
 /* "cuda" / "cuda-bf16": the CUDA backend or an error; "auto": the CUDA
  * backend when this build has it and a device answers, else the CPU. */
-static nctmc_status create_backend(const nctmc_context_params *p, nctmc_backend **out)
+static nctmc_status create_backend(const nctmc_context_params *p, const nctmc_allocator *alloc,
+                                   nctmc_backend **out)
 {
     const char *name = p->backend ? p->backend : "auto";
     char err[256] = "";
@@ -162,7 +180,7 @@ static nctmc_status create_backend(const nctmc_context_params *p, nctmc_backend 
 #endif
     }
     if (strcmp(name, "cpu") == 0 || is_auto) {
-        *out = nctmc_cpu_backend_create(p->n_threads, err, sizeof err);
+        *out = nctmc_cpu_backend_create_with(p->n_threads, alloc, err, sizeof err);
         if (!*out)
             return fail_params(p, NCTMC_ERR_OUT_OF_MEMORY, "cpu backend: %s", err);
         return NCTMC_OK;
@@ -188,20 +206,23 @@ NCTMC_API nctmc_status nctmc_context_create(const nctmc_context_params *params,
     nctmc_status st = check_context_params(params);
     if (st != NCTMC_OK)
         return st;
-    nctmc_context *ctx = calloc(1, sizeof *ctx);
+    nctmc_allocator alloc = params_allocator(params);
+    nctmc_context *ctx = nctmc_mem_calloc(&alloc, 1, sizeof *ctx);
     if (!ctx)
         return fail_params(params, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    ctx->alloc = alloc;
     if (!init_log_mutex(&ctx->log_mutex)) {
-        free(ctx);
+        nctmc_mem_free(&alloc, ctx);
         return fail_params(params, NCTMC_ERR_OUT_OF_MEMORY, "cannot create a mutex");
     }
     atomic_init(&ctx->refs, 1);
-    st = create_backend(params, &ctx->backend);
+    st = create_backend(params, &ctx->alloc, &ctx->backend);
     if (st != NCTMC_OK) {
         pthread_mutex_destroy(&ctx->log_mutex);
-        free(ctx);
+        nctmc_mem_free(&alloc, ctx);
         return st;
     }
+    ctx->backend->alloc = &ctx->alloc;
     ctx->log_fn = params->log_fn;
     ctx->log_user_data = params->log_user_data;
     ctx->log_level = params->log_level;
@@ -227,7 +248,8 @@ void ctx_release(nctmc_context *ctx)
     if (ctx->backend)
         ctx->backend->ops->destroy(ctx->backend);
     pthread_mutex_destroy(&ctx->log_mutex);
-    free(ctx);
+    nctmc_allocator alloc = ctx->alloc;
+    nctmc_mem_free(&alloc, ctx);
 }
 
 /* The caller gives up its handle: models and samplers may keep the backend

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "alloc.h"
 #include "backend.h"
 #include "nctmc.h"
 
@@ -29,6 +30,8 @@ struct nctmc_context {
     void *log_user_data;
     nctmc_log_level log_level;
     char last_error[NCTMC_ERROR_SIZE];
+    /* the caller's allocator hook; the backend points at it (alloc.h) */
+    nctmc_allocator alloc;
 };
 
 /* Takes one more reference to ctx (a model or sampler that computes on

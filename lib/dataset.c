@@ -31,6 +31,8 @@ struct nctmc_dataset {
     uint8_t *data;          /* the file after the header: tokens, then labels */
     const uint8_t *labels;  /* inside data, or NULL */
     char last_error[NCTMC_ERROR_SIZE];
+    /* a copy of the opening context's allocator (alloc.h) */
+    nctmc_allocator alloc;
 };
 
 typedef struct shard_header {
@@ -208,7 +210,7 @@ NCTMC_API nctmc_status nctmc_dataset_write(nctmc_context *ctx, const char *path,
                       (uint32_t)seq_len, (uint32_t)n_classes, 0, (uint64_t)n_tokens, 0};
     char err[NCTMC_ERROR_SIZE];
     atomic_file af;
-    st = atomic_file_begin(&af, path, err, sizeof err);
+    st = atomic_file_begin(&af, ctx ? &ctx->alloc : NULL, path, err, sizeof err);
     if (st == NCTMC_OK) {
         st = write_shard(&af, &h, tokens, labels, err, sizeof err);
         if (st == NCTMC_OK)
@@ -290,8 +292,9 @@ static nctmc_status check_body(const shard_header *h, const uint8_t *body, char 
 }
 
 /* Reads the header and the body it implies, checking size and checksum. */
-static nctmc_status read_shard(int fd, uint64_t file_size, const char *path, shard_header *h,
-                               uint8_t **body, char *err, size_t err_size)
+static nctmc_status read_shard(const nctmc_allocator *alloc, int fd, uint64_t file_size,
+                               const char *path, shard_header *h, uint8_t **body, char *err,
+                               size_t err_size)
 {
     uint8_t head[SHARD_HEADER_SIZE];
     if (file_size < SHARD_HEADER_SIZE)
@@ -312,7 +315,7 @@ static nctmc_status read_shard(int fd, uint64_t file_size, const char *path, sha
                         (unsigned long long)(bytes + SHARD_HEADER_SIZE));
     if (st != NCTMC_OK)
         return st;
-    *body = malloc(bytes ? (size_t)bytes : 1);
+    *body = nctmc_mem_alloc(alloc, (size_t)bytes);
     if (!*body)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate %llu bytes for the shard", (unsigned long long)bytes);
@@ -322,7 +325,7 @@ static nctmc_status read_shard(int fd, uint64_t file_size, const char *path, sha
     if (st == NCTMC_OK)
         st = check_body(h, *body, err, err_size);
     if (st != NCTMC_OK) {
-        free(*body);
+        nctmc_mem_free(alloc, *body);
         *body = NULL;
     }
     return st;
@@ -340,18 +343,21 @@ NCTMC_API nctmc_status nctmc_dataset_open(nctmc_context *ctx, const char *path,
     uint64_t size = 0;
     shard_header h = {0};
     uint8_t *body = NULL;
+    const nctmc_allocator *alloc = ctx ? &ctx->alloc : NULL;
     nctmc_status st = file_open_read(path, &fd, &size, err, sizeof err);
     if (st == NCTMC_OK) {
-        st = read_shard(fd, size, path, &h, &body, err, sizeof err);
+        st = read_shard(alloc, fd, size, path, &h, &body, err, sizeof err);
         close(fd);
     }
-    nctmc_dataset *ds = st == NCTMC_OK ? calloc(1, sizeof *ds) : NULL;
+    nctmc_dataset *ds = st == NCTMC_OK ? nctmc_mem_calloc(alloc, 1, sizeof *ds) : NULL;
     if (st == NCTMC_OK && !ds)
         st = nctmc_fail(err, sizeof err, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     if (st != NCTMC_OK) {
-        free(body);
+        nctmc_mem_free(alloc, body);
         return ctx_report_fail(ctx, st, "token shard \"%.300s\": %s", path, err);
     }
+    if (alloc)
+        ds->alloc = *alloc;
     ds->vocab_size = (int32_t)h.vocab_size;
     ds->seq_len = (int32_t)h.seq_len;
     ds->n_classes = (int32_t)h.n_classes;
@@ -379,8 +385,9 @@ NCTMC_API void nctmc_dataset_free(nctmc_dataset *ds)
 {
     if (!ds)
         return;
-    free(ds->data);
-    free(ds);
+    nctmc_allocator alloc = ds->alloc;
+    nctmc_mem_free(&alloc, ds->data);
+    nctmc_mem_free(&alloc, ds);
 }
 
 #define DS_FAIL(ds, ...) \

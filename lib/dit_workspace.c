@@ -167,8 +167,8 @@ static nctmc_status check_shape(const nctmc_model *m, int32_t B, int32_t L, char
 static nctmc_status alloc_host_staging(dit_workspace *ws, const nctmc_model *m, size_t N,
                                        char *err, size_t err_size)
 {
-    ws->host_labels = malloc((size_t)ws->max_batch * sizeof(int32_t));
-    ws->host_loss = malloc(N * sizeof(float));
+    ws->host_labels = nctmc_mem_alloc(ws->be->alloc, (size_t)ws->max_batch * sizeof(int32_t));
+    ws->host_loss = nctmc_mem_alloc(ws->be->alloc, N * sizeof(float));
     if (!ws->host_labels || !ws->host_loss)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of host memory for the workspace");
@@ -188,7 +188,7 @@ nctmc_status dit_workspace_create(const nctmc_model *m, nctmc_backend *be, int32
     ws_sizes z;
     if ((st = size_workspace(m, be, B, L, &z, err, err_size)) != NCTMC_OK)
         return st;
-    dit_workspace *ws = calloc(1, sizeof *ws);
+    dit_workspace *ws = nctmc_mem_calloc(be->alloc, 1, sizeof *ws);
     if (!ws)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     ws->be = be;
@@ -196,9 +196,10 @@ nctmc_status dit_workspace_create(const nctmc_model *m, nctmc_backend *be, int32
     ws->max_batch = B;
     ws->max_length = L;
     ws->n_layer_acts = training ? m->dims.n_layers : 1;
-    ws->layers = calloc((size_t)ws->n_layer_acts, sizeof *ws->layers);
+    ws->layers = nctmc_mem_calloc(be->alloc, (size_t)ws->n_layer_acts, sizeof *ws->layers);
     if (training)
-        ws->grad_blocks = calloc((size_t)m->dims.n_layers, sizeof *ws->grad_blocks);
+        ws->grad_blocks =
+            nctmc_mem_calloc(be->alloc, (size_t)m->dims.n_layers, sizeof *ws->grad_blocks);
     if (!ws->layers || (training && !ws->grad_blocks))
         st = nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     arena_plan sizing = {NULL, 0, false};
@@ -233,11 +234,11 @@ void dit_workspace_free(dit_workspace *ws)
         return;
     if (ws->arena)
         ws->be->ops->free(ws->be, ws->arena);
-    free(ws->layers);
-    free(ws->grad_blocks);
-    free(ws->host_labels);
-    free(ws->host_loss);
-    free(ws);
+    nctmc_mem_free(ws->be->alloc, ws->layers);
+    nctmc_mem_free(ws->be->alloc, ws->grad_blocks);
+    nctmc_mem_free(ws->be->alloc, ws->host_labels);
+    nctmc_mem_free(ws->be->alloc, ws->host_loss);
+    nctmc_mem_free(ws->be->alloc, ws);
 }
 
 static nctmc_status check_tokens(const int32_t *tokens, size_t n, int32_t limit,

@@ -265,16 +265,17 @@ typedef struct eval_state {
 
 static void eval_state_free(eval_state *e)
 {
+    const nctmc_allocator *a = &e->m->ctx->alloc;
     dit_workspace_free(e->ws);
-    free(e->x0);
-    free(e->x_t);
-    free(e->labels);
-    free(e->times);
-    free(e->loss);
-    free(e->rate_h);
+    nctmc_mem_free(a, e->x0);
+    nctmc_mem_free(a, e->x_t);
+    nctmc_mem_free(a, e->labels);
+    nctmc_mem_free(a, e->times);
+    nctmc_mem_free(a, e->loss);
+    nctmc_mem_free(a, e->rate_h);
     for (int b = 0; b < NCTMC_EVAL_BUCKETS; b++)
         for (int c = 0; c < 2; c++)
-            free(e->res[b][c].values);
+            nctmc_mem_free(a, e->res[b][c].values);
 }
 
 static nctmc_status eval_alloc_reservoirs(eval_state *e)
@@ -285,7 +286,7 @@ static nctmc_status eval_alloc_reservoirs(eval_state *e)
     for (int b = 0; b < NCTMC_EVAL_BUCKETS; b++)
         for (int c = 0; c < 2; c++) {
             e->res[b][c].cap = cap;
-            e->res[b][c].values = malloc((size_t)cap * sizeof(float));
+            e->res[b][c].values = nctmc_mem_alloc(&e->m->ctx->alloc, (size_t)cap * sizeof(float));
             if (!e->res[b][c].values)
                 return EVAL_FAIL(e->m, NCTMC_ERR_OUT_OF_MEMORY,
                                  "out of memory for the calibration medians");
@@ -321,12 +322,13 @@ static nctmc_status eval_state_init(eval_state *e, nctmc_model *m, const nctmc_e
     if (st != NCTMC_OK)
         return st;
     size_t N = (size_t)e->B * (size_t)e->L, B = (size_t)e->B;
-    e->x0 = malloc(N * sizeof *e->x0);
-    e->x_t = malloc(N * sizeof *e->x_t);
-    e->labels = malloc(B * sizeof *e->labels);
-    e->times = malloc(B * sizeof *e->times);
-    e->loss = malloc(N * sizeof *e->loss);
-    e->rate_h = malloc(N * sizeof *e->rate_h);
+    const nctmc_allocator *a = &m->ctx->alloc;
+    e->x0 = nctmc_mem_alloc(a, N * sizeof *e->x0);
+    e->x_t = nctmc_mem_alloc(a, N * sizeof *e->x_t);
+    e->labels = nctmc_mem_alloc(a, B * sizeof *e->labels);
+    e->times = nctmc_mem_alloc(a, B * sizeof *e->times);
+    e->loss = nctmc_mem_alloc(a, N * sizeof *e->loss);
+    e->rate_h = nctmc_mem_alloc(a, N * sizeof *e->rate_h);
     if (!e->x0 || !e->x_t || !e->labels || !e->times || !e->loss || !e->rate_h)
         return EVAL_FAIL(m, NCTMC_ERR_OUT_OF_MEMORY, "out of host memory for eval batches");
     return eval_alloc_reservoirs(e);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "context.h"
 
 /* One system call moves at most this much, well inside ssize_t everywhere. */
@@ -37,30 +38,23 @@ static nctmc_status sys_fail(char *err, size_t err_size, nctmc_status status, in
     return nctmc_fail(err, err_size, status, "%s: %s", what, reason);
 }
 
-static char *copy_string(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *c = malloc(n);
-    if (c)
-        memcpy(c, s, n);
-    return c;
-}
-
 static void release(atomic_file *af)
 {
-    free(af->tmp_path);
-    free(af->path);
+    nctmc_mem_free(af->alloc, af->tmp_path);
+    nctmc_mem_free(af->alloc, af->path);
     af->tmp_path = NULL;
     af->path = NULL;
     af->fd = -1;
 }
 
-nctmc_status atomic_file_begin(atomic_file *af, const char *path, char *err, size_t err_size)
+nctmc_status atomic_file_begin(atomic_file *af, const nctmc_allocator *alloc,
+                               const char *path, char *err, size_t err_size)
 {
     static const char suffix[] = ".tmp-XXXXXX";
     af->fd = -1;
-    af->path = copy_string(path);
-    af->tmp_path = malloc(strlen(path) + sizeof suffix);
+    af->alloc = alloc;
+    af->path = nctmc_mem_strdup(alloc, path);
+    af->tmp_path = nctmc_mem_alloc(alloc, strlen(path) + sizeof suffix);
     if (!af->path || !af->tmp_path) {
         release(af);
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
@@ -126,28 +120,25 @@ nctmc_status atomic_file_write_at(atomic_file *af, uint64_t offset, const void *
 
 /* The directory entry of the rename must reach the disk too, or a crash can
  * bring the old file back. Filesystems that cannot fsync a directory say
- * EINVAL; that is no failure of ours. */
-static nctmc_status sync_parent_dir(const char *path, char *err, size_t err_size)
+ * EINVAL; that is no failure of ours. The directory's name is cut out of
+ * path in place (and put back): this runs after the rename, where an
+ * allocation that fails would report a failure for a file already written. */
+static nctmc_status sync_parent_dir(char *path, char *err, size_t err_size)
 {
-    char *dir = copy_string(path);
-    if (!dir)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
-    char *slash = strrchr(dir, '/');
-    const char *name = dir;
-    if (!slash)
-        name = ".";
-    else if (slash == dir)
-        slash[1] = '\0';
-    else
-        *slash = '\0';
+    char *slash = strrchr(path, '/');
+    char *cut = !slash ? NULL : slash == path ? slash + 1 : slash;
+    char saved = cut ? *cut : '\0';
+    if (cut)
+        *cut = '\0';
+    int fd = open(cut ? path : ".", O_RDONLY | O_CLOEXEC);
+    if (cut)
+        *cut = saved;
     nctmc_status st = NCTMC_OK;
-    int fd = open(name, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL && errno != EROFS))
         st = sys_fail(err, err_size, NCTMC_ERR_IO, errno,
                       "\"%.300s\" was written, but syncing its directory failed", path);
     if (fd >= 0)
         close(fd);
-    free(dir);
     return st;
 }
 
@@ -232,8 +223,8 @@ nctmc_status file_pread(int fd, uint64_t offset, void *buf, size_t n, const char
     return NCTMC_OK;
 }
 
-nctmc_status file_read_all(const char *path, size_t max_bytes, uint8_t **data, size_t *size,
-                           char *err, size_t err_size)
+nctmc_status file_read_all(const nctmc_allocator *alloc, const char *path, size_t max_bytes,
+                           uint8_t **data, size_t *size, char *err, size_t err_size)
 {
     int fd = -1;
     uint64_t n = 0;
@@ -247,7 +238,7 @@ nctmc_status file_read_all(const char *path, size_t max_bytes, uint8_t **data, s
                           "have",
                           path, (unsigned long long)n, max_bytes);
     }
-    uint8_t *buf = malloc((size_t)n + 1);
+    uint8_t *buf = nctmc_mem_alloc(alloc, (size_t)n + 1);
     if (!buf) {
         close(fd);
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
@@ -257,7 +248,7 @@ nctmc_status file_read_all(const char *path, size_t max_bytes, uint8_t **data, s
     st = file_pread(fd, 0, buf, (size_t)n, path, err, err_size);
     close(fd);
     if (st != NCTMC_OK) {
-        free(buf);
+        nctmc_mem_free(alloc, buf);
         return st;
     }
     buf[n] = 0;

@@ -11,6 +11,8 @@
 
 #include "nctmc.h"
 
+struct nctmc_allocator; /* alloc.h */
+
 /* A file being written: data goes to tmp_path until commit renames it over
  * path. Readers of `path` see the old file or the complete new one, never a
  * mixture, and a crash leaves at most a stray "<path>.tmp-XXXXXX". */
@@ -18,10 +20,13 @@ typedef struct atomic_file {
     int fd;             /* -1 when closed */
     char *tmp_path;     /* NULL once renamed or removed */
     char *path;
+    const struct nctmc_allocator *alloc;   /* of the two names (alloc.h) */
 } atomic_file;
 
-/* Creates the temporary file next to path. On failure nothing is left. */
-nctmc_status atomic_file_begin(atomic_file *af, const char *path, char *err, size_t err_size);
+/* Creates the temporary file next to path; the names af keeps come from
+ * alloc (NULL = the C library). On failure nothing is left. */
+nctmc_status atomic_file_begin(atomic_file *af, const struct nctmc_allocator *alloc,
+                               const char *path, char *err, size_t err_size);
 
 /* Appends n bytes. */
 nctmc_status atomic_file_write(atomic_file *af, const void *data, size_t n, char *err,
@@ -49,9 +54,11 @@ nctmc_status file_pread(int fd, uint64_t offset, void *buf, size_t n, const char
                         char *err, size_t err_size);
 
 /* Reads a whole regular file of at most max_bytes (larger ones are
- * NCTMC_ERR_FORMAT) into a malloc'ed buffer with one NUL byte after the
- * data, so text parsers may rely on a terminator. */
-nctmc_status file_read_all(const char *path, size_t max_bytes, uint8_t **data, size_t *size,
-                           char *err, size_t err_size);
+ * NCTMC_ERR_FORMAT) into a buffer from alloc (alloc.h; NULL = the C
+ * library) with one NUL byte after the data, so text parsers may rely on a
+ * terminator. */
+nctmc_status file_read_all(const struct nctmc_allocator *alloc, const char *path,
+                           size_t max_bytes, uint8_t **data, size_t *size, char *err,
+                           size_t err_size);
 
 #endif /* NCTMC_FILE_IO_H */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "context.h"
 #include "utf8.h"
 
@@ -163,7 +164,7 @@ nctmc_status json_parse_string(json_reader *r, char **out, size_t *len)
     size_t end;
     if (!find_string_end(r, &end))
         return json_fail(r, "unterminated string");
-    uint8_t *buf = malloc(end - r->at + 1);
+    uint8_t *buf = nctmc_mem_alloc(r->alloc, end - r->at + 1);
     if (!buf)
         return nctmc_fail(r->err, r->err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     size_t n = 0;
@@ -178,7 +179,7 @@ nctmc_status json_parse_string(json_reader *r, char **out, size_t *len)
         n += k;
     }
     if (st != NCTMC_OK) {
-        free(buf);
+        nctmc_mem_free(r->alloc, buf);
         return st;
     }
     r->at = end + 1;
@@ -274,7 +275,7 @@ static nctmc_status skip_container(json_reader *r, bool object, int depth)
         if (object) {
             char *key = NULL;
             st = json_parse_string(r, &key, NULL);
-            free(key);
+            nctmc_mem_free(r->alloc, key);
             if (st == NCTMC_OK)
                 st = json_expect(r, ':', "after an object key");
         }
@@ -301,7 +302,7 @@ nctmc_status json_skip_value(json_reader *r, int depth)
     if (c == '"') {
         char *s = NULL;
         nctmc_status st = json_parse_string(r, &s, NULL);
-        free(s);
+        nctmc_mem_free(r->alloc, s);
         return st;
     }
     if (c == '{' || c == '[') {
@@ -328,7 +329,7 @@ void json_buf_append(json_buf *b, const char *s, size_t n)
             }
             cap *= 2;
         }
-        char *d = realloc(b->data, cap);
+        char *d = nctmc_mem_realloc(b->alloc, b->data, b->cap, cap);
         if (!d) {
             b->failed = true;
             return;
@@ -382,7 +383,7 @@ void json_buf_string(json_buf *b, const char *s)
 
 void json_buf_free(json_buf *b)
 {
-    free(b->data);
+    nctmc_mem_free(b->alloc, b->data);
     b->data = NULL;
     b->len = b->cap = 0;
     b->failed = false;

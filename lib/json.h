@@ -13,6 +13,8 @@
 
 #include "nctmc.h"
 
+struct nctmc_allocator; /* alloc.h */
+
 /* Nesting deeper than this in a skipped value is rejected (a stack bound). */
 #define JSON_MAX_DEPTH 32
 
@@ -22,6 +24,8 @@ typedef struct json_reader {
     size_t at;
     char *err;
     size_t err_size;
+    /* where parsed strings are allocated (alloc.h); NULL = the C library */
+    const struct nctmc_allocator *alloc;
 } json_reader;
 
 /* Skips spaces, tabs, CR and LF. */
@@ -37,7 +41,8 @@ nctmc_status json_expect(json_reader *r, char c, const char *what);
 bool json_peek(json_reader *r, char c);
 
 /*
- * Parses a string into a malloc'ed, NUL-terminated UTF-8 copy: escapes
+ * Parses a string into a NUL-terminated UTF-8 copy allocated from r->alloc
+ * (release it with nctmc_mem_free(r->alloc, ...)): escapes
  * decoded (\uXXXX with surrogate pairs), raw bytes checked as strict UTF-8,
  * control characters and \u0000 rejected (a C string cannot carry NUL).
  * *len receives the length (may be NULL).
@@ -58,6 +63,8 @@ typedef struct json_buf {
     size_t len;
     size_t cap;
     bool failed;
+    /* where the text is allocated (alloc.h); NULL = the C library */
+    const struct nctmc_allocator *alloc;
 } json_buf;
 
 void json_buf_append(json_buf *b, const char *s, size_t n);

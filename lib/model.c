@@ -47,12 +47,14 @@ static void model_destroy(nctmc_model *m)
 {
     if (m->weights)
         m->ctx->backend->ops->free(m->ctx->backend, m->weights);
-    free(m->view.blocks);
-    free(m->tensors);
+    /* a copy: the context, and its allocator, may go with ctx_release */
+    nctmc_allocator alloc = nctmc_mem_copy(&m->ctx->alloc);
+    nctmc_mem_free(&alloc, m->view.blocks);
+    nctmc_mem_free(&alloc, m->tensors);
     nctmc_tokenizer_free(m->tokenizer);
     pthread_mutex_destroy(&m->error_mutex);
     ctx_release(m->ctx);
-    free(m);
+    nctmc_mem_free(&alloc, m);
 }
 
 void model_release(const nctmc_model *model)
@@ -82,14 +84,14 @@ static nctmc_status upload_initial_weights(nctmc_model *m, bool initialise, char
                           be->name);
     if (!initialise)
         return NCTMC_OK; /* alloc gives zeros; the caller uploads every weight */
-    float *host = malloc(bytes);
+    float *host = nctmc_mem_alloc(&m->ctx->alloc, bytes);
     if (!host)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate %zu bytes of host memory for initialisation",
                           bytes);
     dit_init_weights(m, host);
     be->ops->upload(be, m->weights, host, bytes);
-    free(host);
+    nctmc_mem_free(&m->ctx->alloc, host);
     nctmc_status st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
         return nctmc_fail(err, err_size, st, "uploading weights: %s", be->error);
@@ -115,9 +117,9 @@ nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *conf
     nctmc_status st = dit_config_validate(config, &dims, ctx->last_error, sizeof ctx->last_error);
     if (st != NCTMC_OK)
         return st;
-    nctmc_model *m = calloc(1, sizeof *m);
+    nctmc_model *m = nctmc_mem_calloc(&ctx->alloc, 1, sizeof *m);
     if (m && pthread_mutex_init(&m->error_mutex, NULL) != 0) {
-        free(m);
+        nctmc_mem_free(&ctx->alloc, m);
         m = NULL;
     }
     if (!m)
@@ -129,9 +131,11 @@ nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *conf
     m->config = *config;
     m->dims = dims;
     m->fp = dit_config_fp(config);
-    st = dit_tensor_table(&dims, &m->tensors, &m->n_tensors, &m->slab_floats, &m->n_params);
+    st = dit_tensor_table(&ctx->alloc, &dims, &m->tensors, &m->n_tensors, &m->slab_floats,
+                          &m->n_params);
     if (st == NCTMC_OK) {
-        m->view.blocks = calloc((size_t)dims.n_layers, sizeof(dit_block_view));
+        m->view.blocks = nctmc_mem_calloc(&ctx->alloc, (size_t)dims.n_layers,
+                                          sizeof(dit_block_view));
         if (!m->view.blocks)
             st = NCTMC_ERR_OUT_OF_MEMORY;
     }

@@ -138,9 +138,11 @@ nctmc_status dit_config_validate(const nctmc_model_config *config, dit_dims *dim
 nctmc_fp dit_config_fp(const nctmc_model_config *config);
 
 /* Builds the tensor table of a configuration (names, shapes, offsets).
- * *tensors is malloc'ed; frees nothing on failure. */
-nctmc_status dit_tensor_table(const dit_dims *dims, dit_tensor **tensors, int32_t *n_tensors,
-                              size_t *slab_floats, int64_t *n_params);
+ * *tensors comes from alloc (alloc.h; NULL = the C library); frees nothing
+ * on failure. */
+nctmc_status dit_tensor_table(const nctmc_allocator *alloc, const dit_dims *dims,
+                              dit_tensor **tensors, int32_t *n_tensors, size_t *slab_floats,
+                              int64_t *n_params);
 
 /* Points a view at a slab with the model's layout; blocks must have
  * n_layers entries (the view keeps the pointer). */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "ctx_report.h"
 #include "numtext.h"
 #include "tokenizer.h"
@@ -121,19 +122,21 @@ typedef struct save_meta {
     char values[N_CONFIG_FIELDS][NUMTEXT_MAX];
     char tokenizer_keys[TOKENIZER_MAX_FIELDS][META_KEY_MAX];
     tokenizer_fields tokenizer;
+    const nctmc_allocator *alloc;   /* of items */
 } save_meta;
 
 static nctmc_status build_meta(const nctmc_model *m, const st_meta *extra, int32_t n_extra,
                                save_meta *sm, char *err, size_t err_size)
 {
     memset(sm, 0, sizeof *sm);
+    sm->alloc = &m->ctx->alloc;
     if (m->tokenizer) {
         nctmc_status st = tokenizer_to_fields(m->tokenizer, &sm->tokenizer, err, err_size);
         if (st != NCTMC_OK)
             return st;
     }
     size_t cap = 2 + (size_t)N_CONFIG_FIELDS + (size_t)sm->tokenizer.n + (size_t)n_extra;
-    sm->items = malloc(sizeof *sm->items * cap);
+    sm->items = nctmc_mem_alloc(sm->alloc, sizeof *sm->items * cap);
     if (!sm->items)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     sm->items[sm->n++] = (st_meta){KEY_FORMAT, FORMAT_VERSION};
@@ -156,7 +159,7 @@ static nctmc_status build_meta(const nctmc_model *m, const st_meta *extra, int32
 
 static void save_meta_free(save_meta *sm)
 {
-    free(sm->items);
+    nctmc_mem_free(sm->alloc, sm->items);
     tokenizer_fields_free(&sm->tokenizer);
 }
 
@@ -164,7 +167,7 @@ static void save_meta_free(save_meta *sm)
 static nctmc_status host_weights_of(const nctmc_model *m, float **owned, char *err,
                                     size_t err_size)
 {
-    float *host = malloc(sizeof(float) * (m->slab_floats ? m->slab_floats : 1));
+    float *host = nctmc_mem_alloc(&m->ctx->alloc, sizeof(float) * m->slab_floats);
     if (!host)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of memory copying the weights");
@@ -172,7 +175,7 @@ static nctmc_status host_weights_of(const nctmc_model *m, float **owned, char *e
     be->ops->download(be, host, m->weights, sizeof(float) * m->slab_floats);
     nctmc_status st = be->ops->synchronize(be);
     if (st != NCTMC_OK) {
-        free(host);
+        nctmc_mem_free(&m->ctx->alloc, host);
         return nctmc_fail(err, err_size, st, "reading the weights: %s", be->error);
     }
     *owned = host;
@@ -185,7 +188,8 @@ static nctmc_status build_tensor_refs(const nctmc_model *m, const float *host,
 {
     if (n_extra < 0 || (n_extra > 0 && !extra) || n_extra > INT32_MAX - m->n_tensors)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "bad extra tensors");
-    st_tensor_ref *refs = malloc(sizeof *refs * (size_t)(m->n_tensors + n_extra));
+    st_tensor_ref *refs =
+        nctmc_mem_alloc(&m->ctx->alloc, sizeof *refs * (size_t)(m->n_tensors + n_extra));
     if (!refs)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     for (int32_t k = 0; k < m->n_tensors; k++) {
@@ -221,10 +225,11 @@ nctmc_status model_io_save(const nctmc_model *model, const char *path,
         st = build_tensor_refs(model, host_weights, extra_tensors, n_extra_tensors, &refs, err,
                                err_size);
     if (st == NCTMC_OK)
-        st = st_write_file_checksummed(path, sm.items, sm.n, KEY_CHECKSUM, refs,
-                                       model->n_tensors + n_extra_tensors, err, err_size);
-    free(refs);
-    free(owned);
+        st = st_write_file_checksummed_with(&model->ctx->alloc, path, sm.items, sm.n,
+                                            KEY_CHECKSUM, refs,
+                                            model->n_tensors + n_extra_tensors, err, err_size);
+    nctmc_mem_free(&model->ctx->alloc, refs);
+    nctmc_mem_free(&model->ctx->alloc, owned);
     save_meta_free(&sm);
     return st;
 }
@@ -322,8 +327,9 @@ static const char *tokenizer_meta(const void *source, const char *key)
 }
 
 /* The stored tokenizer, or NULL when the file has none. */
-static nctmc_status read_tokenizer(const st_file *file, const nctmc_model_config *cfg,
-                                   nctmc_tokenizer **out, char *err, size_t err_size)
+static nctmc_status read_tokenizer(const nctmc_allocator *alloc, const st_file *file,
+                                   const nctmc_model_config *cfg, nctmc_tokenizer **out,
+                                   char *err, size_t err_size)
 {
     *out = NULL;
     bool any = false;
@@ -331,7 +337,7 @@ static nctmc_status read_tokenizer(const st_file *file, const nctmc_model_config
         any = has_prefix(st_file_meta_key(file, i), TOKENIZER_PREFIX);
     if (!any)
         return NCTMC_OK;
-    nctmc_status st = tokenizer_from_fields(tokenizer_meta, file, out, err, err_size);
+    nctmc_status st = tokenizer_from_fields(alloc, tokenizer_meta, file, out, err, err_size);
     if (st == NCTMC_OK)
         st = tokenizer_check_model(*out, cfg, NCTMC_ERR_FORMAT, err, err_size);
     if (st != NCTMC_OK) {
@@ -423,17 +429,18 @@ static nctmc_status upload_weights(nctmc_model *m, const float *host, char *err,
     return NCTMC_OK;
 }
 
-static nctmc_status check_tensors(const st_file *file, const dit_dims *dims, const char *prefix,
-                                  char *err, size_t err_size)
+static nctmc_status check_tensors(const nctmc_allocator *alloc, const st_file *file,
+                                  const dit_dims *dims, const char *prefix, char *err,
+                                  size_t err_size)
 {
     dit_tensor *table = NULL;
     int32_t n = 0;
     size_t slab_floats;
     int64_t n_params;
-    if (dit_tensor_table(dims, &table, &n, &slab_floats, &n_params) != NCTMC_OK)
+    if (dit_tensor_table(alloc, dims, &table, &n, &slab_floats, &n_params) != NCTMC_OK)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     nctmc_status st = check_tensor_set(file, table, n, prefix, err, err_size);
-    free(table);
+    nctmc_mem_free(alloc, table);
     return st;
 }
 
@@ -452,14 +459,14 @@ static nctmc_status create_model(nctmc_context *ctx, const nctmc_model_config *c
 static nctmc_status fill_model(nctmc_model *m, const st_file *file, const char *prefix,
                                char *err, size_t err_size)
 {
-    float *host = calloc(m->slab_floats ? m->slab_floats : 1, sizeof(float));
+    float *host = nctmc_mem_calloc(&m->ctx->alloc, m->slab_floats, sizeof(float));
     if (!host)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of memory reading the weights");
     nctmc_status st = read_weights(file, m, prefix, host, err, err_size);
     if (st == NCTMC_OK)
         st = upload_weights(m, host, err, err_size);
-    free(host);
+    nctmc_mem_free(&m->ctx->alloc, host);
     return st;
 }
 
@@ -476,9 +483,9 @@ nctmc_status model_io_create(nctmc_context *ctx, const st_file *file, const char
     nctmc_tokenizer *tok = NULL;
     nctmc_status st = read_config(file, &cfg, &dims, err, err_size);
     if (st == NCTMC_OK)
-        st = read_tokenizer(file, &cfg, &tok, err, err_size);
+        st = read_tokenizer(&ctx->alloc, file, &cfg, &tok, err, err_size);
     if (st == NCTMC_OK)
-        st = check_tensors(file, &dims, prefix, err, err_size);
+        st = check_tensors(&ctx->alloc, file, &dims, prefix, err, err_size);
     nctmc_model *m = NULL;
     if (st == NCTMC_OK)
         st = create_model(ctx, &cfg, &m, err, err_size);
@@ -494,6 +501,19 @@ nctmc_status model_io_create(nctmc_context *ctx, const st_file *file, const char
     return NCTMC_OK;
 }
 
+/* Creates the model from a checkpoint opened by the caller, whatever its
+ * source (a file, memory, a reader): the one loading path. Frees file. */
+static nctmc_status load_from(nctmc_context *ctx, st_file *file, const char *name,
+                              nctmc_model **out)
+{
+    char err[NCTMC_ERROR_SIZE];
+    nctmc_status st = model_io_create(ctx, file, "", out, err, sizeof err);
+    st_file_free(file);
+    if (st != NCTMC_OK)
+        return ctx_report_fail(ctx, st, "\"%.300s\": %s", name, err);
+    return NCTMC_OK;
+}
+
 NCTMC_API nctmc_status nctmc_model_load(nctmc_context *ctx, const char *path,
                                         nctmc_model **out)
 {
@@ -503,14 +523,54 @@ NCTMC_API nctmc_status nctmc_model_load(nctmc_context *ctx, const char *path,
         return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
                                "nctmc_model_load: path and out must not be NULL");
     *out = NULL;
-    char err[NCTMC_ERROR_SIZE];
     st_file *file = NULL;
-    nctmc_status st = st_read_file(path, &file, ctx->last_error, sizeof ctx->last_error);
+    nctmc_status st =
+        st_open_file(&ctx->alloc, path, &file, ctx->last_error, sizeof ctx->last_error);
     if (st != NCTMC_OK)
         return ctx_report_logged(ctx, st);
-    st = model_io_create(ctx, file, "", out, err, sizeof err);
-    st_file_free(file);
+    return load_from(ctx, file, path, out);
+}
+
+#define MEMORY_NAME "<memory>"
+#define READER_NAME "<reader>"
+
+NCTMC_API nctmc_status nctmc_model_load_memory(nctmc_context *ctx, const void *data,
+                                               size_t size, nctmc_model **out)
+{
+    if (!ctx)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    if (out)
+        *out = NULL;
+    if (!out || (!data && size > 0))
+        return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
+                               "nctmc_model_load_memory: out and data must not be NULL");
+    if ((uint64_t)size > (uint64_t)INT64_MAX)
+        return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
+                               "nctmc_model_load_memory: %zu bytes is more than a checkpoint "
+                               "may have",
+                               size);
+    st_file *file = NULL;
+    nctmc_status st = st_open_memory(&ctx->alloc, data, size, MEMORY_NAME, &file,
+                                     ctx->last_error, sizeof ctx->last_error);
     if (st != NCTMC_OK)
-        return ctx_report_fail(ctx, st, "\"%.300s\": %s", path, err);
-    return NCTMC_OK;
+        return ctx_report_logged(ctx, st);
+    return load_from(ctx, file, MEMORY_NAME, out);
+}
+
+NCTMC_API nctmc_status nctmc_model_load_reader(nctmc_context *ctx, const nctmc_reader *reader,
+                                               nctmc_model **out)
+{
+    if (!ctx)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    if (out)
+        *out = NULL;
+    if (!out || !reader)
+        return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
+                               "nctmc_model_load_reader: reader and out must not be NULL");
+    st_file *file = NULL;
+    nctmc_status st = st_open_reader(&ctx->alloc, reader, READER_NAME, &file, ctx->last_error,
+                                     sizeof ctx->last_error);
+    if (st != NCTMC_OK)
+        return ctx_report_logged(ctx, st);
+    return load_from(ctx, file, READER_NAME, out);
 }

@@ -69,11 +69,12 @@ static void add_block(table_builder *tb, const dit_dims *m, int32_t k)
 #undef BLOCK_TENSOR
 }
 
-nctmc_status dit_tensor_table(const dit_dims *m, dit_tensor **tensors, int32_t *n_tensors,
-                              size_t *slab_floats, int64_t *n_params)
+nctmc_status dit_tensor_table(const nctmc_allocator *alloc, const dit_dims *m,
+                              dit_tensor **tensors, int32_t *n_tensors, size_t *slab_floats,
+                              int64_t *n_params)
 {
     size_t capacity = TENSORS_FIXED + (size_t)m->n_layers * TENSORS_PER_BLOCK;
-    table_builder tb = {calloc(capacity, sizeof(dit_tensor)), 0, 0, 0};
+    table_builder tb = {nctmc_mem_calloc(alloc, capacity, sizeof(dit_tensor)), 0, 0, 0};
     if (!tb.tensors)
         return NCTMC_ERR_OUT_OF_MEMORY;
     add_tensor(&tb, "vocab_embed.embedding", DIT_INIT_UNIFORM, 2, m->V, m->d);

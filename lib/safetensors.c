@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc.h"
+#include "byte_source.h"
 #include "checked.h"
 #include "context.h"
 #include "crc32.h"
@@ -62,8 +64,9 @@ typedef struct st_meta_entry {
 } st_meta_entry;
 
 struct st_file {
-    int fd;
-    char *path;
+    const nctmc_allocator *alloc;   /* of everything below (alloc.h) */
+    byte_source src;        /* every read goes through it */
+    char *path;             /* the file's name in messages */
     uint64_t data_start;    /* 8 + header length */
     uint64_t file_size;
     st_entry *tensors;      /* file order */
@@ -143,12 +146,13 @@ static bool valid_text(const char *s)
 }
 
 /* Finds a duplicate among n strings; returns it or NULL. */
-static nctmc_status find_duplicate(const char **names, int32_t n, const char **dup)
+static nctmc_status find_duplicate(const nctmc_allocator *alloc, const char **names, int32_t n,
+                                   const char **dup)
 {
     *dup = NULL;
     if (n < 2)
         return NCTMC_OK;
-    const char **sorted = malloc(sizeof *sorted * (size_t)n);
+    const char **sorted = nctmc_mem_alloc(alloc, sizeof *sorted * (size_t)n);
     if (!sorted)
         return NCTMC_ERR_OUT_OF_MEMORY;
     memcpy(sorted, names, sizeof *sorted * (size_t)n);
@@ -156,7 +160,7 @@ static nctmc_status find_duplicate(const char **names, int32_t n, const char **d
     for (int32_t i = 1; i < n && !*dup; i++)
         if (strcmp(sorted[i - 1], sorted[i]) == 0)
             *dup = sorted[i];
-    free(sorted);
+    nctmc_mem_free(alloc, sorted);
     return NCTMC_OK;
 }
 
@@ -199,29 +203,30 @@ static nctmc_status check_tensors(const st_tensor_ref *t, int32_t n, char *err, 
 
 /* Both name sets must be free of duplicates: a JSON object with two equal
  * keys means different things to different readers. */
-static nctmc_status check_unique(const st_meta *meta, int32_t n_meta, const st_tensor_ref *t,
-                                 int32_t n, char *err, size_t err_size)
+static nctmc_status check_unique(const nctmc_allocator *alloc, const st_meta *meta,
+                                 int32_t n_meta, const st_tensor_ref *t, int32_t n, char *err,
+                                 size_t err_size)
 {
     int32_t most = n_meta > n ? n_meta : n;
-    const char **names = malloc(sizeof *names * (size_t)(most > 0 ? most : 1));
+    const char **names = nctmc_mem_alloc(alloc, sizeof *names * (size_t)(most > 0 ? most : 1));
     if (!names)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     const char *dup = NULL;
     nctmc_status st;
     for (int32_t i = 0; i < n_meta; i++)
         names[i] = meta[i].key;
-    st = find_duplicate(names, n_meta, &dup);
+    st = find_duplicate(alloc, names, n_meta, &dup);
     if (st == NCTMC_OK && dup)
         st = nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                         "safetensors: metadata key \"%.64s\" appears twice", dup);
     for (int32_t i = 0; st == NCTMC_OK && i < n; i++)
         names[i] = t[i].name;
     if (st == NCTMC_OK)
-        st = find_duplicate(names, n, &dup);
+        st = find_duplicate(alloc, names, n, &dup);
     if (st == NCTMC_OK && dup)
         st = nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                         "safetensors: tensor \"%.64s\" appears twice", dup);
-    free(names);
+    nctmc_mem_free(alloc, (void *)names);
     if (st == NCTMC_ERR_OUT_OF_MEMORY)
         return nctmc_fail(err, err_size, st, "out of memory");
     return st;
@@ -236,6 +241,7 @@ typedef struct st_writer {
     int32_t checksum_index;     /* the meta entry holding the file's CRC-32, or -1 */
     size_t checksum_offset;     /* where its 8 hex digits start in the header */
     uint32_t crc;               /* of everything written so far */
+    const nctmc_allocator *alloc;   /* of the writer's buffers (alloc.h) */
 } st_writer;
 
 static void build_meta_header(st_writer *w, json_buf *b)
@@ -322,12 +328,13 @@ static nctmc_status write_body(atomic_file *af, st_writer *w, const json_buf *he
     nctmc_status st = write_hashed(af, w, len, 8, err, err_size);
     if (st == NCTMC_OK)
         st = write_hashed(af, w, header->data, header->len, err, err_size);
-    uint8_t *chunk = st == NCTMC_OK ? malloc(4 * (size_t)ST_CHUNK_FLOATS) : NULL;
+    uint8_t *chunk = st == NCTMC_OK ? nctmc_mem_alloc(w->alloc, 4 * (size_t)ST_CHUNK_FLOATS)
+                                    : NULL;
     if (st == NCTMC_OK && !chunk)
         st = nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     for (int32_t i = 0; st == NCTMC_OK && i < w->n_tensors; i++)
         st = write_tensor_data(af, w, &w->tensors[i], chunk, err, err_size);
-    free(chunk);
+    nctmc_mem_free(w->alloc, chunk);
     if (st == NCTMC_OK && w->checksum_index >= 0) {
         char digits[9];
         snprintf(digits, sizeof digits, "%08x", (unsigned)w->crc);
@@ -343,13 +350,15 @@ static nctmc_status write_file(st_writer *w, const char *path, char *err, size_t
     if (st == NCTMC_OK)
         st = check_tensors(w->tensors, w->n_tensors, err, err_size);
     if (st == NCTMC_OK)
-        st = check_unique(w->meta, w->n_meta, w->tensors, w->n_tensors, err, err_size);
+        st = check_unique(w->alloc, w->meta, w->n_meta, w->tensors, w->n_tensors, err,
+                          err_size);
     json_buf header = {0};
+    header.alloc = w->alloc;
     if (st == NCTMC_OK)
         st = build_header(w, &header, err, err_size);
     atomic_file af;
     if (st == NCTMC_OK)
-        st = atomic_file_begin(&af, path, err, err_size);
+        st = atomic_file_begin(&af, w->alloc, path, err, err_size);
     if (st == NCTMC_OK) {
         st = write_body(&af, w, &header, err, err_size);
         if (st == NCTMC_OK)
@@ -368,7 +377,7 @@ nctmc_status st_write_file(const char *path, const st_meta *meta, int32_t n_meta
     if (!path || !path[0])
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "safetensors: no file name");
-    st_writer w = {meta, n_meta, tensors, n_tensors, -1, 0, 0};
+    st_writer w = {meta, n_meta, tensors, n_tensors, -1, 0, 0, NULL};
     return write_file(&w, path, err, err_size);
 }
 
@@ -376,20 +385,30 @@ nctmc_status st_write_file_checksummed(const char *path, const st_meta *meta, in
                                        const char *checksum_key, const st_tensor_ref *tensors,
                                        int32_t n_tensors, char *err, size_t err_size)
 {
+    return st_write_file_checksummed_with(NULL, path, meta, n_meta, checksum_key, tensors,
+                                          n_tensors, err, err_size);
+}
+
+nctmc_status st_write_file_checksummed_with(const nctmc_allocator *alloc, const char *path,
+                                            const st_meta *meta, int32_t n_meta,
+                                            const char *checksum_key,
+                                            const st_tensor_ref *tensors, int32_t n_tensors,
+                                            char *err, size_t err_size)
+{
     if (!path || !path[0] || !checksum_key || n_meta < 0 || n_meta == INT32_MAX ||
         (n_meta > 0 && !meta))
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "safetensors: bad arguments");
     /* the checksum is one more metadata entry, so names are checked as one */
-    st_meta *all = malloc(sizeof *all * ((size_t)n_meta + 1));
+    st_meta *all = nctmc_mem_alloc(alloc, sizeof *all * ((size_t)n_meta + 1));
     if (!all)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     if (n_meta > 0)
         memcpy(all, meta, sizeof *all * (size_t)n_meta);
     all[n_meta] = (st_meta){checksum_key, "00000000"};
-    st_writer w = {all, n_meta + 1, tensors, n_tensors, n_meta, 0, 0};
+    st_writer w = {all, n_meta + 1, tensors, n_tensors, n_meta, 0, 0, alloc};
     nctmc_status st = write_file(&w, path, err, err_size);
-    free(all);
+    nctmc_mem_free(alloc, all);
     return st;
 }
 
@@ -403,7 +422,7 @@ static nctmc_status grow(void **items, int32_t *cap, int32_t count, size_t size,
     if (*cap > INT32_MAX / 2)
         return nctmc_fail(r->err, r->err_size, NCTMC_ERR_FORMAT, "too many header entries");
     int32_t new_cap = *cap ? *cap * 2 : 16;
-    void *p = realloc(*items, size * (size_t)new_cap);
+    void *p = nctmc_mem_realloc(r->alloc, *items, size * (size_t)*cap, size * (size_t)new_cap);
     if (!p)
         return nctmc_fail(r->err, r->err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     *items = p;
@@ -483,7 +502,7 @@ static nctmc_status parse_dtype(json_reader *r, st_entry *e)
     nctmc_status st = json_parse_string(r, &dtype, NULL);
     if (st == NCTMC_OK && (e->dtype = find_dtype(dtype)) < 0)
         st = header_fail(r, "unknown dtype", dtype);
-    free(dtype);
+    nctmc_mem_free(r->alloc, dtype);
     return st;
 }
 
@@ -520,7 +539,7 @@ static nctmc_status parse_tensor_field(json_reader *r, st_entry *e, unsigned *se
     int k = 0;
     while (st == NCTMC_OK && k < 3 && strcmp(key, fields[k]) != 0)
         k++;
-    free(key);
+    nctmc_mem_free(r->alloc, key);
     if (st != NCTMC_OK)
         return st;
     if (k == 3)
@@ -557,7 +576,7 @@ static nctmc_status parse_member(json_reader *r, st_file *f, bool *seen_meta)
     if (st == NCTMC_OK)
         st = json_expect(r, ':', "after a tensor name");
     if (st == NCTMC_OK && strcmp(name, ST_META_KEY) == 0) {
-        free(name);
+        nctmc_mem_free(r->alloc, name);
         if (*seen_meta)
             return header_fail(r, "two", ST_META_KEY);
         *seen_meta = true;
@@ -566,7 +585,7 @@ static nctmc_status parse_member(json_reader *r, st_file *f, bool *seen_meta)
     if (st == NCTMC_OK)
         st = grow((void **)&f->tensors, &f->tensor_cap, f->n_tensors, sizeof *f->tensors, r);
     if (st != NCTMC_OK) {
-        free(name);
+        nctmc_mem_free(r->alloc, name);
         return st;
     }
     st_entry *e = &f->tensors[f->n_tensors++];
@@ -648,7 +667,7 @@ static nctmc_status check_ranges(const st_file *f, uint64_t data_size, char *err
                                  size_t err_size)
 {
     int32_t n = f->n_tensors;
-    int32_t *idx = malloc(sizeof *idx * 2 * (size_t)(n > 0 ? n : 1));
+    int32_t *idx = nctmc_mem_alloc(f->alloc, sizeof *idx * 2 * (size_t)(n > 0 ? n : 1));
     if (!idx)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     for (int32_t i = 0; i < n; i++)
@@ -669,7 +688,7 @@ static nctmc_status check_ranges(const st_file *f, uint64_t data_size, char *err
         st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                         "the tensors cover %llu data bytes, the file has %llu",
                         (unsigned long long)at, (unsigned long long)data_size);
-    free(idx);
+    nctmc_mem_free(f->alloc, idx);
     return st;
 }
 
@@ -688,10 +707,10 @@ static nctmc_status index_names(st_file *f, char *err, size_t err_size)
             return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                               "metadata key \"%.64s\" appears twice", f->meta[i].key);
     size_t n = (size_t)(f->n_tensors > 0 ? f->n_tensors : 1);
-    const char **names = malloc(sizeof *names * n);
-    f->by_name = malloc(sizeof *f->by_name * n);
+    const char **names = nctmc_mem_alloc(f->alloc, sizeof *names * n);
+    f->by_name = nctmc_mem_alloc(f->alloc, sizeof *f->by_name * n);
     if (!names || !f->by_name) {
-        free(names);
+        nctmc_mem_free(f->alloc, (void *)names);
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     }
     for (int32_t i = 0; i < f->n_tensors; i++)
@@ -709,7 +728,7 @@ static nctmc_status index_names(st_file *f, char *err, size_t err_size)
             bsearch(&key, names, (size_t)f->n_tensors, sizeof *names, compare_strings);
         f->by_name[hit - names] = e;
     }
-    free(names);
+    nctmc_mem_free(f->alloc, (void *)names);
     return st;
 }
 
@@ -722,7 +741,7 @@ static nctmc_status read_header(st_file *f, uint64_t file_size, char *err, size_
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                           "%llu bytes is too short for a safetensors file",
                           (unsigned long long)file_size);
-    nctmc_status st = file_pread(f->fd, 0, len_bytes, 8, f->path, err, err_size);
+    nctmc_status st = byte_source_read(&f->src, 0, len_bytes, 8, err, err_size);
     if (st != NCTMC_OK)
         return st;
     uint64_t n = u64_from_le(len_bytes);
@@ -730,14 +749,14 @@ static nctmc_status read_header(st_file *f, uint64_t file_size, char *err, size_
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                           "header length %llu is impossible for a file of %llu bytes",
                           (unsigned long long)n, (unsigned long long)file_size);
-    uint8_t *header = malloc((size_t)n);
+    uint8_t *header = nctmc_mem_alloc(f->alloc, (size_t)n);
     if (!header)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
-    st = file_pread(f->fd, 8, header, (size_t)n, f->path, err, err_size);
-    json_reader r = {header, (size_t)n, 0, err, err_size};
+    st = byte_source_read(&f->src, 8, header, (size_t)n, err, err_size);
+    json_reader r = {header, (size_t)n, 0, err, err_size, f->alloc};
     if (st == NCTMC_OK)
         st = parse_header(&r, f);
-    free(header);
+    nctmc_mem_free(f->alloc, header);
     f->data_start = 8 + n;
     for (int32_t i = 0; i < f->n_tensors && st == NCTMC_OK; i++)
         st = check_entry(&f->tensors[i], err, err_size);
@@ -760,52 +779,104 @@ static nctmc_status with_path(nctmc_status st, const char *path, char *err, size
     return nctmc_fail(err, err_size, st, "\"%.300s\": %s", path, msg);
 }
 
-nctmc_status st_read_file(const char *path, st_file **out, char *err, size_t err_size)
+/* A new st_file named `name` (copied), its source not yet set up. */
+static st_file *st_file_new(const nctmc_allocator *alloc, const char *name)
+{
+    st_file *f = nctmc_mem_calloc(alloc, 1, sizeof *f);
+    if (!f)
+        return NULL;
+    f->alloc = alloc;
+    f->src.fd = -1;
+    f->path = nctmc_mem_strdup(alloc, name);
+    if (!f->path) {
+        nctmc_mem_free(alloc, f);
+        return NULL;
+    }
+    return f;
+}
+
+/* Reads and checks the header through f->src, which the caller has set
+ * up: the one path of every kind of source. Frees f on failure. */
+static nctmc_status st_file_finish(st_file *f, nctmc_status st, st_file **out, char *err,
+                                   size_t err_size)
+{
+    if (st == NCTMC_OK) {
+        f->file_size = byte_source_size(&f->src);
+        st = read_header(f, f->file_size, err, err_size);
+    }
+    if (st != NCTMC_OK) {
+        st = with_path(st, f->path, err, err_size);
+        st_file_free(f);
+        return st;
+    }
+    *out = f;
+    return NCTMC_OK;
+}
+
+nctmc_status st_open_file(const nctmc_allocator *alloc, const char *path, st_file **out,
+                          char *err, size_t err_size)
 {
     if (!path || !out)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "st_read_file: path and out must not be NULL");
     *out = NULL;
-    st_file *f = calloc(1, sizeof *f);
-    size_t len = strlen(path) + 1;
-    if (f)
-        f->path = malloc(len);
-    if (!f || !f->path) {
-        free(f);
+    st_file *f = st_file_new(alloc, path);
+    if (!f)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
-    }
-    memcpy(f->path, path, len);
-    uint64_t size = 0;
-    f->fd = -1;
-    nctmc_status st = file_open_read(path, &f->fd, &size, err, err_size);
-    f->file_size = size;
-    if (st == NCTMC_OK)
-        st = read_header(f, size, err, err_size);
-    if (st != NCTMC_OK) {
-        st_file_free(f);
-        return with_path(st, path, err, err_size);
-    }
-    *out = f;
-    return NCTMC_OK;
+    nctmc_status st = byte_source_open_file(&f->src, f->path, err, err_size);
+    return st_file_finish(f, st, out, err, err_size);
+}
+
+nctmc_status st_read_file(const char *path, st_file **out, char *err, size_t err_size)
+{
+    return st_open_file(NULL, path, out, err, err_size);
+}
+
+nctmc_status st_open_memory(const nctmc_allocator *alloc, const void *data, size_t size,
+                            const char *name, st_file **out, char *err, size_t err_size)
+{
+    if ((!data && size > 0) || !name || !out || (uint64_t)size > (uint64_t)INT64_MAX)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "st_open_memory: bad arguments");
+    *out = NULL;
+    st_file *f = st_file_new(alloc, name);
+    if (!f)
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    byte_source_init_memory(&f->src, data, size, f->path);
+    return st_file_finish(f, NCTMC_OK, out, err, err_size);
+}
+
+nctmc_status st_open_reader(const nctmc_allocator *alloc, const nctmc_reader *reader,
+                            const char *name, st_file **out, char *err, size_t err_size)
+{
+    if (!name || !out)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "st_open_reader: bad arguments");
+    *out = NULL;
+    st_file *f = st_file_new(alloc, name);
+    if (!f)
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    nctmc_status st = byte_source_init_reader(&f->src, reader, f->path, err, err_size);
+    return st_file_finish(f, st, out, err, err_size);
 }
 
 void st_file_free(st_file *f)
 {
     if (!f)
         return;
-    if (f->fd >= 0)
-        close(f->fd);
+    const nctmc_allocator *a = f->alloc;
+    byte_source_close(&f->src);
     for (int32_t i = 0; i < f->n_tensors; i++)
-        free(f->tensors[i].name);
+        nctmc_mem_free(a, f->tensors[i].name);
     for (int32_t i = 0; i < f->n_meta; i++) {
-        free(f->meta[i].key);
-        free(f->meta[i].value);
+        nctmc_mem_free(a, f->meta[i].key);
+        nctmc_mem_free(a, f->meta[i].value);
     }
-    free(f->tensors);
-    free(f->by_name);
-    free(f->meta);
-    free(f->path);
-    free(f);
+    nctmc_mem_free(a, f->tensors);
+    nctmc_mem_free(a, f->by_name);
+    nctmc_mem_free(a, f->meta);
+    nctmc_mem_free(a, f->path);
+    nctmc_mem_free(a, f);
 }
 
 /* ---- queries ------------------------------------------------------------ */
@@ -921,8 +992,8 @@ nctmc_status st_file_read_f32(const st_file *f, const char *name, int32_t n_dims
     if (bytes > 0 && !dst)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "st_file_read_f32: dst is NULL");
-    nctmc_status st = file_pread(f->fd, f->data_start + e->begin, dst, bytes, f->path, err,
-                                 err_size);
+    nctmc_status st = byte_source_read(&f->src, f->data_start + e->begin, dst, bytes, err,
+                                       err_size);
     if (st == NCTMC_OK)
         f32_from_le(dst, bytes / 4);
     return st;
@@ -949,14 +1020,14 @@ static nctmc_status file_crc(const st_file *f, uint64_t digits_at, uint32_t *crc
                              size_t err_size)
 {
     enum { CHUNK = 1 << 20 };
-    uint8_t *buf = malloc(CHUNK);
+    uint8_t *buf = nctmc_mem_alloc(f->alloc, CHUNK);
     if (!buf)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     nctmc_status st = NCTMC_OK;
     *crc = 0;
     for (uint64_t at = 0; at < f->file_size && st == NCTMC_OK;) {
         size_t n = f->file_size - at < CHUNK ? (size_t)(f->file_size - at) : CHUNK;
-        st = file_pread(f->fd, at, buf, n, f->path, err, err_size);
+        st = byte_source_read(&f->src, at, buf, n, err, err_size);
         for (uint64_t k = digits_at; st == NCTMC_OK && k < digits_at + 8; k++)
             if (k >= at && k < at + n)
                 buf[k - at] = '0';
@@ -964,7 +1035,7 @@ static nctmc_status file_crc(const st_file *f, uint64_t digits_at, uint32_t *crc
             *crc = crc32_update(*crc, buf, n);
         at += n;
     }
-    free(buf);
+    nctmc_mem_free(f->alloc, buf);
     return st;
 }
 

@@ -14,6 +14,8 @@
 
 #include "nctmc.h"
 
+struct nctmc_allocator; /* alloc.h */
+
 /* One metadata entry: both strings are copied by the writer. */
 typedef struct st_meta {
     const char *key;
@@ -51,14 +53,38 @@ nctmc_status st_write_file_checksummed(const char *path, const st_meta *meta, in
                                        const char *checksum_key, const st_tensor_ref *tensors,
                                        int32_t n_tensors, char *err, size_t err_size);
 
+/* The same with its buffers from alloc (alloc.h; NULL = the C library). */
+nctmc_status st_write_file_checksummed_with(const struct nctmc_allocator *alloc,
+                                            const char *path, const st_meta *meta,
+                                            int32_t n_meta, const char *checksum_key,
+                                            const st_tensor_ref *tensors, int32_t n_tensors,
+                                            char *err, size_t err_size);
+
 typedef struct st_file st_file;
 
 /* Reads and validates a whole file: header length within the file, JSON
  * well-formed (bounded depth and size), every tensor's dtype known, shape
  * consistent with its byte range, ranges inside the data section, not
  * overlapping, and covering it. NCTMC_ERR_IO if it cannot be read,
- * NCTMC_ERR_FORMAT otherwise. */
+ * NCTMC_ERR_FORMAT otherwise. The file stays open until st_file_free(),
+ * and tensors are read from it when asked. */
 nctmc_status st_read_file(const char *path, st_file **out, char *err, size_t err_size);
+
+/* st_read_file() with the st_file's memory from alloc (alloc.h; NULL = the
+ * C library). */
+nctmc_status st_open_file(const struct nctmc_allocator *alloc, const char *path, st_file **out,
+                          char *err, size_t err_size);
+
+/* The same checks on size bytes at data, which must stay readable until
+ * st_file_free(); `name` stands for the file in messages. */
+nctmc_status st_open_memory(const struct nctmc_allocator *alloc, const void *data, size_t size,
+                            const char *name, st_file **out, char *err, size_t err_size);
+
+/* The same checks reading through the caller's reader (validated and copied;
+ * its read_at is called until st_file_free()). */
+nctmc_status st_open_reader(const struct nctmc_allocator *alloc, const nctmc_reader *reader,
+                            const char *name, st_file **out, char *err, size_t err_size);
+
 void st_file_free(st_file *file);
 
 /* The metadata value of `key`, or NULL. Owned by the file. */

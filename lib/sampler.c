@@ -68,10 +68,10 @@ static void *backend_alloc(nctmc_sampler *s, size_t n, size_t elem, bool *ok)
     return p;
 }
 
-static void *host_alloc(size_t n, size_t elem, bool *ok)
+static void *host_alloc(nctmc_sampler *s, size_t n, size_t elem, bool *ok)
 {
     size_t bytes;
-    void *p = checked_mul(n, elem, &bytes) ? malloc(bytes ? bytes : 1) : NULL;
+    void *p = checked_mul(n, elem, &bytes) ? nctmc_mem_alloc(s->be->alloc, bytes) : NULL;
     if (!p)
         *ok = false;
     return p;
@@ -87,12 +87,12 @@ static nctmc_status alloc_buffers(nctmc_sampler *s, char *err, size_t err_size)
     s->d_fixed_tokens = backend_alloc(s, n, sizeof(int32_t), &ok);
     s->d_proposal = backend_alloc(s, n, sizeof(int32_t), &ok);
     s->d_prob = backend_alloc(s, n, sizeof(float), &ok);
-    s->h_tokens = host_alloc(n_model, sizeof(int32_t), &ok);
-    s->h_times = host_alloc((size_t)s->ws_batch, sizeof(float), &ok);
-    s->h_labels = host_alloc((size_t)s->ws_batch, sizeof(int32_t), &ok);
-    s->h_proposal = host_alloc(n, sizeof(int32_t), &ok);
-    s->h_prob = host_alloc(n, sizeof(float), &ok);
-    s->h_done = host_alloc((size_t)s->max_batch, sizeof(bool), &ok);
+    s->h_tokens = host_alloc(s, n_model, sizeof(int32_t), &ok);
+    s->h_times = host_alloc(s, (size_t)s->ws_batch, sizeof(float), &ok);
+    s->h_labels = host_alloc(s, (size_t)s->ws_batch, sizeof(int32_t), &ok);
+    s->h_proposal = host_alloc(s, n, sizeof(int32_t), &ok);
+    s->h_prob = host_alloc(s, n, sizeof(float), &ok);
+    s->h_done = host_alloc(s, (size_t)s->max_batch, sizeof(bool), &ok);
     if (!ok)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate the sampler's buffers for %d x %d tokens",
@@ -125,7 +125,7 @@ static nctmc_status sampler_build(const nctmc_model *model, const nctmc_sampler_
     nctmc_status st = check_sampler_params(model, params, ctx, err, err_size);
     if (st != NCTMC_OK)
         return st;
-    nctmc_sampler *s = calloc(1, sizeof *s);
+    nctmc_sampler *s = nctmc_mem_calloc(&ctx->alloc, 1, sizeof *s);
     if (!s)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     /* the sampler keeps its model and its context alive (in any order of
@@ -191,15 +191,17 @@ NCTMC_API void nctmc_sampler_free(nctmc_sampler *s)
         if (dev[k])
             s->be->ops->free(s->be, dev[k]);
     dit_workspace_free(s->ws);
-    free(s->h_tokens);
-    free(s->h_times);
-    free(s->h_labels);
-    free(s->h_proposal);
-    free(s->h_prob);
-    free(s->h_done);
+    /* a copy: the context, and its allocator, may go with ctx_release */
+    nctmc_allocator alloc = nctmc_mem_copy(s->be->alloc);
+    nctmc_mem_free(&alloc, s->h_tokens);
+    nctmc_mem_free(&alloc, s->h_times);
+    nctmc_mem_free(&alloc, s->h_labels);
+    nctmc_mem_free(&alloc, s->h_proposal);
+    nctmc_mem_free(&alloc, s->h_prob);
+    nctmc_mem_free(&alloc, s->h_done);
     model_release(s->model);
     ctx_release(s->ctx);
-    free(s);
+    nctmc_mem_free(&alloc, s);
 }
 
 NCTMC_API void nctmc_sampler_cancel(nctmc_sampler *sampler)

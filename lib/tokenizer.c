@@ -16,21 +16,30 @@
 #define TOK_FAIL(tok, status, ...) \
     nctmc_fail((tok)->last_error, sizeof (tok)->last_error, (status), __VA_ARGS__)
 
-nctmc_tokenizer *tokenizer_new(nctmc_tokenizer_kind kind, int32_t vocab)
+nctmc_tokenizer *tokenizer_new(const nctmc_allocator *alloc, nctmc_tokenizer_kind kind,
+                               int32_t vocab)
 {
-    nctmc_tokenizer *tok = calloc(1, sizeof *tok);
+    nctmc_tokenizer *tok = nctmc_mem_calloc(alloc, 1, sizeof *tok);
     if (tok) {
         tok->kind = kind;
         tok->vocab = vocab;
+        if (alloc)
+            tok->alloc = *alloc;
     }
     return tok;
+}
+
+/* The allocator of whatever is made with ctx, which may be NULL. */
+static const nctmc_allocator *ctx_alloc(const nctmc_context *ctx)
+{
+    return ctx ? &ctx->alloc : NULL;
 }
 
 NCTMC_API nctmc_status nctmc_tokenizer_create_bytes(nctmc_tokenizer **out)
 {
     if (!out)
         return NCTMC_ERR_INVALID_ARGUMENT;
-    *out = tokenizer_new(NCTMC_TOKENIZER_BYTES, 256);
+    *out = tokenizer_new(NULL, NCTMC_TOKENIZER_BYTES, 256);
     return *out ? NCTMC_OK : NCTMC_ERR_OUT_OF_MEMORY;
 }
 
@@ -69,16 +78,17 @@ NCTMC_API nctmc_status nctmc_tokenizer_create_chars(nctmc_context *ctx, const ch
         return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
                         "nctmc_tokenizer_create_chars: out and corpus must not be NULL");
     *out = NULL;
-    uint8_t *seen = calloc((UTF8_MAX_CODE_POINT >> 3) + 1, 1);
+    uint8_t *seen = nctmc_mem_calloc(ctx_alloc(ctx), (UTF8_MAX_CODE_POINT >> 3) + 1, 1);
     if (!seen)
         return ctx_report_fail(ctx, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     int32_t distinct = 0;
     nctmc_status st = mark_characters(ctx, (const uint8_t *)corpus, n_bytes, seen, &distinct);
     nctmc_tokenizer *tok = NULL;
     if (st == NCTMC_OK) {
-        tok = tokenizer_new(NCTMC_TOKENIZER_CHARS, distinct);
+        tok = tokenizer_new(ctx_alloc(ctx), NCTMC_TOKENIZER_CHARS, distinct);
         if (tok)
-            tok->alphabet = malloc(sizeof *tok->alphabet * (size_t)distinct);
+            tok->alphabet =
+                nctmc_mem_alloc(ctx_alloc(ctx), sizeof *tok->alphabet * (size_t)distinct);
         if (!tok || !tok->alphabet)
             st = ctx_report_fail(ctx, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -93,7 +103,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_create_chars(nctmc_context *ctx, const ch
         ctx_report_ok(ctx);
     }
     nctmc_tokenizer_free(tok);
-    free(seen);
+    nctmc_mem_free(ctx_alloc(ctx), seen);
     return st;
 }
 
@@ -113,7 +123,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_create_image(nctmc_context *ctx, int32_t 
         return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
                         "image tokenizer: levels = %d must be in [2, %d]", levels,
                         TOKENIZER_MAX_LEVELS);
-    nctmc_tokenizer *tok = tokenizer_new(NCTMC_TOKENIZER_IMAGE, levels);
+    nctmc_tokenizer *tok = tokenizer_new(ctx_alloc(ctx), NCTMC_TOKENIZER_IMAGE, levels);
     if (!tok)
         return ctx_report_fail(ctx, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     tok->width = width;
@@ -129,23 +139,26 @@ NCTMC_API void nctmc_tokenizer_free(nctmc_tokenizer *tok)
 {
     if (!tok)
         return;
-    free(tok->alphabet);
-    free(tok->mask_text);
-    free(tok);
+    nctmc_allocator alloc = tok->alloc;
+    nctmc_mem_free(&alloc, tok->alphabet);
+    nctmc_mem_free(&alloc, tok->mask_text);
+    nctmc_mem_free(&alloc, tok);
 }
 
-nctmc_status tokenizer_clone(const nctmc_tokenizer *src, nctmc_tokenizer **out)
+nctmc_status tokenizer_clone(const nctmc_allocator *alloc, const nctmc_tokenizer *src,
+                             nctmc_tokenizer **out)
 {
-    nctmc_tokenizer *tok = malloc(sizeof *tok);
+    nctmc_tokenizer *tok = nctmc_mem_alloc(alloc, sizeof *tok);
     if (!tok)
         return NCTMC_ERR_OUT_OF_MEMORY;
     *tok = *src;
     tok->last_error[0] = '\0';
     tok->alphabet = NULL;
     tok->mask_text = NULL;
+    tok->alloc = alloc ? *alloc : (nctmc_allocator){NULL, NULL, NULL};
     if (src->alphabet) {
         size_t bytes = sizeof *tok->alphabet * (size_t)src->vocab;
-        tok->alphabet = malloc(bytes);
+        tok->alphabet = nctmc_mem_alloc(alloc, bytes);
         if (!tok->alphabet) {
             nctmc_tokenizer_free(tok);
             return NCTMC_ERR_OUT_OF_MEMORY;
@@ -153,7 +166,7 @@ nctmc_status tokenizer_clone(const nctmc_tokenizer *src, nctmc_tokenizer **out)
         memcpy(tok->alphabet, src->alphabet, bytes);
     }
     if (src->mask_text) {
-        tok->mask_text = malloc(src->mask_len + 1);
+        tok->mask_text = nctmc_mem_alloc(alloc, src->mask_len + 1);
         if (!tok->mask_text) {
             nctmc_tokenizer_free(tok);
             return NCTMC_ERR_OUT_OF_MEMORY;
@@ -169,7 +182,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_clone(const nctmc_tokenizer *tok, nctmc_t
     if (!tok || !out)
         return NCTMC_ERR_INVALID_ARGUMENT;
     *out = NULL;
-    return tokenizer_clone(tok, out);
+    return tokenizer_clone(&tok->alloc, tok, out);
 }
 
 NCTMC_API nctmc_tokenizer_kind nctmc_tokenizer_get_kind(const nctmc_tokenizer *tok)
@@ -254,13 +267,13 @@ NCTMC_API nctmc_status nctmc_tokenizer_set_mask_placeholder(nctmc_tokenizer *tok
         nctmc_status st = check_placeholder(tok, text, len);
         if (st != NCTMC_OK)
             return st;
-        copy = malloc(len + 1);
+        copy = nctmc_mem_alloc(&tok->alloc, len + 1);
         if (!copy)
             return TOK_FAIL(tok, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
         memcpy(copy, text, len);
         copy[len] = '\0';
     }
-    free(tok->mask_text);
+    nctmc_mem_free(&tok->alloc, tok->mask_text);
     tok->mask_text = copy;
     tok->mask_len = len;
     tok->last_error[0] = '\0';
@@ -487,7 +500,7 @@ NCTMC_API nctmc_status nctmc_model_set_tokenizer(nctmc_model *model, const nctmc
                                                 model->last_error, sizeof model->last_error);
         if (st != NCTMC_OK)
             return st;
-        if (tokenizer_clone(tok, &copy) != NCTMC_OK)
+        if (tokenizer_clone(&model->ctx->alloc, tok, &copy) != NCTMC_OK)
             return nctmc_fail(model->last_error, sizeof model->last_error,
                               NCTMC_ERR_OUT_OF_MEMORY, "out of memory copying the tokenizer");
     }

@@ -32,14 +32,20 @@ struct nctmc_tokenizer {
     char *mask_text;
     size_t mask_len;
     char last_error[NCTMC_ERROR_SIZE];
+    /* where the tokenizer and its alphabet live: a copy of the allocator of
+     * the context it was made with, the C library's without one */
+    nctmc_allocator alloc;
 };
 
 /* A zeroed tokenizer of this kind and vocabulary (other fields for the
- * caller to fill), or NULL when out of memory. */
-nctmc_tokenizer *tokenizer_new(nctmc_tokenizer_kind kind, int32_t vocab);
+ * caller to fill) allocated from alloc (NULL = the C library), or NULL when
+ * out of memory. */
+nctmc_tokenizer *tokenizer_new(const nctmc_allocator *alloc, nctmc_tokenizer_kind kind,
+                               int32_t vocab);
 
-/* A deep copy (last_error cleared). */
-nctmc_status tokenizer_clone(const nctmc_tokenizer *src, nctmc_tokenizer **out);
+/* A deep copy (last_error cleared) allocated from alloc. */
+nctmc_status tokenizer_clone(const nctmc_allocator *alloc, const nctmc_tokenizer *src,
+                             nctmc_tokenizer **out);
 
 /* True when `token` is the mask token and tok renders it as mask_text. */
 static inline bool tokenizer_renders_mask(const nctmc_tokenizer *tok, int32_t token)
@@ -83,11 +89,12 @@ nctmc_status tokenizer_decode_image(nctmc_tokenizer *tok, const int32_t *tokens,
 
 #define TOKENIZER_MAX_FIELDS 6
 
-/* Keys are the constant names below; values are malloc'ed. */
+/* Keys are the constant names below; values come from alloc. */
 typedef struct tokenizer_fields {
     int32_t n;
     const char *keys[TOKENIZER_MAX_FIELDS];
     char *values[TOKENIZER_MAX_FIELDS];
+    nctmc_allocator alloc;
 } tokenizer_fields;
 
 /* True for the keys a tokenizer's flat form may have: "kind",
@@ -96,7 +103,7 @@ bool tokenizer_is_field(const char *key);
 
 /* The flat form of tok: kind and vocab_size, then the alphabet (CHARS, as
  * lowercase hexadecimal code points separated by one space) or width,
- * height and levels (IMAGE). */
+ * height and levels (IMAGE). The values come from tok's allocator. */
 nctmc_status tokenizer_to_fields(const nctmc_tokenizer *tok, tokenizer_fields *out, char *err,
                                  size_t err_size);
 void tokenizer_fields_free(tokenizer_fields *fields);
@@ -104,10 +111,12 @@ void tokenizer_fields_free(tokenizer_fields *fields);
 /* Looks a field up by key in whatever holds the flat form; NULL if absent. */
 typedef const char *(*tokenizer_get_fn)(const void *source, const char *key);
 
-/* Builds a tokenizer from its flat form, checking every field strictly
- * (a field of another kind present, values out of range, an alphabet not
- * strictly increasing): NCTMC_ERR_FORMAT with the reason. */
-nctmc_status tokenizer_from_fields(tokenizer_get_fn get, const void *source,
-                                   nctmc_tokenizer **out, char *err, size_t err_size);
+/* Builds a tokenizer (allocated from alloc) from its flat form, checking
+ * every field strictly (a field of another kind present, values out of
+ * range, an alphabet not strictly increasing): NCTMC_ERR_FORMAT with the
+ * reason. */
+nctmc_status tokenizer_from_fields(const nctmc_allocator *alloc, tokenizer_get_fn get,
+                                   const void *source, nctmc_tokenizer **out, char *err,
+                                   size_t err_size);
 
 #endif /* NCTMC_TOKENIZER_H */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "ctx_report.h"
 #include "file_io.h"
 #include "numtext.h"
@@ -41,11 +42,9 @@ bool tokenizer_is_field(const char *key)
 
 static bool add_field(tokenizer_fields *f, const char *key, const char *value)
 {
-    size_t n = strlen(value) + 1;
-    char *copy = malloc(n);
+    char *copy = nctmc_mem_strdup(&f->alloc, value);
     if (!copy)
         return false;
-    memcpy(copy, value, n);
     f->keys[f->n] = key;
     f->values[f->n++] = copy;
     return true;
@@ -61,7 +60,7 @@ static bool add_int_field(tokenizer_fields *f, const char *key, int32_t v)
 /* "61 62 63": each code point in lowercase hex, one space between. */
 static char *alphabet_text(const nctmc_tokenizer *tok)
 {
-    char *text = malloc((size_t)tok->vocab * 7 + 1);
+    char *text = nctmc_mem_alloc(&tok->alloc, (size_t)tok->vocab * 7 + 1);
     if (!text)
         return NULL;
     size_t at = 0;
@@ -75,12 +74,13 @@ nctmc_status tokenizer_to_fields(const nctmc_tokenizer *tok, tokenizer_fields *o
                                  size_t err_size)
 {
     memset(out, 0, sizeof *out);
+    out->alloc = tok->alloc;
     bool ok = add_field(out, "kind", kind_names[tok->kind]) &&
               add_int_field(out, "vocab_size", tok->vocab);
     if (ok && tok->kind == NCTMC_TOKENIZER_CHARS) {
         char *text = alphabet_text(tok);
         ok = text && add_field(out, "alphabet", text);
-        free(text);
+        nctmc_mem_free(&tok->alloc, text);
     }
     if (ok && tok->kind == NCTMC_TOKENIZER_IMAGE)
         ok = add_int_field(out, "width", tok->width) &&
@@ -97,7 +97,7 @@ nctmc_status tokenizer_to_fields(const nctmc_tokenizer *tok, tokenizer_fields *o
 void tokenizer_fields_free(tokenizer_fields *f)
 {
     for (int32_t i = 0; i < f->n; i++)
-        free(f->values[i]);
+        nctmc_mem_free(&f->alloc, f->values[i]);
     f->n = 0;
 }
 
@@ -176,8 +176,9 @@ static nctmc_status parse_alphabet(const char *s, uint32_t *alphabet, int32_t vo
     return NCTMC_OK;
 }
 
-static nctmc_status chars_from_fields(tokenizer_get_fn get, const void *src, int32_t vocab,
-                                      nctmc_tokenizer **out, char *err, size_t err_size)
+static nctmc_status chars_from_fields(const nctmc_allocator *alloc, tokenizer_get_fn get,
+                                      const void *src, int32_t vocab, nctmc_tokenizer **out,
+                                      char *err, size_t err_size)
 {
     static const char *const allowed[] = {"kind", "vocab_size", "alphabet"};
     nctmc_status st = only_fields(get, src, allowed, 3, err, err_size);
@@ -190,9 +191,9 @@ static nctmc_status chars_from_fields(tokenizer_get_fn get, const void *src, int
                         TOKENIZER_MAX_ALPHABET);
     if (st != NCTMC_OK)
         return st;
-    nctmc_tokenizer *tok = tokenizer_new(NCTMC_TOKENIZER_CHARS, vocab);
+    nctmc_tokenizer *tok = tokenizer_new(alloc, NCTMC_TOKENIZER_CHARS, vocab);
     if (tok)
-        tok->alphabet = malloc(sizeof *tok->alphabet * (size_t)vocab);
+        tok->alphabet = nctmc_mem_alloc(alloc, sizeof *tok->alphabet * (size_t)vocab);
     if (!tok || !tok->alphabet)
         st = nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     if (st == NCTMC_OK)
@@ -205,8 +206,9 @@ static nctmc_status chars_from_fields(tokenizer_get_fn get, const void *src, int
     return NCTMC_OK;
 }
 
-static nctmc_status image_from_fields(tokenizer_get_fn get, const void *src, int32_t vocab,
-                                      nctmc_tokenizer **out, char *err, size_t err_size)
+static nctmc_status image_from_fields(const nctmc_allocator *alloc, tokenizer_get_fn get,
+                                      const void *src, int32_t vocab, nctmc_tokenizer **out,
+                                      char *err, size_t err_size)
 {
     static const char *const allowed[] = {"kind", "vocab_size", "width", "height", "levels"};
     int32_t w = 0, h = 0, levels = 0;
@@ -225,7 +227,7 @@ static nctmc_status image_from_fields(tokenizer_get_fn get, const void *src, int
                         "tokenizer: %d levels but vocab_size %d", levels, vocab);
     if (st != NCTMC_OK)
         return st;
-    nctmc_tokenizer *tok = tokenizer_new(NCTMC_TOKENIZER_IMAGE, vocab);
+    nctmc_tokenizer *tok = tokenizer_new(alloc, NCTMC_TOKENIZER_IMAGE, vocab);
     if (!tok)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     tok->width = w;
@@ -236,8 +238,9 @@ static nctmc_status image_from_fields(tokenizer_get_fn get, const void *src, int
     return NCTMC_OK;
 }
 
-nctmc_status tokenizer_from_fields(tokenizer_get_fn get, const void *src, nctmc_tokenizer **out,
-                                   char *err, size_t err_size)
+nctmc_status tokenizer_from_fields(const nctmc_allocator *alloc, tokenizer_get_fn get,
+                                   const void *src, nctmc_tokenizer **out, char *err,
+                                   size_t err_size)
 {
     const char *kind = get(src, "kind");
     int k = 0;
@@ -252,15 +255,15 @@ nctmc_status tokenizer_from_fields(tokenizer_get_fn get, const void *src, nctmc_
     if (st != NCTMC_OK)
         return st;
     if (k == NCTMC_TOKENIZER_CHARS)
-        return chars_from_fields(get, src, vocab, out, err, err_size);
+        return chars_from_fields(alloc, get, src, vocab, out, err, err_size);
     if (k == NCTMC_TOKENIZER_IMAGE)
-        return image_from_fields(get, src, vocab, out, err, err_size);
+        return image_from_fields(alloc, get, src, vocab, out, err, err_size);
     static const char *const allowed[] = {"kind", "vocab_size"};
     st = only_fields(get, src, allowed, 2, err, err_size);
     if (st == NCTMC_OK && vocab != 256)
         st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                         "tokenizer: a byte tokenizer has 256 tokens, not %d", vocab);
-    if (st == NCTMC_OK && !(*out = tokenizer_new(NCTMC_TOKENIZER_BYTES, 256)))
+    if (st == NCTMC_OK && !(*out = tokenizer_new(alloc, NCTMC_TOKENIZER_BYTES, 256)))
         st = nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     return st;
 }
@@ -281,7 +284,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_save(nctmc_tokenizer *tok, const char *pa
     if (st != NCTMC_OK)
         return st;
     atomic_file af;
-    st = atomic_file_begin(&af, path, err, err_size);
+    st = atomic_file_begin(&af, &tok->alloc, path, err, err_size);
     const char *header = TOKENIZER_FILE_MAGIC "\n";
     if (st == NCTMC_OK)
         st = atomic_file_write(&af, header, strlen(header), err, err_size);
@@ -360,13 +363,15 @@ NCTMC_API nctmc_status nctmc_tokenizer_load(nctmc_context *ctx, const char *path
     char err[NCTMC_ERROR_SIZE];
     uint8_t *data = NULL;
     size_t size = 0;
-    nctmc_status st = file_read_all(path, TOKENIZER_FILE_MAX, &data, &size, err, sizeof err);
+    const nctmc_allocator *alloc = ctx ? &ctx->alloc : NULL;
+    nctmc_status st =
+        file_read_all(alloc, path, TOKENIZER_FILE_MAX, &data, &size, err, sizeof err);
     file_fields ff;
     if (st == NCTMC_OK)
         st = parse_lines((char *)data, size, &ff, err, sizeof err);
     if (st == NCTMC_OK)
-        st = tokenizer_from_fields(file_fields_get, &ff, out, err, sizeof err);
-    free(data);
+        st = tokenizer_from_fields(alloc, file_fields_get, &ff, out, err, sizeof err);
+    nctmc_mem_free(alloc, data);
     if (st != NCTMC_OK)
         return ctx_report_fail(ctx, st, "tokenizer \"%.300s\": %s", path, err);
     ctx_report_ok(ctx);

@@ -115,13 +115,15 @@ NCTMC_API void nctmc_trainer_free(nctmc_trainer *t)
         if (slabs[k])
             be->ops->free(be, slabs[k]);
     dit_workspace_free(t->ws);
-    free(t->host_x0);
-    free(t->host_xt);
-    free(t->host_labels);
-    free(t->host_times);
-    free(t->host_rate_h);
+    /* a copy: the context, and its allocator, may go with model_release */
+    nctmc_allocator alloc = nctmc_mem_copy(be->alloc);
+    nctmc_mem_free(&alloc, t->host_x0);
+    nctmc_mem_free(&alloc, t->host_xt);
+    nctmc_mem_free(&alloc, t->host_labels);
+    nctmc_mem_free(&alloc, t->host_times);
+    nctmc_mem_free(&alloc, t->host_rate_h);
     model_release(t->model);
-    free(t);
+    nctmc_mem_free(&alloc, t);
 }
 
 static nctmc_status allocate_buffers(nctmc_trainer *t)
@@ -141,12 +143,12 @@ static nctmc_status allocate_buffers(nctmc_trainer *t)
             return NCTMC_ERR_OUT_OF_MEMORY;
     }
     size_t B = (size_t)t->params.batch_size, N = B * (size_t)t->seq_len;
-    t->host_x0 = malloc(N * sizeof(int32_t));
-    t->host_xt = malloc(N * sizeof(int32_t));
-    t->host_times = malloc(B * sizeof(float));
-    t->host_rate_h = malloc(N * sizeof(float));
+    t->host_x0 = nctmc_mem_alloc(be->alloc, N * sizeof(int32_t));
+    t->host_xt = nctmc_mem_alloc(be->alloc, N * sizeof(int32_t));
+    t->host_times = nctmc_mem_alloc(be->alloc, B * sizeof(float));
+    t->host_rate_h = nctmc_mem_alloc(be->alloc, N * sizeof(float));
     if (t->model->dims.n_labels > 0)
-        t->host_labels = malloc(B * sizeof(int32_t));
+        t->host_labels = nctmc_mem_alloc(be->alloc, B * sizeof(int32_t));
     if (!t->host_x0 || !t->host_xt || !t->host_times || !t->host_rate_h ||
         (t->model->dims.n_labels > 0 && !t->host_labels))
         return NCTMC_ERR_OUT_OF_MEMORY;
@@ -168,7 +170,7 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     nctmc_status st = trainer_params_validate(params, model, err, err_size);
     if (st != NCTMC_OK)
         return st;
-    nctmc_trainer *t = calloc(1, sizeof *t);
+    nctmc_trainer *t = nctmc_mem_calloc(model->ctx->backend->alloc, 1, sizeof *t);
     if (!t)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     /* the trainer keeps its model alive (in any order of *_free) */
@@ -194,14 +196,14 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
      * every early average towards zero). */
     if (t->ema) {
         size_t bytes = trainer_slab_bytes(t);
-        float *host = malloc(bytes);
+        float *host = nctmc_mem_alloc(t->be->alloc, bytes);
         if (!host) {
             nctmc_trainer_free(t);
             return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
         }
         t->be->ops->download(t->be, host, model->weights, bytes);
         t->be->ops->upload(t->be, t->ema, host, bytes);
-        free(host);
+        nctmc_mem_free(t->be->alloc, host);
     }
     st = t->be->ops->synchronize(t->be);
     if (st != NCTMC_OK) {
@@ -574,7 +576,7 @@ NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *t, nctmc_model 
         return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT,
                             "this trainer keeps no EMA (ema_decay is 0)");
     size_t bytes = trainer_slab_bytes(t);
-    float *host = malloc(bytes);
+    float *host = nctmc_mem_alloc(t->be->alloc, bytes);
     if (!host)
         return TRAINER_FAIL(t, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     t->be->ops->download(t->be, host, ema ? t->ema : t->model->weights, bytes);
@@ -584,7 +586,7 @@ NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *t, nctmc_model 
         dst_be->ops->upload(dst_be, dst->weights, host, bytes);
         st = dst_be->ops->synchronize(dst_be);
     }
-    free(host);
+    nctmc_mem_free(t->be->alloc, host);
     if (st != NCTMC_OK)
         return TRAINER_FAIL(t, st, "copying weights: %s / %s", t->be->error, dst_be->error);
     t->last_error[0] = '\0';

@@ -117,13 +117,13 @@ typedef struct save_buffers {
     char values[N_TRAINER_FIELDS][META_VALUE_MAX];
 } save_buffers;
 
-static void save_buffers_free(save_buffers *b)
+static void save_buffers_free(const nctmc_trainer *t, save_buffers *b)
 {
     for (int k = 0; k < N_SAVED_SLABS; k++)
-        free(b->slab[k]);
-    free(b->ema);
-    free(b->refs);
-    free(b->names);
+        nctmc_mem_free(t->be->alloc, b->slab[k]);
+    nctmc_mem_free(t->be->alloc, b->ema);
+    nctmc_mem_free(t->be->alloc, b->refs);
+    nctmc_mem_free(t->be->alloc, b->names);
 }
 
 static nctmc_status download_slabs(nctmc_trainer *t, save_buffers *b)
@@ -131,13 +131,13 @@ static nctmc_status download_slabs(nctmc_trainer *t, save_buffers *b)
     size_t bytes = trainer_slab_bytes(t);
     const float *src[N_SAVED_SLABS] = {t->model->weights, t->adam_m, t->adam_v};
     for (int k = 0; k < N_SAVED_SLABS; k++) {
-        b->slab[k] = malloc(bytes);
+        b->slab[k] = nctmc_mem_alloc(t->be->alloc, bytes);
         if (!b->slab[k])
             return NCTMC_ERR_OUT_OF_MEMORY;
         t->be->ops->download(t->be, b->slab[k], src[k], bytes);
     }
     if (t->ema) {
-        b->ema = malloc(bytes);
+        b->ema = nctmc_mem_alloc(t->be->alloc, bytes);
         if (!b->ema)
             return NCTMC_ERR_OUT_OF_MEMORY;
         t->be->ops->download(t->be, b->ema, t->ema, bytes);
@@ -149,8 +149,8 @@ static nctmc_status build_tensor_refs(nctmc_trainer *t, save_buffers *b)
 {
     const nctmc_model *m = t->model;
     size_t n = (size_t)m->n_tensors * N_SAVED_SLABS;
-    b->refs = calloc(n, sizeof *b->refs);
-    b->names = calloc(n, sizeof *b->names);
+    b->refs = nctmc_mem_calloc(t->be->alloc, n, sizeof *b->refs);
+    b->names = nctmc_mem_calloc(t->be->alloc, n, sizeof *b->names);
     if (!b->refs || !b->names)
         return NCTMC_ERR_OUT_OF_MEMORY;
     for (int k = 0; k < N_SAVED_SLABS; k++) {
@@ -189,7 +189,7 @@ NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *t, const char *path)
     if (st == NCTMC_OK)
         st = build_tensor_refs(t, &b);
     if (st != NCTMC_OK) {
-        save_buffers_free(&b);
+        save_buffers_free(t, &b);
         return TRAINER_FAIL(t, st, "preparing the checkpoint: %s",
                             st == NCTMC_ERR_OUT_OF_MEMORY ? "out of memory" : t->be->error);
     }
@@ -198,7 +198,7 @@ NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *t, const char *path)
     st = model_io_save(t->model, path, b.ema ? b.ema : b.slab[SLAB_PARAMS], b.meta,
                        N_TRAINER_FIELDS, b.refs, t->model->n_tensors * N_SAVED_SLABS,
                        t->last_error, sizeof t->last_error);
-    save_buffers_free(&b);
+    save_buffers_free(t, &b);
     if (st == NCTMC_OK)
         t->last_error[0] = '\0';
     return st;
@@ -270,7 +270,7 @@ static nctmc_status restore_slabs(nctmc_trainer *t, const st_file *file, char *e
 {
     const nctmc_model *m = t->model;
     size_t bytes = trainer_slab_bytes(t);
-    float *host = calloc(m->slab_floats, sizeof(float));
+    float *host = nctmc_mem_calloc(t->be->alloc, m->slab_floats, sizeof(float));
     if (!host)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     struct {
@@ -288,7 +288,7 @@ static nctmc_status restore_slabs(nctmc_trainer *t, const st_file *file, char *e
         if (st == NCTMC_OK)
             t->be->ops->upload(t->be, parts[k].dst, host, bytes);
     }
-    free(host);
+    nctmc_mem_free(t->be->alloc, host);
     if (st == NCTMC_OK && t->be->ops->synchronize(t->be) != NCTMC_OK)
         st = nctmc_fail(err, err_size, NCTMC_ERR_BACKEND, "restoring the trainer: %s",
                         t->be->error);
@@ -368,7 +368,7 @@ NCTMC_API nctmc_status nctmc_trainer_resume(nctmc_context *ctx, const char *path
     *model_out = NULL;
     *trainer_out = NULL;
     st_file *file = NULL;
-    nctmc_status st = st_read_file(path, &file, err, err_size);
+    nctmc_status st = st_open_file(&ctx->alloc, path, &file, err, err_size);
     if (st != NCTMC_OK)
         return st;
     st = resume_from_file(ctx, file, params, model_out, trainer_out);

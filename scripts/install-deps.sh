@@ -13,7 +13,8 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="gcc pkg-config meson ninja-build libopenblas-dev"
-test_pkgs="clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-venv"
+test_pkgs="clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-venv python3-pytest
+    python3-setuptools python3-wheel"
 
 pkgs="$build_pkgs"
 [ "${1:-}" = "--build" ] || pkgs="$pkgs $test_pkgs"

@@ -1,13 +1,41 @@
 #!/usr/bin/python3
-"""Adds up meson testlog.json files (one JSON object per line) and prints one
-line "tests: N passed, N failed, N skipped". Exits non-zero on any failure or
-when no test ran at all."""
+"""Adds up meson testlog.json files (one JSON object per line) and JUnit XML
+files (pytest's --junitxml) and prints one line "tests: N passed, N failed,
+N skipped". Exits non-zero on any failure or when no test ran at all."""
 import json
 import sys
+import xml.etree.ElementTree as ET
 
 passed = failed = skipped = 0
 failures = []
+
+def junit_cases(path):
+    """(name, result) for every test case of a JUnit XML file."""
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = "%s::%s" % (case.get("classname"), case.get("name"))
+        if case.find("failure") is not None or case.find("error") is not None:
+            yield name, "FAIL"
+        elif case.find("skipped") is not None:
+            yield name, "SKIP"
+        else:
+            yield name, "OK"
+
+
 for path in sys.argv[1:]:
+    if path.endswith(".xml"):
+        try:
+            cases = list(junit_cases(path))
+        except (OSError, ET.ParseError):
+            cases = [(path + " (missing or unreadable: the suite did not run)", "FAIL")]
+        for name, result in cases:
+            if result == "OK":
+                passed += 1
+            elif result == "SKIP":
+                skipped += 1
+            else:
+                failed += 1
+                failures.append(name)
+        continue
     try:
         lines = open(path).read().splitlines()
     except OSError:

@@ -9,7 +9,9 @@
 #      sanitizers (which add checks gcc's lack, e.g. float-cast-overflow),
 #      including 20 s of coverage-guided fuzzing of the public API,
 #   4. an install into a scratch prefix, and a program built against the
-#      installed library through pkg-config.
+#      installed library through pkg-config,
+#   5. the Python binding (python/), pip-installed into the test environment,
+#      with its pytest suite run on the installed library.
 # Ends with one line "tests: N passed, N failed, N skipped".
 set -eu
 cd "$(dirname "$0")/.."
@@ -78,5 +80,19 @@ rm -rf "$prefix"
 meson install -C build-ci --destdir "$prefix" >/dev/null
 /usr/bin/python3 scripts/check_install.py "$prefix" || echo "install check failed" >&2
 results="$results $root/build-ci/install-check.json"
+
+echo "== Python binding against the installed library =="
+# pip-installs python/ into the test environment the way a user would, then
+# runs its pytest suite on the library just installed into $prefix
+"$NCTMC_PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation \
+    --no-deps --force-reinstall ./python >/dev/null
+installed_lib=$(find "$prefix" -name 'libnctmc.so.1' | head -n 1)
+installed_inc=$(dirname "$(find "$prefix" -name nctmc.h | head -n 1)")
+# run from python/tests so that the installed package, not the source tree's,
+# is the one imported
+(cd python/tests && NCTMC_LIBRARY="$installed_lib" NCTMC_INCLUDE="$installed_inc" \
+    "$NCTMC_PYTHON" -m pytest -q -p no:cacheprovider --junitxml "$root/build-ci/pytest.xml" .) ||
+    echo "python binding tests failed" >&2
+results="$results $root/build-ci/pytest.xml"
 
 /usr/bin/python3 scripts/summarize_tests.py $results

@@ -42,7 +42,7 @@ static void test_every_task_once(void)
     static const int64_t task_counts[] = {1, 2, 7, 64, 1000, MAX_TASKS};
     static count_job job;
     for (size_t p = 0; p < sizeof pools / sizeof pools[0]; p++) {
-        cpu_pool *pool = cpu_pool_create(pools[p]);
+        cpu_pool *pool = cpu_pool_create(pools[p], NULL);
         CHECK(pool && cpu_pool_size(pool) == pools[p], "pool of %d threads", pools[p]);
         if (!pool)
             continue;
@@ -56,7 +56,7 @@ static void test_every_task_once(void)
         }
         cpu_pool_free(pool);
     }
-    CHECK(cpu_pool_create(0) == NULL, "a pool of 0 threads is refused");
+    CHECK(cpu_pool_create(0, NULL) == NULL, "a pool of 0 threads is refused");
 }
 
 typedef struct caller_arg {
@@ -78,7 +78,7 @@ static void test_concurrent_callers(void)
 {
     static count_job jobs[2];
     memset(jobs, 0, sizeof jobs);
-    cpu_pool *pool = cpu_pool_create(3);
+    cpu_pool *pool = cpu_pool_create(3, NULL);
     jobs[0].n_threads = jobs[1].n_threads = 3;
     caller_arg args[2] = {{pool, &jobs[0], 50}, {pool, &jobs[1], 50}};
     pthread_t th[2];
@@ -111,7 +111,7 @@ static void test_idle_pool_sleeps(void)
     static count_job job;
     memset(&job, 0, sizeof job);
     job.n_threads = 9;
-    cpu_pool *pool = cpu_pool_create(9);
+    cpu_pool *pool = cpu_pool_create(9, NULL);
     cpu_pool_run(pool, 64, count_task, &job);
     struct timespec settle = {0, 5 * 1000 * 1000};
     nanosleep(&settle, NULL); /* past the bounded spin */

@@ -9,17 +9,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CPU_ALIGNMENT 64
+#include "alloc.h"
+
+#define CPU_ALIGNMENT NCTMC_MEM_SLAB_ALIGN
 
 static void *cpu_alloc(nctmc_backend *be, size_t bytes)
 {
-    (void)be;
     size_t rounded = (bytes + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
     if (rounded < bytes)
         return NULL;
     if (rounded == 0)
         rounded = CPU_ALIGNMENT;
-    void *p = aligned_alloc(CPU_ALIGNMENT, rounded);
+    void *p = nctmc_mem_alloc_aligned(be->alloc, rounded, CPU_ALIGNMENT);
     if (p)
         memset(p, 0, rounded);
     return p;
@@ -27,8 +28,7 @@ static void *cpu_alloc(nctmc_backend *be, size_t bytes)
 
 static void cpu_free(nctmc_backend *be, void *ptr)
 {
-    (void)be;
-    free(ptr);
+    nctmc_mem_free(be->alloc, ptr);
 }
 
 static void cpu_copy(nctmc_backend *be, void *dst, const void *src, size_t bytes)
@@ -56,7 +56,7 @@ static void cpu_destroy(nctmc_backend *be)
     if (!be)
         return;
     cpu_pool_free(cpu_of(be)->pool);
-    free(be);
+    nctmc_mem_free(be->alloc, be);
 }
 
 void cpu_parallel_chunks(cpu_backend *cb, int64_t n, int64_t chunk, cpu_pool_fn fn, void *arg)
@@ -104,20 +104,26 @@ static const nctmc_backend_ops cpu_ops = {
 
 nctmc_backend *nctmc_cpu_backend_create(int n_threads, char *err, size_t err_size)
 {
+    return nctmc_cpu_backend_create_with(n_threads, NULL, err, err_size);
+}
+
+nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const nctmc_allocator *alloc,
+                                             char *err, size_t err_size)
+{
     if (n_threads < 0) {
         snprintf(err, err_size, "n_threads must be >= 0 (0 = all cores), got %d", n_threads);
         return NULL;
     }
     if (n_threads == 0)
         n_threads = cpu_online_cores();
-    cpu_backend *cb = calloc(1, sizeof *cb);
+    cpu_backend *cb = nctmc_mem_calloc(alloc, 1, sizeof *cb);
     if (!cb) {
         snprintf(err, err_size, "out of memory creating the CPU backend");
         return NULL;
     }
-    cb->pool = cpu_pool_create(n_threads);
+    cb->pool = cpu_pool_create(n_threads, alloc);
     if (!cb->pool) {
-        free(cb);
+        nctmc_mem_free(alloc, cb);
         snprintf(err, err_size, "could not start %d CPU threads", n_threads);
         return NULL;
     }
@@ -129,5 +135,6 @@ nctmc_backend *nctmc_cpu_backend_create(int n_threads, char *err, size_t err_siz
     cb->base.name = "cpu";
     cb->base.n_threads = n_threads;
     cb->base.error[0] = '\0';
+    cb->base.alloc = alloc;
     return &cb->base;
 }

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
@@ -30,9 +32,18 @@
 /* The clock is read once per this many pauses. */
 #define POOL_SPIN_CHECK_EVERY 64
 
+typedef struct worker_start {
+    struct cpu_pool *pool;
+    int index;
+} worker_start;
+
 struct cpu_pool {
     int n_threads;
     pthread_t *threads;
+    /* each worker's start arguments, owned by the pool so that no worker
+     * thread ever allocates or frees */
+    worker_start *starts;
+    const nctmc_allocator *alloc;
 
     pthread_mutex_t run_lock;   /* serialises callers of cpu_pool_run */
 
@@ -49,11 +60,6 @@ struct cpu_pool {
     atomic_uint generation;     /* bumped once per job */
     atomic_bool stopping;
 };
-
-typedef struct worker_start {
-    cpu_pool *pool;
-    int index;
-} worker_start;
 
 static int64_t monotonic_ns(void)
 {
@@ -113,7 +119,6 @@ static unsigned wait_for_job(cpu_pool *pool, unsigned seen)
 static void *worker_main(void *p)
 {
     worker_start start = *(worker_start *)p;
-    free(p);
     cpu_pool *pool = start.pool;
     /* not the current generation: a job may have been posted before this
      * thread got to run, and it must still take part in it */
@@ -138,13 +143,14 @@ int cpu_online_cores(void)
     return n >= 1 ? (int)n : 1;
 }
 
-cpu_pool *cpu_pool_create(int n_threads)
+cpu_pool *cpu_pool_create(int n_threads, const nctmc_allocator *alloc)
 {
     if (n_threads < 1)
         return NULL;
-    cpu_pool *pool = calloc(1, sizeof *pool);
+    cpu_pool *pool = nctmc_mem_calloc(alloc, 1, sizeof *pool);
     if (!pool)
         return NULL;
+    pool->alloc = alloc;
     pool->n_threads = 1;
     pthread_mutex_init(&pool->run_lock, NULL);
     pthread_mutex_init(&pool->lock, NULL);
@@ -155,22 +161,18 @@ cpu_pool *cpu_pool_create(int n_threads)
     atomic_init(&pool->generation, 0);
     atomic_init(&pool->stopping, false);
     if (n_threads > 1) {
-        pool->threads = calloc((size_t)n_threads - 1, sizeof *pool->threads);
-        if (!pool->threads) {
+        pool->threads = nctmc_mem_calloc(alloc, (size_t)n_threads - 1, sizeof *pool->threads);
+        pool->starts = nctmc_mem_calloc(alloc, (size_t)n_threads - 1, sizeof *pool->starts);
+        if (!pool->threads || !pool->starts) {
             cpu_pool_free(pool);
             return NULL;
         }
     }
     for (int i = 1; i < n_threads; i++) {
-        worker_start *start = malloc(sizeof *start);
-        if (!start) {
-            cpu_pool_free(pool);
-            return NULL;
-        }
+        worker_start *start = &pool->starts[i - 1];
         start->pool = pool;
         start->index = i;
         if (pthread_create(&pool->threads[i - 1], NULL, worker_main, start) != 0) {
-            free(start);
             cpu_pool_free(pool);
             return NULL;
         }
@@ -189,12 +191,13 @@ void cpu_pool_free(cpu_pool *pool)
     pthread_mutex_unlock(&pool->lock);
     for (int i = 1; i < pool->n_threads; i++)
         pthread_join(pool->threads[i - 1], NULL);
-    free(pool->threads);
+    nctmc_mem_free(pool->alloc, pool->threads);
+    nctmc_mem_free(pool->alloc, pool->starts);
     pthread_cond_destroy(&pool->done);
     pthread_cond_destroy(&pool->wake);
     pthread_mutex_destroy(&pool->lock);
     pthread_mutex_destroy(&pool->run_lock);
-    free(pool);
+    nctmc_mem_free(pool->alloc, pool);
 }
 
 int cpu_pool_size(const cpu_pool *pool)

@@ -10,14 +10,18 @@
 
 #include <stdint.h>
 
+struct nctmc_allocator; /* alloc.h */
+
 typedef struct cpu_pool cpu_pool;
 
 /* fn(arg, task, worker): worker is in [0, n_threads) and identifies the
  * thread (for per-thread scratch), never the work to do. */
 typedef void (*cpu_pool_fn)(void *arg, int64_t task, int worker);
 
-/* Starts n_threads - 1 workers (n_threads >= 1). NULL on failure. */
-cpu_pool *cpu_pool_create(int n_threads);
+/* Starts n_threads - 1 workers (n_threads >= 1); the pool's memory comes
+ * from alloc (NULL = the C library), which must outlive it. NULL on
+ * failure. */
+cpu_pool *cpu_pool_create(int n_threads, const struct nctmc_allocator *alloc);
 
 /* Stops and joins the workers. NULL is accepted. */
 void cpu_pool_free(cpu_pool *pool);

@@ -1,0 +1,293 @@
+"""Tests of the Python binding against the installed C library.
+
+Environment: NCTMC_LIBRARY (the library to load), NCTMC_INCLUDE (the
+directory holding the matching nctmc.h) and CC (a C compiler, default cc);
+the tests that compile C programs — the struct layouts and the C side of the
+same-seed comparison — need the last two.
+"""
+import ctypes
+import gc
+import io
+import os
+import subprocess
+import threading
+import zipfile
+
+import numpy as np
+import pytest
+
+import nctmc
+from nctmc import _native as N
+
+S_TOKENS = 6
+SEQ_LEN = 12
+
+
+def _compile(tmp_path, name, source):
+    include = os.environ.get("NCTMC_INCLUDE")
+    library = os.environ.get("NCTMC_LIBRARY")
+    if not include or not library:
+        pytest.fail("NCTMC_INCLUDE and NCTMC_LIBRARY must name the installed header and library")
+    src = tmp_path / (name + ".c")
+    src.write_text(source)
+    exe = tmp_path / name
+    cc = os.environ.get("CC", "cc")
+    subprocess.run([cc, "-std=c11", "-Wall", "-Werror", "-I", include, str(src), "-o", str(exe),
+                    library, "-Wl,-rpath," + os.path.dirname(library)], check=True)
+    return exe
+
+
+def test_struct_layouts_match_the_header(tmp_path):
+    """Every ctypes struct has the C struct's size and every field its offset."""
+    lines = ["#include <stddef.h>", "#include <stdio.h>", "#include <nctmc.h>",
+             "int main(void) {"]
+    for cname, struct in N.STRUCTS.items():
+        lines.append('printf("%s %%zu\\n", sizeof(%s));' % (cname, cname))
+        for field, _ in struct._fields_:
+            lines.append('printf("%s.%s %%zu\\n", offsetof(%s, %s));'
+                         % (cname, field, cname, field))
+    lines += ["return 0;", "}"]
+    exe = _compile(tmp_path, "layouts", "\n".join(lines))
+    c_values = dict(line.split() for line in subprocess.run(
+        [str(exe)], check=True, capture_output=True, text=True).stdout.splitlines())
+    for cname, struct in N.STRUCTS.items():
+        assert int(c_values[cname]) == ctypes.sizeof(struct), cname
+        for field, _ in struct._fields_:
+            assert int(c_values[cname + "." + field]) == getattr(struct, field).offset, \
+                cname + "." + field
+
+
+def test_version():
+    assert nctmc.library_version().count(".") == 2
+
+
+def test_context_creation_error_is_readable():
+    with pytest.raises(nctmc.Error) as e:
+        nctmc.Context(backend="no-such-backend")
+    assert e.value.status in (1, 3)
+    assert "no-such-backend" in e.value.message
+
+
+def _markov_data(n_seq, seed):
+    """Sequences of a deterministic-ish chain: token k+1 follows k mostly."""
+    rng = np.random.default_rng(seed)
+    x = np.empty((n_seq, SEQ_LEN), np.int32)
+    x[:, 0] = rng.integers(0, S_TOKENS, n_seq)
+    for i in range(1, SEQ_LEN):
+        step = np.where(rng.random(n_seq) < 0.9, 1, 2)
+        x[:, i] = (x[:, i - 1] + step) % S_TOKENS
+    return x
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    return nctmc.Context(backend="cpu", threads=1)
+
+
+def _tiny_model(ctx, process="uniform", seed=3):
+    vocab = S_TOKENS + (1 if process != "uniform" else 0)
+    return nctmc.Model.create(ctx, vocab_size=vocab, seq_len=SEQ_LEN, n_layers=1, d_model=32,
+                              n_heads=2, cond_dim=16, process=process, seed=seed)
+
+
+@pytest.fixture(scope="module")
+def trained(ctx, tmp_path_factory):
+    """A tiny model trained from Python, saved; returns its path."""
+    d = tmp_path_factory.mktemp("trained")
+    data = _markov_data(256, 0)
+    nctmc.Dataset.write(d / "train.bin", data, vocab_size=S_TOKENS, seq_len=SEQ_LEN, ctx=ctx)
+    model = _tiny_model(ctx)
+    tok = nctmc.Tokenizer.chars("abcdef")
+    model.tokenizer = tok
+    trainer = nctmc.Trainer(model, batch_size=16, learning_rate=3e-3, warmup_steps=5,
+                            total_steps=60, ema_decay=0.0, seed=1)
+    losses = []
+    trainer.train(d / "train.bin", 60, progress=True, callback=lambda s: losses.append(s["loss"]))
+    path = d / "model.safetensors"
+    model.save(path)
+    return {"path": path, "losses": losses, "data": data}
+
+
+def test_training_from_python_lowers_the_loss(trained, capsys):
+    losses = trained["losses"]
+    assert len(losses) == 60
+    assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10])
+
+
+def test_progress_bar_is_shown(ctx, tmp_path, capsys):
+    data = _markov_data(32, 1)
+    nctmc.Dataset.write(tmp_path / "d.bin", data, vocab_size=S_TOKENS, seq_len=SEQ_LEN, ctx=ctx)
+    trainer = nctmc.Trainer(_tiny_model(ctx), batch_size=4, ema_decay=0.0)
+    stats = trainer.train(tmp_path / "d.bin", 3)
+    err = capsys.readouterr().err
+    assert "3/3" in err and "loss" in err
+    assert stats["step"] == 3 and trainer.state["step"] == 3
+
+
+def test_getters(ctx, trained):
+    m = nctmc.Model.load(trained["path"], ctx)
+    assert (m.seq_len, m.vocab_size, m.n_classes, m.process, m.mask_token) == \
+        (SEQ_LEN, S_TOKENS, 0, "uniform", None)
+    masked = _tiny_model(ctx, "masked")
+    assert masked.mask_token == S_TOKENS and masked.vocab_size == S_TOKENS + 1
+    assert m.config["d_model"] == 32
+
+
+def _c_samples(tmp_path, path, batch, steps, seed, method):
+    src = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <nctmc.h>
+int main(int argc, char **argv) {
+    nctmc_context_params cp; nctmc_context_params_init(&cp);
+    cp.backend = "cpu"; cp.n_threads = 1;
+    nctmc_context *ctx; nctmc_model *m; nctmc_sampler *s;
+    if (nctmc_context_create(&cp, &ctx) || nctmc_model_load(ctx, argv[1], &m)) return 1;
+    nctmc_sampler_params sp; nctmc_sampler_params_init(&sp);
+    sp.max_batch = atoi(argv[2]);
+    if (nctmc_sampler_create(m, &sp, &s)) return 1;
+    int32_t len = nctmc_model_seq_len(m), n = sp.max_batch * len;
+    int32_t *out = malloc(sizeof *out * (size_t)n);
+    nctmc_sample_params p; nctmc_sample_params_init(&p);
+    p.batch = sp.max_batch; p.n_steps = atoi(argv[3]);
+    p.seed = strtoull(argv[4], NULL, 10); p.method = atoi(argv[5]); p.tokens_out = out;
+    if (nctmc_sample(s, &p)) { fprintf(stderr, "%s\n", nctmc_sampler_last_error(s)); return 1; }
+    for (int32_t i = 0; i < n; i++) printf("%d\n", out[i]);
+    nctmc_sampler_free(s); nctmc_model_free(m); nctmc_context_free(ctx); free(out);
+    return 0;
+}
+"""
+    exe = _compile(tmp_path, "c_sample", src)
+    out = subprocess.run([str(exe), str(path), str(batch), str(steps), str(seed), str(method)],
+                         check=True, capture_output=True, text=True).stdout
+    return np.array(out.split(), dtype=np.int32).reshape(batch, -1)
+
+
+@pytest.mark.parametrize("method", ["tau", "euler", "posterior"])
+def test_same_seed_same_samples_as_the_c_api(ctx, trained, tmp_path, method):
+    m = nctmc.Model.load(trained["path"], ctx)
+    py = m.sampler(max_batch=4).sample(batch=4, steps=16, seed=77, method=method)
+    c = _c_samples(tmp_path, trained["path"], 4, 16, 77,
+                   nctmc._sampler.METHODS[method])
+    assert np.array_equal(py, c)
+    other = m.sampler(max_batch=4).sample(batch=4, steps=16, seed=78, method=method)
+    assert not np.array_equal(py, other)
+
+
+def test_load_from_bytes_and_from_an_archive(ctx, trained, tmp_path):
+    data = trained["path"].read_bytes()
+    ref = nctmc.Model.load(trained["path"], ctx).sampler(2).sample(batch=2, steps=8, seed=5)
+    mem = nctmc.Model.from_bytes(data, ctx).sampler(2).sample(batch=2, steps=8, seed=5)
+    assert np.array_equal(ref, mem)
+    zpath = tmp_path / "assets.zip"
+    with zipfile.ZipFile(zpath, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("models/tiny.safetensors", data)
+    with zipfile.ZipFile(zpath) as z, z.open("models/tiny.safetensors") as f:
+        size = z.getinfo("models/tiny.safetensors").file_size
+        arc = nctmc.Model.from_file_object(f, size, ctx).sampler(2).sample(batch=2, steps=8,
+                                                                          seed=5)
+    assert np.array_equal(ref, arc)
+    with pytest.raises(nctmc.Error) as e:
+        nctmc.Model.from_bytes(data[:-100], ctx)
+    assert e.value.status in (6, 7)
+
+
+def test_progress_and_cancel_by_callback(ctx, trained):
+    m = nctmc.Model.load(trained["path"], ctx)
+    s = m.sampler(max_batch=2)
+    seen = []
+    s.sample(batch=2, steps=10, seed=1, progress=lambda k, n, t: seen.append((k, n, t.shape)))
+    assert [k for k, _, _ in seen] == list(range(1, 11))
+    assert all(n == 10 and shape == (2, SEQ_LEN) for _, n, shape in seen)
+    with pytest.raises(nctmc.Cancelled) as e:
+        s.sample(batch=2, steps=10, seed=1, progress=lambda k, n, t: k < 3)
+    assert e.value.tokens.shape == (2, SEQ_LEN)
+    assert ((e.value.tokens >= 0) & (e.value.tokens < S_TOKENS)).all()
+
+
+def test_an_exception_in_the_callback_stops_sampling_and_propagates(ctx, trained):
+    s = nctmc.Model.load(trained["path"], ctx).sampler(1)
+
+    def boom(k, n, t):
+        raise KeyError("from the callback")
+    with pytest.raises(KeyError):
+        s.sample(steps=10, progress=boom)
+
+
+def test_cancel_from_another_thread(ctx, trained):
+    m = nctmc.Model.load(trained["path"], ctx)
+    s = m.sampler(max_batch=1)
+    started = threading.Event()
+    release = threading.Event()
+    result = {}
+
+    def progress(k, n, t):
+        started.set()
+        release.wait(5)  # hold the sampler inside step 1 until cancel() was called
+        return True
+
+    def run():
+        try:
+            s.sample(steps=1000, seed=2, progress=progress)
+            result["status"] = "finished"
+        except nctmc.Cancelled as e:
+            result["status"] = "cancelled"
+            result["tokens"] = e.tokens
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert started.wait(30)
+    s.cancel()
+    release.set()
+    t.join(60)
+    assert result.get("status") == "cancelled"
+    # a cancel does not stick: the next call runs to the end
+    assert s.sample(steps=4, seed=2).shape == (1, SEQ_LEN)
+
+
+def test_infill_keeps_the_rest(ctx, trained):
+    m = nctmc.Model.load(trained["path"], ctx)
+    s = m.sampler(max_batch=3)
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, S_TOKENS, (3, SEQ_LEN)).astype(np.int32)
+    mask = rng.random((3, SEQ_LEN)) < 0.5
+    y = s.infill(x, mask, steps=12, seed=9)
+    assert np.array_equal(y[~mask], x[~mask])
+    assert ((y >= 0) & (y < S_TOKENS)).all()
+
+
+def test_decode_and_mask_placeholder(ctx, trained):
+    m = nctmc.Model.load(trained["path"], ctx)
+    tok = m.tokenizer
+    assert tok.decode(tok.encode("abcfed")) == "abcfed"
+    masked = _tiny_model(ctx, "masked")
+    masked.tokenizer = nctmc.Tokenizer.chars("abcdef")
+    t = masked.tokenizer  # the mask token decodes as "_"
+    assert t.decode([0, S_TOKENS, 1]) == "a_b"
+    t.set_mask_placeholder(None)
+    with pytest.raises(nctmc.Error):
+        t.decode([0, S_TOKENS, 1])
+
+
+def test_handles_can_be_collected_in_any_order(trained):
+    ctx = nctmc.Context(backend="cpu", threads=1)
+    m = nctmc.Model.load(trained["path"], ctx)
+    s = m.sampler(1)
+    ctx.close()
+    m.close()  # the sampler keeps what it needs alive
+    gc.collect()
+    assert s.sample(steps=4, seed=3).shape == (1, SEQ_LEN)
+    s.close()
+
+
+def test_forward_and_eval(ctx, trained):
+    m = nctmc.Model.load(trained["path"], ctx)
+    x = trained["data"][:2]
+    log_rate, jump = m.forward(x, [0.3, 0.6])
+    assert log_rate.shape == (2, SEQ_LEN) and jump.shape == (2, SEQ_LEN, S_TOKENS)
+    p = np.exp(jump).sum(axis=-1)
+    assert np.allclose(p, 1.0, atol=1e-4)
+    r = m.eval(trained["data"][:16], time_samples=4)
+    assert 0 < r["nelbo_bits_per_token"] < np.log2(S_TOKENS) + 1
+    with pytest.raises(nctmc.Error):
+        m.forward(np.full((1, SEQ_LEN), 99), [0.5])
