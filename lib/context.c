@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h"
 #ifdef NCTMC_HAVE_CUDA
 #include "cuda_backend.h"
 #endif
@@ -73,24 +74,19 @@ static void log_params(const nctmc_context_params *p, nctmc_log_level level, con
     }
 }
 
-NCTMC_API void nctmc_context_params_init(nctmc_context_params *params)
+NCTMC_API nctmc_status nctmc_context_params_init_sized(nctmc_context_params *params,
+                                                      size_t size)
 {
-    if (!params)
-        return;
-    memset(params, 0, sizeof *params);
-    params->struct_size = sizeof *params;
-    params->backend = "auto";
-    params->n_threads = 0;
-    params->log_level = NCTMC_LOG_WARN;
+    nctmc_context_params d;
+    memset(&d, 0, sizeof d);
+    d.backend = "auto";
+    d.n_threads = 0;
+    d.log_level = NCTMC_LOG_WARN;
+    return abi_init(params, size, &d, &abi_context_params);
 }
 
 static nctmc_status check_context_params(const nctmc_context_params *p)
 {
-    if (p->struct_size != sizeof *p)
-        return fail_params(p, NCTMC_ERR_INVALID_ARGUMENT,
-                           "nctmc_context_params.struct_size is %zu, expected %zu (call "
-                           "nctmc_context_params_init)",
-                           p->struct_size, sizeof *p);
     if (p->n_threads < 0 || p->n_threads > 4096)
         return fail_params(p, NCTMC_ERR_INVALID_ARGUMENT,
                            "n_threads must be in [0, 4096] (0 = all cores), got %d",
@@ -146,11 +142,24 @@ static nctmc_status create_backend(const nctmc_context_params *p, nctmc_backend 
 NCTMC_API nctmc_status nctmc_context_create(const nctmc_context_params *params,
                                             nctmc_context **out)
 {
-    nctmc_context_params defaults;
-    if (!params) {
-        nctmc_context_params_init(&defaults);
-        params = &defaults;
+    /* The caller's struct, whatever its size, read into one of this build's
+     * (the fields an older caller lacks keep their defaults). Its log
+     * callback can report a failure to read it only when the struct is at
+     * least the first published size, which holds the callback. */
+    nctmc_context_params p;
+    nctmc_context_params_init(&p);
+    if (params) {
+        char err[NCTMC_ERROR_SIZE];
+        nctmc_status st = abi_read(params, &p, sizeof p, &abi_context_params, err, sizeof err);
+        if (st != NCTMC_OK) {
+            if (out)
+                *out = NULL;
+            if (abi_size(params) >= abi_context_params.first_size)
+                fail_params(params, st, "%s", err);
+            return st;
+        }
     }
+    params = &p;
     if (!out)
         return fail_params(params, NCTMC_ERR_INVALID_ARGUMENT, "out is NULL");
     *out = NULL;

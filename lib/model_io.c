@@ -494,12 +494,13 @@ nctmc_status model_io_create(nctmc_context *ctx, const st_file *file, const char
 NCTMC_API nctmc_status nctmc_model_load(nctmc_context *ctx, const char *path,
                                         nctmc_model **out)
 {
+    if (out)
+        *out = NULL;
     if (!ctx)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!path || !out)
         return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
                                "nctmc_model_load: path and out must not be NULL");
-    *out = NULL;
     char err[NCTMC_ERROR_SIZE];
     st_file *file = NULL;
     nctmc_status st = st_read_file(path, &file, ctx->last_error, sizeof ctx->last_error);

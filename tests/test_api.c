@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,12 +107,14 @@ static void test_context_errors(void)
 
     CHECK(nctmc_context_create(&p, NULL) == NCTMC_ERR_INVALID_ARGUMENT, "NULL out");
 
+    /* A struct_size below the first published size: rejected, and not
+     * logged, since the callback lies past the struct's declared end and
+     * the library reads no byte there (tests/test_abi.c has the rest). */
     p.struct_size = 3;
     n_errors_logged = 0;
     CHECK(nctmc_context_create(&p, &ctx) == NCTMC_ERR_INVALID_ARGUMENT && ctx == NULL,
           "bad struct_size");
-    CHECK(n_errors_logged == 1 && strstr(last_logged, "struct_size"), "logged: %s",
-          last_logged);
+    CHECK(n_errors_logged == 0, "logged %d", n_errors_logged);
     p.struct_size = sizeof p;
 
     p.n_threads = -1;
@@ -142,9 +145,13 @@ static void test_context_errors(void)
     /* NULL is accepted everywhere a handle is read or released */
     nctmc_context_free(NULL);
     nctmc_model_free(NULL);
-    nctmc_context_params_init(NULL);
-    nctmc_model_config_init(NULL);
-    nctmc_forward_params_init(NULL);
+    CHECK(nctmc_context_params_init_sized(NULL, sizeof(nctmc_context_params)) ==
+                  NCTMC_ERR_INVALID_ARGUMENT &&
+              nctmc_model_config_init_sized(NULL, sizeof(nctmc_model_config)) ==
+                  NCTMC_ERR_INVALID_ARGUMENT &&
+              nctmc_forward_params_init_sized(NULL, sizeof(nctmc_forward_params)) ==
+                  NCTMC_ERR_INVALID_ARGUMENT,
+          "init of NULL");
     CHECK(strcmp(nctmc_context_backend(NULL), "") == 0, "backend(NULL)");
     CHECK(nctmc_context_n_threads(NULL) == 0, "n_threads(NULL)");
     CHECK(strcmp(nctmc_context_last_error(NULL), "") == 0, "last_error(NULL)");
@@ -194,7 +201,11 @@ static void eps_one(nctmc_model_config *c)
     c->schedule_eps = 1.0f;
 }
 static void pad_negative(nctmc_model_config *c) { c->vocab_pad_multiple = -8; }
-static void struct_size_wrong(nctmc_model_config *c) { c->struct_size = sizeof *c + 8; }
+/* smaller than the first published layout: the last field missing */
+static void struct_size_wrong(nctmc_model_config *c)
+{
+    c->struct_size = offsetof(nctmc_model_config, seed);
+}
 
 static void test_config_errors(void)
 {

@@ -1134,8 +1134,8 @@ typedef struct fixed_watch {
     int out_of_range;
 } fixed_watch;
 
-static bool watch_fixed(int32_t step, int32_t n_steps, const int32_t *tokens, int32_t batch,
-                        int32_t length, void *user)
+static int32_t watch_fixed(int32_t step, int32_t n_steps, const int32_t *tokens,
+                           int32_t batch, int32_t length, void *user)
 {
     (void)step;
     (void)n_steps;
@@ -1250,8 +1250,8 @@ typedef struct cancel_watch {
     int32_t last[64];
 } cancel_watch;
 
-static bool cancel_at(int32_t step, int32_t n_steps, const int32_t *tokens, int32_t batch,
-                      int32_t length, void *user)
+static int32_t cancel_at(int32_t step, int32_t n_steps, const int32_t *tokens, int32_t batch,
+                         int32_t length, void *user)
 {
     (void)n_steps;
     cancel_watch *w = user;
