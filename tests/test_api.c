@@ -701,6 +701,51 @@ static void test_forward_errors(void)
     nctmc_context_free(ctx);
 }
 
+/* ---- *out on failure -------------------------------------------------------- */
+
+/* Every function that creates a handle sets *out (and *model_out,
+ * *trainer_out) to NULL on any failure, also when the failure is a NULL
+ * handle or argument checked before anything else. */
+static void test_out_null_on_failure(void)
+{
+    nctmc_context *ctx = make_context(1);
+    nctmc_model_config c = tiny_config();
+    nctmc_model *model = make_model(ctx, &c);
+    void *stale = &ctx; /* what an unset output would still hold */
+#define EXPECT_NULL_OUT(type, var, call)                                        \
+    do {                                                                        \
+        type *var = (type *)stale;                                              \
+        nctmc_status st_ = (call);                                              \
+        CHECK(st_ != NCTMC_OK && var == NULL, #call ": status %d, *out %s", st_, \
+              var ? "left set" : "NULL");                                       \
+    } while (0)
+    EXPECT_NULL_OUT(nctmc_model, m, nctmc_model_create(NULL, &c, &m));
+    EXPECT_NULL_OUT(nctmc_model, m, nctmc_model_create(ctx, NULL, &m));
+    EXPECT_NULL_OUT(nctmc_model, m, nctmc_model_load(NULL, "x", &m));
+    EXPECT_NULL_OUT(nctmc_model, m, nctmc_model_load(ctx, NULL, &m));
+    EXPECT_NULL_OUT(nctmc_sampler, s, nctmc_sampler_create(NULL, NULL, &s));
+    EXPECT_NULL_OUT(nctmc_trainer, t, nctmc_trainer_create(NULL, NULL, &t));
+    EXPECT_NULL_OUT(nctmc_trainer, t, nctmc_trainer_create(model, NULL, &t));
+    EXPECT_NULL_OUT(nctmc_tokenizer, k, nctmc_tokenizer_clone(NULL, &k));
+    EXPECT_NULL_OUT(nctmc_tokenizer, k, nctmc_tokenizer_load(ctx, NULL, &k));
+    EXPECT_NULL_OUT(nctmc_tokenizer, k, nctmc_tokenizer_create_chars(ctx, NULL, 3, &k));
+    EXPECT_NULL_OUT(nctmc_tokenizer, k, nctmc_tokenizer_create_image(ctx, 0, 1, 2, &k));
+    EXPECT_NULL_OUT(nctmc_dataset, d, nctmc_dataset_open(ctx, NULL, &d));
+#undef EXPECT_NULL_OUT
+    nctmc_model *m = (nctmc_model *)stale;
+    nctmc_trainer *t = (nctmc_trainer *)stale;
+    CHECK(nctmc_trainer_resume(NULL, "x", NULL, &m, &t) == NCTMC_ERR_INVALID_ARGUMENT &&
+              m == NULL && t == NULL,
+          "trainer_resume(NULL ctx) clears both outputs");
+    m = (nctmc_model *)stale;
+    t = (nctmc_trainer *)stale;
+    CHECK(nctmc_trainer_resume(ctx, NULL, NULL, &m, &t) == NCTMC_ERR_INVALID_ARGUMENT &&
+              m == NULL && t == NULL,
+          "trainer_resume(NULL path) clears both outputs");
+    nctmc_model_free(model);
+    nctmc_context_free(ctx);
+}
+
 int main(void)
 {
     test_version_and_status();
@@ -714,5 +759,6 @@ int main(void)
     test_forward_random();
     test_forward_shared_model();
     test_forward_errors();
+    test_out_null_on_failure();
     return test_finish("api");
 }
