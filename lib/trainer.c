@@ -536,7 +536,8 @@ NCTMC_API nctmc_status nctmc_trainer_get_state(const nctmc_trainer *t,
         return NCTMC_ERR_INVALID_ARGUMENT;
     nctmc_trainer *w = (nctmc_trainer *)t;
     if (!state)
-        return TRAINER_FAIL(w, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_trainer_get_state: state is NULL");
+        return TRAINER_FAIL(w, NCTMC_ERR_INVALID_ARGUMENT,
+                            "nctmc_trainer_get_state: state is NULL");
     nctmc_status st = abi_check_output(state, &abi_trainer_state, w->last_error,
                                        sizeof w->last_error);
     if (st == NCTMC_OK)
