@@ -18,11 +18,22 @@
  *    when they fail (see nctmc_model_last_error()). nctmc_context_create()
  *    has no handle yet: it writes its reason to the caller's
  *    nctmc_context_params.error_buffer. Output arguments are left
- *    untouched on failure unless stated otherwise.
- *  - Parameter structs begin with `size_t struct_size`. Fill them with the
- *    matching *_params_init() / *_config_init() function, change the fields you
- *    need, and pass them by pointer. A struct_size the library does not know
- *    is rejected with NCTMC_ERR_INVALID_ARGUMENT.
+ *    untouched on failure, with one exception: a function that creates a
+ *    handle into `*out` (or `*model_out`, `*trainer_out`) sets it to NULL
+ *    first whenever that pointer is not NULL, so after any failure it is
+ *    NULL.
+ *  - Versioned structs begin with `size_t struct_size`. Fill them with the
+ *    matching nctmc_X_init(&s) macro (which passes sizeof s to
+ *    nctmc_X_init_sized()), change the fields you need, and pass them by
+ *    pointer. The library accepts a struct from an older header (missing
+ *    trailing fields take their defaults) and from a newer one (as long as
+ *    the fields it does not know are 0); see docs/api.md, "Compatibility".
+ *    A struct_size below the struct's first published size is rejected with
+ *    NCTMC_ERR_INVALID_ARGUMENT; non-zero fields the library does not know
+ *    with NCTMC_ERR_UNSUPPORTED.
+ *  - No bool and no enum types cross the ABI: enumerations are int32_t
+ *    typedefs with named constants, flags are int32_t (0 = false, non-zero =
+ *    true), and callbacks return int32_t (non-zero = continue, 0 = stop).
  *  - Release functions accept NULL and do nothing then.
  *  - Lifetimes: handles may be freed in any order. Contexts and models are
  *    reference counted: a model holds its context, a sampler holds its model
@@ -61,7 +72,6 @@
 #ifndef NCTMC_H
 #define NCTMC_H
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -80,7 +90,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define NCTMC_VERSION_MAJOR 0
-#define NCTMC_VERSION_MINOR 1
+#define NCTMC_VERSION_MINOR 2
 #define NCTMC_VERSION_PATCH 0
 /** The version as one number, MAJOR*10000 + MINOR*100 + PATCH. */
 #define NCTMC_VERSION_NUMBER \
@@ -91,13 +101,14 @@ extern "C" {
 NCTMC_API const char *nctmc_version(void);
 
 /** The linked library's version as NCTMC_VERSION_NUMBER computes it. */
-NCTMC_API int nctmc_version_number(void);
+NCTMC_API int32_t nctmc_version_number(void);
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
 /* ------------------------------------------------------------------------ */
 
-typedef enum nctmc_status {
+typedef int32_t nctmc_status;
+enum {
     NCTMC_OK = 0,
     /** An argument is NULL, out of range, or inconsistent with another. */
     NCTMC_ERR_INVALID_ARGUMENT = 1,
@@ -121,11 +132,47 @@ typedef enum nctmc_status {
     /** A training step produced a non-finite loss or gradient; the step was
      *  skipped and the weights are untouched. */
     NCTMC_ERR_NON_FINITE = 9
-} nctmc_status;
+};
 
 /** A short constant description of a status code ("invalid argument", ...).
  *  Never NULL; unknown codes give "unknown status". */
 NCTMC_API const char *nctmc_status_string(nctmc_status status);
+
+/* ------------------------------------------------------------------------ */
+/* Versioned structs                                                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Every struct in this header that begins with `size_t struct_size` is
+ * versioned: a later release may append fields to it, never reorder, retype
+ * or remove one, and a field it appends means "the default" when it is 0.
+ * Each such nctmc_X has
+ *
+ *     nctmc_status nctmc_X_init_sized(nctmc_X *p, size_t size);
+ *     #define nctmc_X_init(p) nctmc_X_init_sized((p), sizeof *(p))
+ *
+ * nctmc_X_init_sized() writes exactly `size` bytes at p and never more: the
+ * defaults of the fields the linked library knows, 0 in any byte past them,
+ * and struct_size = size. It returns NCTMC_OK, or NCTMC_ERR_INVALID_ARGUMENT
+ * without writing anything when p is NULL or size is below the struct's
+ * first published size (the end of its last field in the release that
+ * published it; 0.2.0 for every struct here).
+ *
+ * A call that takes a versioned struct reads and writes only struct_size
+ * bytes of it:
+ *  - struct_size below the first published size: NCTMC_ERR_INVALID_ARGUMENT;
+ *  - a struct from an older header (smaller than the library's): the fields
+ *    it lacks take their defaults;
+ *  - a struct from a newer header (larger): accepted when every byte past
+ *    the fields this library knows is 0, else NCTMC_ERR_UNSUPPORTED with a
+ *    message naming the struct and the library's version;
+ *  - a struct the library fills (nctmc_tensor_info, nctmc_dataset_info,
+ *    nctmc_train_stats, nctmc_trainer_state, nctmc_eval_result, and the
+ *    nctmc_model_get_config() / nctmc_trainer_get_params() outputs) is
+ *    written up to min(struct_size, the library's size); struct_size and the
+ *    fields the library does not know keep the values they had.
+ * docs/api.md, "Compatibility", has the whole policy.
+ */
 
 /* ------------------------------------------------------------------------ */
 /* Context: backend, threads and logging                                    */
@@ -133,12 +180,13 @@ NCTMC_API const char *nctmc_status_string(nctmc_status status);
 
 typedef struct nctmc_context nctmc_context;
 
-typedef enum nctmc_log_level {
+typedef int32_t nctmc_log_level;
+enum {
     NCTMC_LOG_DEBUG = 0,
     NCTMC_LOG_INFO = 1,
     NCTMC_LOG_WARN = 2,
     NCTMC_LOG_ERROR = 3
-} nctmc_log_level;
+};
 
 /** Receives the library's log messages. The message is valid only during the
  *  call and has no trailing newline. Called on the thread that made the
@@ -157,7 +205,7 @@ typedef struct nctmc_context_params {
      *  "auto". */
     const char *backend;
     /** Worker threads for the CPU backend; 0 means all online cores. */
-    int n_threads;
+    int32_t n_threads;
     /** Log callback, or NULL for silence. */
     nctmc_log_fn log_fn;
     void *log_user_data;
@@ -201,8 +249,9 @@ typedef struct nctmc_context_params {
     void *alloc_user_data;
 } nctmc_context_params;
 
-/** Fills *params with the defaults. Does nothing when params is NULL. */
-NCTMC_API void nctmc_context_params_init(nctmc_context_params *params);
+/** Fills *params with the defaults (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_context_params_init_sized(nctmc_context_params *params, size_t size);
+#define nctmc_context_params_init(p) nctmc_context_params_init_sized((p), sizeof *(p))
 
 /**
  * Creates a context: the compute backend plus its threads.
@@ -228,7 +277,7 @@ NCTMC_API void nctmc_context_free(nctmc_context *ctx);
 NCTMC_API const char *nctmc_context_backend(const nctmc_context *ctx);
 
 /** The number of threads the context computes with; 0 for NULL. */
-NCTMC_API int nctmc_context_n_threads(const nctmc_context *ctx);
+NCTMC_API int32_t nctmc_context_n_threads(const nctmc_context *ctx);
 
 /** The message of the last failed call whose errors are stored in this
  *  context ("" if none, or if a later such call succeeded). Valid until the
@@ -240,7 +289,8 @@ NCTMC_API const char *nctmc_context_last_error(const nctmc_context *ctx);
 /* ------------------------------------------------------------------------ */
 
 /** The forward (noising) process q_{t|0}(.|x0) = a_t e_{x0} + (1 - a_t) pi. */
-typedef enum nctmc_process {
+typedef int32_t nctmc_process;
+enum {
     /** pi uniform over all S states (the paper's main setting). */
     NCTMC_PROCESS_UNIFORM = 0,
     /** pi = e_m with m = S - 1 the mask token (MDLM). Data tokens are
@@ -249,17 +299,18 @@ typedef enum nctmc_process {
     NCTMC_PROCESS_MASKED = 1,
     /** pi = p_u * Uniform(data tokens) + (1 - p_u) e_m, m = S - 1. */
     NCTMC_PROCESS_MIXTURE = 2
-} nctmc_process;
+};
 
 /** The noise schedule a_t, t in [0, 1]. */
-typedef enum nctmc_schedule {
+typedef int32_t nctmc_schedule;
+enum {
     /** a_t = 1 - t (the paper's). */
     NCTMC_SCHEDULE_LINEAR = 0,
     /** a_t = cos(pi t / 2). */
     NCTMC_SCHEDULE_COSINE = 1,
     /** a_t = 1 - (1 - eps) t. */
     NCTMC_SCHEDULE_LOGLINEAR = 2
-} nctmc_schedule;
+};
 
 /** The model's hyper-parameters. Fill with nctmc_model_config_init(). */
 typedef struct nctmc_model_config {
@@ -293,8 +344,9 @@ typedef struct nctmc_model_config {
 
 /** Fills *config with a small uniform-process model: S = 256, L = 256,
  *  6 layers, d = 384, 6 heads, c = 128, no classes, linear schedule,
- *  p_u = 0.1, eps = 1e-3, seed 0. Does nothing when config is NULL. */
-NCTMC_API void nctmc_model_config_init(nctmc_model_config *config);
+ *  p_u = 0.1, eps = 1e-3, seed 0 (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_model_config_init_sized(nctmc_model_config *config, size_t size);
+#define nctmc_model_config_init(p) nctmc_model_config_init_sized((p), sizeof *(p))
 
 /* ------------------------------------------------------------------------ */
 /* Model                                                                     */
@@ -320,7 +372,7 @@ NCTMC_API nctmc_status nctmc_model_create(nctmc_context *ctx, const nctmc_model_
 NCTMC_API void nctmc_model_free(nctmc_model *model);
 
 /** Copies the model's configuration into *config (whose struct_size must be
- *  set, e.g. by nctmc_model_config_init()). */
+ *  set by nctmc_model_config_init()). */
 NCTMC_API nctmc_status nctmc_model_get_config(const nctmc_model *model,
                                               nctmc_model_config *config);
 
@@ -378,8 +430,12 @@ typedef struct nctmc_tensor_info {
     int64_t n_elements;
 } nctmc_tensor_info;
 
+/** Fills *info with zeros and struct_size (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_tensor_info_init_sized(nctmc_tensor_info *info, size_t size);
+#define nctmc_tensor_info_init(p) nctmc_tensor_info_init_sized((p), sizeof *(p))
+
 /** Describes tensor number index (0 .. n_tensors - 1), in the model's fixed
- *  order. info->struct_size must be set to sizeof(nctmc_tensor_info). */
+ *  order. Fill *info with nctmc_tensor_info_init() first. */
 NCTMC_API nctmc_status nctmc_model_tensor_info(const nctmc_model *model, int32_t index,
                                                nctmc_tensor_info *info);
 
@@ -418,8 +474,9 @@ typedef struct nctmc_forward_params {
     float *jump_logprobs;
 } nctmc_forward_params;
 
-/** Fills *params with zeros and struct_size. Does nothing for NULL. */
-NCTMC_API void nctmc_forward_params_init(nctmc_forward_params *params);
+/** Fills *params with zeros and struct_size (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_forward_params_init_sized(nctmc_forward_params *params, size_t size);
+#define nctmc_forward_params_init(p) nctmc_forward_params_init_sized((p), sizeof *(p))
 
 /**
  * Evaluates the model at (x_t, t): per position the exit rate and the jump
@@ -447,7 +504,8 @@ NCTMC_API nctmc_status nctmc_model_forward_ex(const nctmc_model *model, nctmc_co
  * model's vocabulary is the tokenizer's plus one (the mask token, S - 1). */
 typedef struct nctmc_tokenizer nctmc_tokenizer;
 
-typedef enum nctmc_tokenizer_kind {
+typedef int32_t nctmc_tokenizer_kind;
+enum {
     /** One token per byte: vocabulary 256. Encodes any input. */
     NCTMC_TOKENIZER_BYTES = 0,
     /** One token per Unicode character of a fixed alphabet (built from a
@@ -457,7 +515,7 @@ typedef enum nctmc_tokenizer_kind {
      *  level 0 .. levels - 1 (0 is white, levels - 1 black). Decoding gives
      *  an ASCII picture, one text line per image row. */
     NCTMC_TOKENIZER_IMAGE = 2
-} nctmc_tokenizer_kind;
+};
 
 /** Creates the byte tokenizer. Fails only for a NULL out. */
 NCTMC_API nctmc_status nctmc_tokenizer_create_bytes(nctmc_tokenizer **out);
@@ -646,8 +704,9 @@ typedef struct nctmc_dataset_info {
     int64_t n_sequences;    /**< n_tokens / seq_len, or 0 for a stream */
 } nctmc_dataset_info;
 
-/** Fills *info with zeros and struct_size. Does nothing for NULL. */
-NCTMC_API void nctmc_dataset_info_init(nctmc_dataset_info *info);
+/** Fills *info with zeros and struct_size (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_dataset_info_init_sized(nctmc_dataset_info *info, size_t size);
+#define nctmc_dataset_info_init(p) nctmc_dataset_info_init_sized((p), sizeof *(p))
 
 /**
  * Writes a shard atomically. tokens: n_tokens values in [0, vocab_size).
@@ -716,8 +775,9 @@ typedef struct nctmc_trainer_params {
     uint64_t seed;            /**< default 0 */
 } nctmc_trainer_params;
 
-/** Fills *params with the defaults listed above. */
-NCTMC_API void nctmc_trainer_params_init(nctmc_trainer_params *params);
+/** Fills *params with the defaults listed above (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_trainer_params_init_sized(nctmc_trainer_params *params, size_t size);
+#define nctmc_trainer_params_init(p) nctmc_trainer_params_init_sized((p), sizeof *(p))
 
 /** What one step did. Fill struct_size (nctmc_train_stats_init()). */
 typedef struct nctmc_train_stats {
@@ -728,12 +788,13 @@ typedef struct nctmc_train_stats {
     double learning_rate;     /**< the rate this step used */
     double mean_log_rate;     /**< mean log lambda_theta over the batch's
                                    positions with a non-zero rate */
-    bool skipped;             /**< non-finite loss or gradient: no update */
+    int32_t skipped;          /**< 1: non-finite loss or gradient, no update; else 0 */
     int64_t n_skipped;        /**< skipped steps so far */
 } nctmc_train_stats;
 
-/** Fills *stats with zeros and struct_size. Does nothing for NULL. */
-NCTMC_API void nctmc_train_stats_init(nctmc_train_stats *stats);
+/** Fills *stats with zeros and struct_size (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_train_stats_init_sized(nctmc_train_stats *stats, size_t size);
+#define nctmc_train_stats_init(p) nctmc_train_stats_init_sized((p), sizeof *(p))
 
 /** The position of a run, as saved in trainer checkpoints. */
 typedef struct nctmc_trainer_state {
@@ -745,8 +806,9 @@ typedef struct nctmc_trainer_state {
     uint64_t seed;
 } nctmc_trainer_state;
 
-/** Fills *state with zeros and struct_size. Does nothing for NULL. */
-NCTMC_API void nctmc_trainer_state_init(nctmc_trainer_state *state);
+/** Fills *state with zeros and struct_size (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_trainer_state_init_sized(nctmc_trainer_state *state, size_t size);
+#define nctmc_trainer_state_init(p) nctmc_trainer_state_init_sized((p), sizeof *(p))
 
 /**
  * Creates a trainer for `model`, which it updates in place (the model must
@@ -792,10 +854,10 @@ NCTMC_API nctmc_status nctmc_trainer_get_params(const nctmc_trainer *trainer,
                                                 nctmc_trainer_params *params);
 
 /** Copies the trainer's weights into dst, a model of the same configuration:
- *  the EMA when ema is true (an error if the trainer keeps none), else the
- *  raw weights. */
+ *  the EMA when ema is non-zero (an error if the trainer keeps none), else
+ *  the raw weights. */
 NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *trainer, nctmc_model *dst,
-                                                  bool ema);
+                                                  int32_t ema);
 
 /**
  * Writes a resumable checkpoint atomically: the EMA weights under the
@@ -841,7 +903,8 @@ NCTMC_API const char *nctmc_trainer_last_error(const nctmc_trainer *trainer);
  *  conditional rates of a clean and of a noise token at the bucket's centre
  *  (see docs/math.md). NaN where a bucket saw no such position. Medians are
  *  exact over at most 65536 positions per bucket and kind: all of them when
- *  there are fewer, else a reproducible uniform random subset. */
+ *  there are fewer, else a reproducible uniform random subset. Not
+ *  versioned: an element of an array, its layout never changes. */
 typedef struct nctmc_rate_bucket {
     double t_lo, t_hi;
     double median_rate_clean, median_rate_noisy;
@@ -877,15 +940,17 @@ typedef struct nctmc_eval_params {
     float t_max;
     uint64_t seed;            /**< default 0 */
     /** Called after each forward pass with (rows done, rows in all), rows
-     *  being n_sequences * n_time_samples; return false to stop: the call
+     *  being n_sequences * n_time_samples; return 0 to stop (non-zero to
+     *  go on): the call
      *  then returns NCTMC_ERR_CANCELLED with the result over the sequences
      *  finished so far. May be NULL. */
-    bool (*progress)(int64_t done, int64_t total, void *user_data);
+    int32_t (*progress)(int64_t done, int64_t total, void *user_data);
     void *user_data;
 } nctmc_eval_params;
 
-/** Fills *params with the defaults. Does nothing for NULL. */
-NCTMC_API void nctmc_eval_params_init(nctmc_eval_params *params);
+/** Fills *params with the defaults (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_eval_params_init_sized(nctmc_eval_params *params, size_t size);
+#define nctmc_eval_params_init(p) nctmc_eval_params_init_sized((p), sizeof *(p))
 
 typedef struct nctmc_eval_result {
     size_t struct_size;
@@ -905,8 +970,9 @@ typedef struct nctmc_eval_result {
     nctmc_rate_bucket buckets[NCTMC_EVAL_BUCKETS];  /**< equal-width over [0, T] */
 } nctmc_eval_result;
 
-/** Fills *result with zeros and struct_size. Does nothing for NULL. */
-NCTMC_API void nctmc_eval_result_init(nctmc_eval_result *result);
+/** Fills *result with zeros and struct_size (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_eval_result_init_sized(nctmc_eval_result *result, size_t size);
+#define nctmc_eval_result_init(p) nctmc_eval_result_init_sized((p), sizeof *(p))
 
 /** Estimates the NELBO of held-out data and the exit-rate calibration.
  *  Deterministic: the same model, backend, data and parameters give the
@@ -934,8 +1000,9 @@ typedef struct nctmc_sampler_params {
     nctmc_context *ctx;
 } nctmc_sampler_params;
 
-/** Fills *params with the defaults. */
-NCTMC_API void nctmc_sampler_params_init(nctmc_sampler_params *params);
+/** Fills *params with the defaults (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_sampler_params_init_sized(nctmc_sampler_params *params, size_t size);
+#define nctmc_sampler_params_init(p) nctmc_sampler_params_init_sized((p), sizeof *(p))
 
 /**
  * Creates a sampler; params may be NULL for the defaults. The sampler holds
@@ -970,7 +1037,8 @@ NCTMC_API void nctmc_sampler_free(nctmc_sampler *sampler);
  */
 NCTMC_API void nctmc_sampler_cancel(nctmc_sampler *sampler);
 
-typedef enum nctmc_sample_method {
+typedef int32_t nctmc_sample_method;
+enum {
     /** Each position jumps with probability 1 - exp(-lambda tau), to j ~ r. */
     NCTMC_SAMPLE_TAU_LEAPING = 0,
     /** p_j = lambda r_j tau for j != x, stay with the rest (clipped). */
@@ -978,24 +1046,26 @@ typedef enum nctmc_sample_method {
     /** Draws x_s from the recovered clean-token distribution and the forward
      *  process's posterior (docs/math.md). */
     NCTMC_SAMPLE_POSTERIOR = 2
-} nctmc_sample_method;
+};
 
-typedef enum nctmc_time_grid {
+typedef int32_t nctmc_time_grid;
+enum {
     /** t evenly spaced from t_max to t_min. */
     NCTMC_GRID_UNIFORM = 0,
     /** log t evenly spaced: finer steps near t_min, where clean tokens
      *  settle. */
     NCTMC_GRID_GEOMETRIC = 1
-} nctmc_time_grid;
+};
 
 /** Called after every step (step = 1 .. n_steps, then once per correction
  *  update with step = n_steps + k; the final denoise has no call of its
- *  own) with the current tokens [batch * length].
- *  Return false to stop: nctmc_sample() then returns NCTMC_ERR_CANCELLED
- *  with the current tokens in tokens_out. (Another thread stops the call
- *  with nctmc_sampler_cancel().) */
-typedef bool (*nctmc_sample_callback)(int32_t step, int32_t n_steps, const int32_t *tokens,
-                                      int32_t batch, int32_t length, void *user_data);
+ *  own) with the current tokens [batch * length]. Return non-zero to go
+ *  on, 0 to stop: nctmc_sample() then returns NCTMC_ERR_CANCELLED with the
+ *  current tokens in tokens_out. (Another thread stops the call with
+ *  nctmc_sampler_cancel().) */
+typedef int32_t (*nctmc_sample_callback)(int32_t step, int32_t n_steps,
+                                         const int32_t *tokens, int32_t batch,
+                                         int32_t length, void *user_data);
 
 typedef struct nctmc_sample_params {
     size_t struct_size;
@@ -1010,9 +1080,9 @@ typedef struct nctmc_sample_params {
      *  grid steps and the final denoise; the correction pass re-predicts
      *  from the model's own distribution (temperature 1). */
     float temperature;
-    /** Map the state at t_min to the most probable clean tokens (default
-     *  true). */
-    bool final_denoise;
+    /** Non-zero: map the state at t_min to the most probable clean tokens
+     *  (default 1). */
+    int32_t final_denoise;
     /** [batch * length] values for clamped positions, read where fixed_mask
      *  is non-zero; NULL when nothing is fixed. */
     const int32_t *fixed_tokens;
@@ -1043,8 +1113,9 @@ typedef struct nctmc_sample_params {
     int32_t *tokens_out;
 } nctmc_sample_params;
 
-/** Fills *params with the defaults listed above. */
-NCTMC_API void nctmc_sample_params_init(nctmc_sample_params *params);
+/** Fills *params with the defaults listed above (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_sample_params_init_sized(nctmc_sample_params *params, size_t size);
+#define nctmc_sample_params_init(p) nctmc_sample_params_init_sized((p), sizeof *(p))
 
 /**
  * Draws samples: starts from the prior at t_max (fixed positions clamped),

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "abi.h"
 #include "context.h"
 #include "file_io.h"
 
@@ -17,11 +18,7 @@
 
 NCTMC_API nctmc_status nctmc_reader_init_sized(nctmc_reader *reader, size_t size)
 {
-    if (!reader || size < sizeof(size_t))
-        return NCTMC_ERR_INVALID_ARGUMENT;
-    memset(reader, 0, size);
-    reader->struct_size = size;
-    return NCTMC_OK;
+    return abi_init(reader, size, NULL, &abi_reader);
 }
 
 static int64_t file_read_at(void *user_data, void *dst, size_t n, int64_t offset)
@@ -81,35 +78,16 @@ void byte_source_init_memory(byte_source *s, const void *data, size_t size, cons
     s->reader.read_at = memory_read_at;
 }
 
-/* Bytes [from, to) of the caller's struct are all zero. */
-static int all_zero(const void *p, size_t from, size_t to)
-{
-    const unsigned char *b = p;
-    for (size_t i = from; i < to; i++)
-        if (b[i])
-            return 0;
-    return 1;
-}
-
 nctmc_status byte_source_init_reader(byte_source *s, const nctmc_reader *reader,
                                      const char *name, char *err, size_t err_size)
 {
     init_empty(s, name);
     if (!reader)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "reader is NULL");
-    size_t size = reader->struct_size;
-    if (size < NCTMC_READER_SIZE_V1)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_reader.struct_size is %zu, at least %zu is needed (call "
-                          "nctmc_reader_init)",
-                          size, (size_t)NCTMC_READER_SIZE_V1);
-    if (size > sizeof *reader && !all_zero(reader, sizeof *reader, size))
-        return nctmc_fail(err, err_size, NCTMC_ERR_UNSUPPORTED,
-                          "nctmc_reader of %zu bytes sets fields this library (%zu bytes) does "
-                          "not know",
-                          size, sizeof *reader);
-    memcpy(&s->reader, reader, size < sizeof *reader ? size : sizeof *reader);
-    s->reader.struct_size = sizeof s->reader;
+    nctmc_reader_init(&s->reader);
+    nctmc_status st = abi_read(reader, &s->reader, sizeof s->reader, &abi_reader, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
     if (s->reader.size < 0 || !s->reader.read_at)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "nctmc_reader: size must be >= 0 (got %lld) and read_at set",

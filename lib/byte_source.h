@@ -13,10 +13,6 @@
 
 #include "nctmc.h"
 
-/* The size of the first published nctmc_reader: what the library needs at
- * least from a caller's struct_size. */
-#define NCTMC_READER_SIZE_V1 (offsetof(nctmc_reader, user_data) + sizeof(void *))
-
 typedef struct byte_source {
     nctmc_reader reader;    /* every read goes through reader.read_at */
     const char *name;       /* for messages: a path or "<memory>"; not owned */

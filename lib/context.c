@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h"
 #ifdef NCTMC_HAVE_CUDA
 #include "cuda_backend.h"
 #endif
@@ -103,15 +104,15 @@ static bool init_log_mutex(pthread_mutex_t *mutex)
     return ok;
 }
 
-NCTMC_API void nctmc_context_params_init(nctmc_context_params *params)
+NCTMC_API nctmc_status nctmc_context_params_init_sized(nctmc_context_params *params,
+                                                      size_t size)
 {
-    if (!params)
-        return;
-    memset(params, 0, sizeof *params);
-    params->struct_size = sizeof *params;
-    params->backend = "auto";
-    params->n_threads = 0;
-    params->log_level = NCTMC_LOG_WARN;
+    nctmc_context_params d;
+    memset(&d, 0, sizeof d);
+    d.backend = "auto";
+    d.n_threads = 0;
+    d.log_level = NCTMC_LOG_WARN;
+    return abi_init(params, size, &d, &abi_context_params);
 }
 
 /* The allocator hook of the parameters; a caller's struct too short to
@@ -129,11 +130,6 @@ static nctmc_allocator params_allocator(const nctmc_context_params *p)
 
 static nctmc_status check_context_params(const nctmc_context_params *p)
 {
-    if (p->struct_size != sizeof *p)
-        return fail_params(p, NCTMC_ERR_INVALID_ARGUMENT,
-                           "nctmc_context_params.struct_size is %zu, expected %zu (call "
-                           "nctmc_context_params_init)",
-                           p->struct_size, sizeof *p);
     if (p->n_threads < 0 || p->n_threads > 4096)
         return fail_params(p, NCTMC_ERR_INVALID_ARGUMENT,
                            "n_threads must be in [0, 4096] (0 = all cores), got %d",
@@ -194,11 +190,24 @@ static nctmc_status create_backend(const nctmc_context_params *p, const nctmc_al
 NCTMC_API nctmc_status nctmc_context_create(const nctmc_context_params *params,
                                             nctmc_context **out)
 {
-    nctmc_context_params defaults;
-    if (!params) {
-        nctmc_context_params_init(&defaults);
-        params = &defaults;
+    /* The caller's struct, whatever its size, read into one of this build's
+     * (the fields an older caller lacks keep their defaults). Its log
+     * callback can report a failure to read it only when the struct is at
+     * least the first published size, which holds the callback. */
+    nctmc_context_params p;
+    nctmc_context_params_init(&p);
+    if (params) {
+        char err[NCTMC_ERROR_SIZE];
+        nctmc_status st = abi_read(params, &p, sizeof p, &abi_context_params, err, sizeof err);
+        if (st != NCTMC_OK) {
+            if (out)
+                *out = NULL;
+            if (abi_size(params) >= abi_context_params.first_size)
+                fail_params(params, st, "%s", err);
+            return st;
+        }
     }
+    params = &p;
     write_error_buffer(params, "");
     if (!out)
         return fail_params(params, NCTMC_ERR_INVALID_ARGUMENT, "out is NULL");
@@ -270,7 +279,7 @@ NCTMC_API const char *nctmc_context_backend(const nctmc_context *ctx)
     return ctx && ctx->backend ? ctx->backend->name : "";
 }
 
-NCTMC_API int nctmc_context_n_threads(const nctmc_context *ctx)
+NCTMC_API int32_t nctmc_context_n_threads(const nctmc_context *ctx)
 {
     return ctx && ctx->backend ? ctx->backend->n_threads : 0;
 }

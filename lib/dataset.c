@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "abi.h"
 #include "checked.h"
 #include "crc32.h"
 #include "ctx_report.h"
@@ -334,10 +335,11 @@ static nctmc_status read_shard(const nctmc_allocator *alloc, int fd, uint64_t fi
 NCTMC_API nctmc_status nctmc_dataset_open(nctmc_context *ctx, const char *path,
                                           nctmc_dataset **out)
 {
+    if (out)
+        *out = NULL;
     if (!path || !out)
         return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
                                "nctmc_dataset_open: path and out must not be NULL");
-    *out = NULL;
     char err[NCTMC_ERROR_SIZE];
     int fd = -1;
     uint64_t size = 0;
@@ -373,12 +375,9 @@ NCTMC_API nctmc_status nctmc_dataset_open(nctmc_context *ctx, const char *path,
 
 /* ---- access ----------------------------------------------------------------- */
 
-NCTMC_API void nctmc_dataset_info_init(nctmc_dataset_info *info)
+NCTMC_API nctmc_status nctmc_dataset_info_init_sized(nctmc_dataset_info *info, size_t size)
 {
-    if (!info)
-        return;
-    memset(info, 0, sizeof *info);
-    info->struct_size = sizeof *info;
+    return abi_init(info, size, NULL, &abi_dataset_info);
 }
 
 NCTMC_API void nctmc_dataset_free(nctmc_dataset *ds)
@@ -398,14 +397,20 @@ NCTMC_API nctmc_status nctmc_dataset_get_info(const nctmc_dataset *ds, nctmc_dat
     if (!ds)
         return NCTMC_ERR_INVALID_ARGUMENT;
     nctmc_dataset *d = (nctmc_dataset *)ds;
-    if (!info || info->struct_size != sizeof *info)
-        return DS_FAIL(d, "nctmc_dataset_get_info: info is NULL or its struct_size is not %zu",
-                       sizeof *info);
-    info->vocab_size = ds->vocab_size;
-    info->seq_len = ds->seq_len;
-    info->n_classes = ds->n_classes;
-    info->n_tokens = ds->n_tokens;
-    info->n_sequences = ds->n_sequences;
+    if (!info)
+        return DS_FAIL(d, "nctmc_dataset_get_info: info is NULL");
+    nctmc_status st = abi_check_output(info, &abi_dataset_info, d->last_error,
+                                       sizeof d->last_error);
+    if (st != NCTMC_OK)
+        return st;
+    nctmc_dataset_info full;
+    nctmc_dataset_info_init(&full);
+    full.vocab_size = ds->vocab_size;
+    full.seq_len = ds->seq_len;
+    full.n_classes = ds->n_classes;
+    full.n_tokens = ds->n_tokens;
+    full.n_sequences = ds->n_sequences;
+    abi_write(info, &full, &abi_dataset_info);
     return NCTMC_OK;
 }
 

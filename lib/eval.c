@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h"
 #include "checked.h"
 #include "context.h"
 #include "dit.h"
@@ -89,22 +90,18 @@ static int32_t eval_noise(const nctmc_fp *fp, uint64_t seed, int32_t k, int64_t 
 
 /* ---- parameters ------------------------------------------------------------ */
 
-NCTMC_API void nctmc_eval_params_init(nctmc_eval_params *params)
+NCTMC_API nctmc_status nctmc_eval_params_init_sized(nctmc_eval_params *params, size_t size)
 {
-    if (!params)
-        return;
-    memset(params, 0, sizeof *params);
-    params->struct_size = sizeof *params;
-    params->batch_size = 8;
-    params->n_time_samples = 16;
+    nctmc_eval_params d;
+    memset(&d, 0, sizeof d);
+    d.batch_size = 8;
+    d.n_time_samples = 16;
+    return abi_init(params, size, &d, &abi_eval_params);
 }
 
-NCTMC_API void nctmc_eval_result_init(nctmc_eval_result *result)
+NCTMC_API nctmc_status nctmc_eval_result_init_sized(nctmc_eval_result *result, size_t size)
 {
-    if (!result)
-        return;
-    memset(result, 0, sizeof *result);
-    result->struct_size = sizeof *result;
+    return abi_init(result, size, NULL, &abi_eval_result);
 }
 
 static const char *schedule_name(int32_t schedule)
@@ -206,24 +203,24 @@ static nctmc_status eval_check_data(nctmc_model *m, const nctmc_eval_params *p)
     return NCTMC_OK;
 }
 
-static nctmc_status eval_check_params(nctmc_model *m, const nctmc_eval_params *p,
-                                      const nctmc_eval_result *r, double *T)
+/* Reads the caller's parameters into *p (this build's struct), checks them
+ * and the result struct's size, and resolves T. */
+static nctmc_status eval_check_params(nctmc_model *m, const nctmc_eval_params *given,
+                                      nctmc_eval_params *p, const nctmc_eval_result *r,
+                                      double *T)
 {
-    if (!p)
+    if (!given)
         return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_eval: params is NULL");
-    if (p->struct_size != sizeof *p)
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
-                         "nctmc_eval_params.struct_size is %zu, expected %zu (call "
-                         "nctmc_eval_params_init)",
-                         p->struct_size, sizeof *p);
+    nctmc_eval_params_init(p);
+    nctmc_status st =
+        abi_read(given, p, sizeof *p, &abi_eval_params, m->last_error, sizeof m->last_error);
+    if (st != NCTMC_OK)
+        return st;
     if (!r)
         return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_eval: result is NULL");
-    if (r->struct_size != sizeof *r)
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
-                         "nctmc_eval_result.struct_size is %zu, expected %zu (call "
-                         "nctmc_eval_result_init)",
-                         r->struct_size, sizeof *r);
-    nctmc_status st = eval_check_sizes(m, p);
+    st = abi_check_output(r, &abi_eval_result, m->last_error, sizeof m->last_error);
+    if (st == NCTMC_OK)
+        st = eval_check_sizes(m, p);
     if (st == NCTMC_OK)
         st = eval_resolve_t_max(m, p->t_max, T);
     if (st == NCTMC_OK)
@@ -488,11 +485,11 @@ static void eval_fill_buckets(eval_state *e, nctmc_eval_result *r)
     }
 }
 
-static void eval_fill_result(eval_state *e, nctmc_eval_result *r)
+/* Fills the caller's result (checked by abi_check_output()) up to its size. */
+static void eval_fill_result(eval_state *e, nctmc_eval_result *caller)
 {
-    size_t size = r->struct_size;
-    memset(r, 0, sizeof *r);
-    r->struct_size = size;
+    nctmc_eval_result full, *r = &full;
+    nctmc_eval_result_init(r);
     double per_token = 1.0 / ((double)e->L * EVAL_LN2);
     const eval_moments *mo = &e->est;
     r->nelbo_bits_per_token = mo->n_infinite ? INFINITY
@@ -506,6 +503,7 @@ static void eval_fill_result(eval_state *e, nctmc_eval_result *r)
     r->n_tokens = (mo->n + mo->n_infinite) * e->L;
     r->t_max = e->T;
     eval_fill_buckets(e, r);
+    abi_write(caller, r, &abi_eval_result);
 }
 
 /* ---- the entry point --------------------------------------------------------------- */
@@ -540,18 +538,19 @@ NCTMC_API nctmc_status nctmc_eval(nctmc_model *model, const nctmc_eval_params *p
     if (!model)
         return NCTMC_ERR_INVALID_ARGUMENT;
     double T = 1.0;
-    nctmc_status st = eval_check_params(model, params, result, &T);
+    nctmc_eval_params p;
+    nctmc_status st = eval_check_params(model, params, &p, result, &T);
     if (st != NCTMC_OK)
         return st;
     eval_state e;
-    st = eval_state_init(&e, model, params, T);
+    st = eval_state_init(&e, model, &p, T);
     if (st == NCTMC_OK)
         st = eval_run(&e, result);
     if (st == NCTMC_OK) {
         model_clear_error(model);
         nctmc_log(model->ctx, NCTMC_LOG_INFO,
                   "eval: %lld sequences, NELBO %.4f +- %.4f bits/token (prior %.3g)",
-                  (long long)params->n_sequences, result->nelbo_bits_per_token,
+                  (long long)p.n_sequences, result->nelbo_bits_per_token,
                   result->std_error_bits, result->prior_bits_per_token);
     }
     eval_state_free(&e);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h"
 #include "checked.h"
 #include "dit.h"
 #include "model.h"
@@ -107,14 +108,24 @@ NCTMC_API nctmc_status nctmc_model_create(nctmc_context *ctx, const nctmc_model_
 nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *config,
                               bool initialise, nctmc_model **out)
 {
+    if (out)
+        *out = NULL;
     if (!ctx)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!out)
         return nctmc_fail(ctx->last_error, sizeof ctx->last_error,
                           NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_create: out is NULL");
-    *out = NULL;
+    if (!config)
+        return nctmc_fail(ctx->last_error, sizeof ctx->last_error,
+                          NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_create: config is NULL");
+    nctmc_model_config cfg;
+    nctmc_model_config_init(&cfg);
+    nctmc_status st = abi_read(config, &cfg, sizeof cfg, &abi_model_config, ctx->last_error,
+                               sizeof ctx->last_error);
+    config = &cfg;
     dit_dims dims;
-    nctmc_status st = dit_config_validate(config, &dims, ctx->last_error, sizeof ctx->last_error);
+    if (st == NCTMC_OK)
+        st = dit_config_validate(config, &dims, ctx->last_error, sizeof ctx->last_error);
     if (st != NCTMC_OK)
         return st;
     nctmc_model *m = nctmc_mem_calloc(&ctx->alloc, 1, sizeof *m);
@@ -167,12 +178,16 @@ NCTMC_API void nctmc_model_free(nctmc_model *model)
 NCTMC_API nctmc_status nctmc_model_get_config(const nctmc_model *model,
                                               nctmc_model_config *config)
 {
-    if (!model || !config)
+    if (!model)
         return NCTMC_ERR_INVALID_ARGUMENT;
-    if (config->struct_size != sizeof *config)
-        return NCTMC_ERR_INVALID_ARGUMENT;
-    *config = model->config;
-    return NCTMC_OK;
+    nctmc_model *m = (nctmc_model *)model;
+    if (!config)
+        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_get_config: config is NULL");
+    nctmc_status st = abi_check_output(config, &abi_model_config, m->last_error,
+                                       sizeof m->last_error);
+    if (st == NCTMC_OK)
+        abi_write(config, &model->config, &abi_model_config);
+    return st;
 }
 
 NCTMC_API const char *nctmc_model_last_error(const nctmc_model *model)
@@ -198,18 +213,21 @@ NCTMC_API nctmc_status nctmc_model_tensor_info(const nctmc_model *model, int32_t
     nctmc_model *m = (nctmc_model *)model;
     if (!info)
         return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_tensor_info: info is NULL");
-    if (info->struct_size != sizeof *info)
-        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_tensor_info.struct_size is %zu, expected %zu",
-                          info->struct_size, sizeof *info);
+    nctmc_status st = abi_check_output(info, &abi_tensor_info, m->last_error,
+                                       sizeof m->last_error);
+    if (st != NCTMC_OK)
+        return st;
     if (index < 0 || index >= model->n_tensors)
         return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
                           "tensor index %d is out of range [0, %d)", index, model->n_tensors);
     const dit_tensor *t = &model->tensors[index];
-    info->name = t->name;
-    info->n_dims = t->n_dims;
-    memcpy(info->shape, t->shape, sizeof info->shape);
-    info->n_elements = t->n_elements;
+    nctmc_tensor_info full;
+    nctmc_tensor_info_init(&full);
+    full.name = t->name;
+    full.n_dims = t->n_dims;
+    memcpy(full.shape, t->shape, sizeof full.shape);
+    full.n_elements = t->n_elements;
+    abi_write(info, &full, &abi_tensor_info);
     return NCTMC_OK;
 }
 
@@ -291,12 +309,15 @@ NCTMC_API nctmc_status nctmc_model_write_tensor(nctmc_model *model, const char *
     return NCTMC_OK;
 }
 
-NCTMC_API void nctmc_forward_params_init(nctmc_forward_params *params)
+NCTMC_API nctmc_status nctmc_tensor_info_init_sized(nctmc_tensor_info *info, size_t size)
 {
-    if (!params)
-        return;
-    memset(params, 0, sizeof *params);
-    params->struct_size = sizeof *params;
+    return abi_init(info, size, NULL, &abi_tensor_info);
+}
+
+NCTMC_API nctmc_status nctmc_forward_params_init_sized(nctmc_forward_params *params,
+                                                      size_t size)
+{
+    return abi_init(params, size, NULL, &abi_forward_params);
 }
 
 /* Backend buffers for the two public outputs of one forward call. */
@@ -335,16 +356,17 @@ static void free_forward_outputs(nctmc_backend *be, forward_outputs *o)
         be->ops->free(be, o->jump_logprobs);
 }
 
-static nctmc_status check_forward_params(const nctmc_forward_params *p, char *err,
-                                         size_t err_size)
+/* Reads the caller's parameters into *p (this build's struct) and checks
+ * them. */
+static nctmc_status read_forward_params(const nctmc_forward_params *params,
+                                        nctmc_forward_params *p, char *err, size_t err_size)
 {
-    if (!p)
+    if (!params)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "params is NULL");
-    if (p->struct_size != sizeof *p)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_forward_params.struct_size is %zu, expected %zu (call "
-                          "nctmc_forward_params_init)",
-                          p->struct_size, sizeof *p);
+    nctmc_forward_params_init(p);
+    nctmc_status st = abi_read(params, p, sizeof *p, &abi_forward_params, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
     if (!p->log_rate && !p->jump_logprobs)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "neither log_rate nor jump_logprobs is requested");
@@ -398,9 +420,11 @@ NCTMC_API nctmc_status nctmc_model_forward(nctmc_model *model, const nctmc_forwa
 {
     if (!model)
         return NCTMC_ERR_INVALID_ARGUMENT;
-    nctmc_status st = check_forward_params(params, model->last_error, sizeof model->last_error);
+    nctmc_forward_params p;
+    nctmc_status st = read_forward_params(params, &p, model->last_error,
+                                          sizeof model->last_error);
     if (st == NCTMC_OK)
-        st = run_forward(model, model->ctx->backend, params, model->last_error,
+        st = run_forward(model, model->ctx->backend, &p, model->last_error,
                          sizeof model->last_error);
     if (st == NCTMC_OK)
         model_clear_error(model);
@@ -419,9 +443,10 @@ NCTMC_API nctmc_status nctmc_model_forward_ex(const nctmc_model *model, nctmc_co
         return nctmc_fail(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_INVALID_ARGUMENT,
                           "the model lives on the %s backend, the context is %s",
                           model->ctx->backend->name, ctx->backend->name);
-    nctmc_status st = check_forward_params(params, ctx->last_error, sizeof ctx->last_error);
+    nctmc_forward_params p;
+    nctmc_status st = read_forward_params(params, &p, ctx->last_error, sizeof ctx->last_error);
     if (st == NCTMC_OK)
-        st = run_forward(model, ctx->backend, params, ctx->last_error, sizeof ctx->last_error);
+        st = run_forward(model, ctx->backend, &p, ctx->last_error, sizeof ctx->last_error);
     if (st == NCTMC_OK)
         ctx->last_error[0] = '\0';
     return st;

@@ -130,7 +130,8 @@ void model_clear_error(nctmc_model *model);
 nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *config,
                               bool initialise, nctmc_model **out);
 
-/* Checks a configuration and derives its sizes; on failure writes why. */
+/* Checks a configuration (a library-side struct, read with abi_read()) and
+ * derives its sizes; on failure writes why. */
 nctmc_status dit_config_validate(const nctmc_model_config *config, dit_dims *dims,
                                  char *err, size_t err_size);
 

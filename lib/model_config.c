@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "abi.h"
 #include "context.h"
 #include "model.h"
 
@@ -16,25 +17,24 @@
 #define MAX_WIDTH 65536
 #define MAX_CLASSES (1 << 20)
 
-NCTMC_API void nctmc_model_config_init(nctmc_model_config *config)
+NCTMC_API nctmc_status nctmc_model_config_init_sized(nctmc_model_config *config, size_t size)
 {
-    if (!config)
-        return;
-    memset(config, 0, sizeof *config);
-    config->struct_size = sizeof *config;
-    config->vocab_size = 256;
-    config->vocab_pad_multiple = 0;
-    config->seq_len = 256;
-    config->n_layers = 6;
-    config->d_model = 384;
-    config->n_heads = 6;
-    config->cond_dim = 128;
-    config->n_classes = 0;
-    config->process = NCTMC_PROCESS_UNIFORM;
-    config->schedule = NCTMC_SCHEDULE_LINEAR;
-    config->mixture_uniform = 0.1f;
-    config->schedule_eps = 1e-3f;
-    config->seed = 0;
+    nctmc_model_config d;
+    memset(&d, 0, sizeof d);
+    d.vocab_size = 256;
+    d.vocab_pad_multiple = 0;
+    d.seq_len = 256;
+    d.n_layers = 6;
+    d.d_model = 384;
+    d.n_heads = 6;
+    d.cond_dim = 128;
+    d.n_classes = 0;
+    d.process = NCTMC_PROCESS_UNIFORM;
+    d.schedule = NCTMC_SCHEDULE_LINEAR;
+    d.mixture_uniform = 0.1f;
+    d.schedule_eps = 1e-3f;
+    d.seed = 0;
+    return abi_init(config, size, &d, &abi_model_config);
 }
 
 static nctmc_status out_of_range(char *err, size_t n, const char *field, long long value,
@@ -79,11 +79,6 @@ nctmc_status dit_config_validate(const nctmc_model_config *cfg, dit_dims *dims, 
 {
     if (!cfg)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "config is NULL");
-    if (cfg->struct_size != sizeof *cfg)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "config.struct_size is %zu, expected %zu (call "
-                          "nctmc_model_config_init)",
-                          cfg->struct_size, sizeof *cfg);
     CHECK_RANGE(vocab_size, 2, MAX_VOCAB);
     CHECK_RANGE(vocab_pad_multiple, 0, MAX_PAD_MULTIPLE);
     CHECK_RANGE(seq_len, 1, MAX_SEQ_LEN);

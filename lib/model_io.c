@@ -517,12 +517,13 @@ static nctmc_status load_from(nctmc_context *ctx, st_file *file, const char *nam
 NCTMC_API nctmc_status nctmc_model_load(nctmc_context *ctx, const char *path,
                                         nctmc_model **out)
 {
+    if (out)
+        *out = NULL;
     if (!ctx)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!path || !out)
         return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
                                "nctmc_model_load: path and out must not be NULL");
-    *out = NULL;
     st_file *file = NULL;
     nctmc_status st =
         st_open_file(&ctx->alloc, path, &file, ctx->last_error, sizeof ctx->last_error);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h"
 #include "checked.h"
 #include "model.h"
 #include "sample_math.h"
@@ -21,25 +22,20 @@
 /* Creation                                                                 */
 /* ------------------------------------------------------------------------ */
 
-NCTMC_API void nctmc_sampler_params_init(nctmc_sampler_params *params)
+NCTMC_API nctmc_status nctmc_sampler_params_init_sized(nctmc_sampler_params *params,
+                                                      size_t size)
 {
-    if (!params)
-        return;
-    memset(params, 0, sizeof *params);
-    params->struct_size = sizeof *params;
-    params->max_batch = 8;
-    params->max_length = 0;
-    params->ctx = NULL;
+    nctmc_sampler_params d;
+    memset(&d, 0, sizeof d);
+    d.max_batch = 8;
+    d.max_length = 0;
+    d.ctx = NULL;
+    return abi_init(params, size, &d, &abi_sampler_params);
 }
 
 static nctmc_status check_sampler_params(const nctmc_model *m, const nctmc_sampler_params *p,
                                          nctmc_context *ctx, char *err, size_t err_size)
 {
-    if (p->struct_size != sizeof *p)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_sampler_params.struct_size is %zu, expected %zu (call "
-                          "nctmc_sampler_params_init)",
-                          p->struct_size, sizeof *p);
     if (strcmp(ctx->backend->name, m->ctx->backend->name) != 0)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "the model lives on the %s backend, the sampler's context is %s",
@@ -155,24 +151,32 @@ NCTMC_API nctmc_status nctmc_sampler_create(const nctmc_model *model,
                                             const nctmc_sampler_params *params,
                                             nctmc_sampler **out)
 {
-    nctmc_sampler_params defaults;
-    if (!params) {
-        nctmc_sampler_params_init(&defaults);
-        params = &defaults;
+    if (out)
+        *out = NULL;
+    /* The caller's struct read into this build's; a struct that cannot be
+     * read still names the context for the error when it is big enough to
+     * hold the field. */
+    nctmc_sampler_params p;
+    nctmc_sampler_params_init(&p);
+    char err[NCTMC_ERROR_SIZE];
+    nctmc_status st = NCTMC_OK;
+    if (params) {
+        st = abi_read(params, &p, sizeof p, &abi_sampler_params, err, sizeof err);
+        if (st != NCTMC_OK && abi_size(params) >= abi_sampler_params.first_size)
+            p.ctx = params->ctx;
     }
-    nctmc_context *given = params->ctx;
+    nctmc_context *given = p.ctx;
     if (!given && !model)
         return NCTMC_ERR_INVALID_ARGUMENT;
-    char err[NCTMC_ERROR_SIZE];
+    if (st != NCTMC_OK)
+        return create_fail(model, given, st, err);
     if (!out)
         return create_fail(model, given, NCTMC_ERR_INVALID_ARGUMENT,
                            "nctmc_sampler_create: out is NULL");
-    *out = NULL;
     if (!model)
         return create_fail(model, given, NCTMC_ERR_INVALID_ARGUMENT,
                            "nctmc_sampler_create: model is NULL");
-    nctmc_status st =
-        sampler_build(model, params, given ? given : model->ctx, out, err, sizeof err);
+    st = sampler_build(model, &p, given ? given : model->ctx, out, err, sizeof err);
     if (st != NCTMC_OK)
         return create_fail(model, given, st, err);
     /* a success clears the error of the context passed; the model's is left

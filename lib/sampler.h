@@ -51,7 +51,8 @@ struct nctmc_sampler {
 
 /* One call's parameters after checking, with the defaults resolved. */
 typedef struct sample_run {
-    const nctmc_sample_params *p;
+    nctmc_sample_params params;  /* the caller's, read into this build's struct */
+    const nctmc_sample_params *p;  /* &params */
     int32_t batch;
     int32_t length;
     int64_t n_rows;            /* batch * length */
@@ -59,8 +60,9 @@ typedef struct sample_run {
     bool has_fixed;
 } sample_run;
 
-/* Checks every field of *p against the sampler and its model; on failure
- * writes a message naming the field into err. */
+/* Reads the caller's *p (any struct_size) into run->params and checks
+ * every field against the sampler and its model; on failure writes a message
+ * naming the field into err. */
 nctmc_status sampler_check_params(const nctmc_sampler *s, const nctmc_sample_params *p,
                                   sample_run *run, char *err, size_t err_size);
 

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "abi.h"
 #include "model.h"
 #include "sample_math.h"
 #include "sampler.h"
@@ -15,27 +16,27 @@
 
 #define FAIL(...) nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_sample: " __VA_ARGS__)
 
-NCTMC_API void nctmc_sample_params_init(nctmc_sample_params *params)
+NCTMC_API nctmc_status nctmc_sample_params_init_sized(nctmc_sample_params *params,
+                                                     size_t size)
 {
-    if (!params)
-        return;
-    memset(params, 0, sizeof *params);
-    params->struct_size = sizeof *params;
-    params->batch = 1;
-    params->length = 0;
-    params->method = NCTMC_SAMPLE_TAU_LEAPING;
-    params->n_steps = 128;
-    params->grid = NCTMC_GRID_UNIFORM;
-    params->t_max = 1.0f - 1e-3f;
-    params->t_min = 1e-3f;
-    params->temperature = 1.0f;
-    params->final_denoise = true;
-    params->cfg_scale = 1.0f;
-    params->correction_steps = 0;
-    params->correction_temperature = 0.1f;
-    params->correction_time = 0.05f;
-    params->seed = 0;
-    params->first_sequence = 0;
+    nctmc_sample_params d;
+    memset(&d, 0, sizeof d);
+    d.batch = 1;
+    d.length = 0;
+    d.method = NCTMC_SAMPLE_TAU_LEAPING;
+    d.n_steps = 128;
+    d.grid = NCTMC_GRID_UNIFORM;
+    d.t_max = 1.0f - 1e-3f;
+    d.t_min = 1e-3f;
+    d.temperature = 1.0f;
+    d.final_denoise = 1;
+    d.cfg_scale = 1.0f;
+    d.correction_steps = 0;
+    d.correction_temperature = 0.1f;
+    d.correction_time = 0.05f;
+    d.seed = 0;
+    d.first_sequence = 0;
+    return abi_init(params, size, &d, &abi_sample_params);
 }
 
 static nctmc_status check_shape(const nctmc_sampler *s, const nctmc_sample_params *p,
@@ -141,12 +142,13 @@ nctmc_status sampler_check_params(const nctmc_sampler *s, const nctmc_sample_par
 {
     if (!p)
         return FAIL("params is NULL");
-    if (p->struct_size != sizeof *p)
-        return FAIL("nctmc_sample_params.struct_size is %zu, expected %zu (call "
-                    "nctmc_sample_params_init)",
-                    p->struct_size, sizeof *p);
-    run->p = p;
-    nctmc_status st = check_shape(s, p, run, err, err_size);
+    nctmc_sample_params_init(&run->params);
+    nctmc_status st =
+        abi_read(p, &run->params, sizeof run->params, &abi_sample_params, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
+    p = run->p = &run->params;
+    st = check_shape(s, p, run, err, err_size);
     if (st == NCTMC_OK)
         st = check_schedule(p, err, err_size);
     if (st == NCTMC_OK)

@@ -12,7 +12,7 @@ NCTMC_API const char *nctmc_version(void)
         NCTMC_VERSION_PATCH);
 }
 
-NCTMC_API int nctmc_version_number(void)
+NCTMC_API int32_t nctmc_version_number(void)
 {
     return NCTMC_VERSION_NUMBER;
 }

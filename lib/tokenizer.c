@@ -74,10 +74,11 @@ static nctmc_status mark_characters(nctmc_context *ctx, const uint8_t *s, size_t
 NCTMC_API nctmc_status nctmc_tokenizer_create_chars(nctmc_context *ctx, const char *corpus,
                                                     size_t n_bytes, nctmc_tokenizer **out)
 {
+    if (out)
+        *out = NULL;
     if (!out || (!corpus && n_bytes > 0))
         return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
                         "nctmc_tokenizer_create_chars: out and corpus must not be NULL");
-    *out = NULL;
     uint8_t *seen = nctmc_mem_calloc(ctx_alloc(ctx), (UTF8_MAX_CODE_POINT >> 3) + 1, 1);
     if (!seen)
         return ctx_report_fail(ctx, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
@@ -179,9 +180,10 @@ nctmc_status tokenizer_clone(const nctmc_allocator *alloc, const nctmc_tokenizer
 
 NCTMC_API nctmc_status nctmc_tokenizer_clone(const nctmc_tokenizer *tok, nctmc_tokenizer **out)
 {
+    if (out)
+        *out = NULL;
     if (!tok || !out)
         return NCTMC_ERR_INVALID_ARGUMENT;
-    *out = NULL;
     return tokenizer_clone(&tok->alloc, tok, out);
 }
 

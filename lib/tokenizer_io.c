@@ -356,10 +356,11 @@ static nctmc_status parse_lines(char *text, size_t size, file_fields *ff, char *
 NCTMC_API nctmc_status nctmc_tokenizer_load(nctmc_context *ctx, const char *path,
                                             nctmc_tokenizer **out)
 {
+    if (out)
+        *out = NULL;
     if (!path || !out)
         return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
                                "nctmc_tokenizer_load: path and out must not be NULL");
-    *out = NULL;
     char err[NCTMC_ERROR_SIZE];
     uint8_t *data = NULL;
     size_t size = 0;

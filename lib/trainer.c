@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h"
 #include "checked.h"
 #include "philox.h"
 #include "trainer.h"
@@ -15,43 +16,46 @@
 #define TRAINER_FAIL(t, status, ...) \
     nctmc_fail((t)->last_error, sizeof (t)->last_error, (status), __VA_ARGS__)
 
-NCTMC_API void nctmc_trainer_params_init(nctmc_trainer_params *p)
+NCTMC_API nctmc_status nctmc_trainer_params_init_sized(nctmc_trainer_params *params,
+                                                      size_t size)
 {
-    if (!p)
-        return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
-    p->batch_size = 8;
-    p->seq_len = 0;
-    p->learning_rate = 3e-4f;
-    p->min_lr_ratio = 0.1f;
-    p->warmup_steps = 100;
-    p->total_steps = 10000;
-    p->beta1 = 0.9f;
-    p->beta2 = 0.999f;
-    p->adam_eps = 1e-8f;
-    p->weight_decay = 0.0f;
-    p->grad_clip = 1.0f;
-    p->ema_decay = 0.999f;
-    p->time_eps = 1e-3f;
-    p->label_dropout = 0.1f;
-    p->seed = 0;
+    nctmc_trainer_params d;
+    memset(&d, 0, sizeof d);
+    d.batch_size = 8;
+    d.seq_len = 0;
+    d.learning_rate = 3e-4f;
+    d.min_lr_ratio = 0.1f;
+    d.warmup_steps = 100;
+    d.total_steps = 10000;
+    d.beta1 = 0.9f;
+    d.beta2 = 0.999f;
+    d.adam_eps = 1e-8f;
+    d.weight_decay = 0.0f;
+    d.grad_clip = 1.0f;
+    d.ema_decay = 0.999f;
+    d.time_eps = 1e-3f;
+    d.label_dropout = 0.1f;
+    d.seed = 0;
+    return abi_init(params, size, &d, &abi_trainer_params);
 }
 
-NCTMC_API void nctmc_train_stats_init(nctmc_train_stats *s)
+NCTMC_API nctmc_status nctmc_train_stats_init_sized(nctmc_train_stats *stats, size_t size)
 {
-    if (!s)
-        return;
-    memset(s, 0, sizeof *s);
-    s->struct_size = sizeof *s;
+    return abi_init(stats, size, NULL, &abi_train_stats);
 }
 
-NCTMC_API void nctmc_trainer_state_init(nctmc_trainer_state *s)
+NCTMC_API nctmc_status nctmc_trainer_state_init_sized(nctmc_trainer_state *state, size_t size)
 {
-    if (!s)
-        return;
-    memset(s, 0, sizeof *s);
-    s->struct_size = sizeof *s;
+    return abi_init(state, size, NULL, &abi_trainer_state);
+}
+
+nctmc_status trainer_params_read(const nctmc_trainer_params *given, nctmc_trainer_params *p,
+                                 char *err, size_t err_size)
+{
+    if (!given)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "trainer params are NULL");
+    nctmc_trainer_params_init(p);
+    return abi_read(given, p, sizeof *p, &abi_trainer_params, err, err_size);
 }
 
 /* true when lo <= x <= hi (NaN fails) */
@@ -64,11 +68,6 @@ nctmc_status trainer_params_validate(const nctmc_trainer_params *p, const nctmc_
                                      char *err, size_t err_size)
 {
 #define BAD(...) nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, __VA_ARGS__)
-    if (!p)
-        return BAD("trainer params are NULL");
-    if (p->struct_size != sizeof *p)
-        return BAD("nctmc_trainer_params.struct_size is %zu, expected %zu", p->struct_size,
-                   sizeof *p);
     if (p->batch_size < 1 || p->batch_size > 65536)
         return BAD("batch_size %d is outside [1, 65536]", p->batch_size);
     if (p->seq_len < 0 || p->seq_len > model->dims.L)
@@ -159,6 +158,8 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
                                             const nctmc_trainer_params *params,
                                             nctmc_trainer **out)
 {
+    if (out)
+        *out = NULL;
     if (!model)
         return NCTMC_ERR_INVALID_ARGUMENT;
     char *err = model->last_error;
@@ -166,8 +167,11 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     if (!out)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "nctmc_trainer_create: out is NULL");
-    *out = NULL;
-    nctmc_status st = trainer_params_validate(params, model, err, err_size);
+    nctmc_trainer_params full;
+    nctmc_status st = trainer_params_read(params, &full, err, err_size);
+    params = &full;
+    if (st == NCTMC_OK)
+        st = trainer_params_validate(params, model, err, err_size);
     if (st != NCTMC_OK)
         return st;
     nctmc_trainer *t = nctmc_mem_calloc(model->ctx->backend->alloc, 1, sizeof *t);
@@ -367,11 +371,9 @@ static nctmc_status check_batch_tokens(nctmc_trainer *t, const int32_t *tokens,
 
 static nctmc_status check_stats(nctmc_trainer *t, const nctmc_train_stats *stats)
 {
-    if (stats && stats->struct_size != sizeof *stats)
-        return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT,
-                            "nctmc_train_stats.struct_size is %zu, expected %zu",
-                            stats->struct_size, sizeof *stats);
-    return NCTMC_OK;
+    if (!stats)
+        return NCTMC_OK;
+    return abi_check_output(stats, &abi_train_stats, t->last_error, sizeof t->last_error);
 }
 
 /* The step proper, on the batch already staged in host_x0 / host_labels. */
@@ -408,13 +410,16 @@ static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
     if (st != NCTMC_OK)
         return TRAINER_FAIL(t, st, "training step: %s", t->be->error);
     if (stats) {
-        stats->step = t->state.step;
-        stats->loss = loss;
-        stats->grad_norm = grad_norm;
-        stats->learning_rate = lr;
-        stats->mean_log_rate = log_rate;
-        stats->skipped = skip;
-        stats->n_skipped = t->state.n_skipped;
+        nctmc_train_stats full;
+        nctmc_train_stats_init(&full);
+        full.step = t->state.step;
+        full.loss = loss;
+        full.grad_norm = grad_norm;
+        full.learning_rate = lr;
+        full.mean_log_rate = log_rate;
+        full.skipped = skip;
+        full.n_skipped = t->state.n_skipped;
+        abi_write(stats, &full, &abi_train_stats);
     }
     if (skip)
         return TRAINER_FAIL(t, NCTMC_ERR_NON_FINITE,
@@ -534,19 +539,33 @@ NCTMC_API nctmc_status nctmc_trainer_step_dataset(nctmc_trainer *t, nctmc_datase
 NCTMC_API nctmc_status nctmc_trainer_get_state(const nctmc_trainer *t,
                                                nctmc_trainer_state *state)
 {
-    if (!t || !state || state->struct_size != sizeof *state)
+    if (!t)
         return NCTMC_ERR_INVALID_ARGUMENT;
-    *state = t->state;
-    return NCTMC_OK;
+    nctmc_trainer *w = (nctmc_trainer *)t;
+    if (!state)
+        return TRAINER_FAIL(w, NCTMC_ERR_INVALID_ARGUMENT,
+                            "nctmc_trainer_get_state: state is NULL");
+    nctmc_status st = abi_check_output(state, &abi_trainer_state, w->last_error,
+                                       sizeof w->last_error);
+    if (st == NCTMC_OK)
+        abi_write(state, &t->state, &abi_trainer_state);
+    return st;
 }
 
 NCTMC_API nctmc_status nctmc_trainer_get_params(const nctmc_trainer *t,
                                                 nctmc_trainer_params *params)
 {
-    if (!t || !params || params->struct_size != sizeof *params)
+    if (!t)
         return NCTMC_ERR_INVALID_ARGUMENT;
-    *params = t->params;
-    return NCTMC_OK;
+    nctmc_trainer *w = (nctmc_trainer *)t;
+    if (!params)
+        return TRAINER_FAIL(w, NCTMC_ERR_INVALID_ARGUMENT,
+                            "nctmc_trainer_get_params: params is NULL");
+    nctmc_status st = abi_check_output(params, &abi_trainer_params, w->last_error,
+                                       sizeof w->last_error);
+    if (st == NCTMC_OK)
+        abi_write(params, &t->params, &abi_trainer_params);
+    return st;
 }
 
 NCTMC_API const char *nctmc_trainer_last_error(const nctmc_trainer *t)
@@ -562,7 +581,8 @@ static bool same_architecture(const nctmc_model *a, const nctmc_model *b)
            a->slab_floats == b->slab_floats;
 }
 
-NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *t, nctmc_model *dst, bool ema)
+NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *t, nctmc_model *dst,
+                                                  int32_t ema)
 {
     if (!t)
         return NCTMC_ERR_INVALID_ARGUMENT;

@@ -29,7 +29,14 @@ struct nctmc_trainer {
     char last_error[512];
 };
 
-/* Checks trainer parameters against a model; writes why on failure. */
+/* Reads a caller's trainer parameters of any struct_size into *p (this
+ * build's struct, defaults where the caller's struct ends); writes why on
+ * failure. */
+nctmc_status trainer_params_read(const nctmc_trainer_params *given, nctmc_trainer_params *p,
+                                 char *err, size_t err_size);
+
+/* Checks trainer parameters (read with trainer_params_read()) against a
+ * model; writes why on failure. */
 nctmc_status trainer_params_validate(const nctmc_trainer_params *p, const nctmc_model *model,
                                      char *err, size_t err_size);
 

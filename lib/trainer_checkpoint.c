@@ -295,14 +295,12 @@ static nctmc_status restore_slabs(nctmc_trainer *t, const st_file *file, char *e
     return st;
 }
 
+/* The caller's parameters replace the saved ones; *given is already read
+ * into this build's struct (trainer_params_read()). */
 static nctmc_status check_override(const nctmc_trainer_params *given,
                                    const nctmc_trainer_params *saved, char *err,
                                    size_t err_size)
 {
-    if (given->struct_size != sizeof *given)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_trainer_params.struct_size is %zu, expected %zu",
-                          given->struct_size, sizeof *given);
     if (given->batch_size != saved->batch_size || given->seq_len != saved->seq_len)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "resuming needs the saved batch_size %d and seq_len %d (given %d, "
@@ -322,9 +320,12 @@ static nctmc_status resume_from_file(nctmc_context *ctx, const st_file *file,
     nctmc_trainer_state state;
     nctmc_status st = read_trainer_meta(file, &params, &state, err, err_size);
     if (st == NCTMC_OK && override) {
-        st = check_override(override, &params, err, err_size);
+        nctmc_trainer_params given;
+        st = trainer_params_read(override, &given, err, err_size);
         if (st == NCTMC_OK)
-            params = *override;
+            st = check_override(&given, &params, err, err_size);
+        if (st == NCTMC_OK)
+            params = given;
     }
     if (st != NCTMC_OK)
         return st;
@@ -357,6 +358,10 @@ NCTMC_API nctmc_status nctmc_trainer_resume(nctmc_context *ctx, const char *path
                                             nctmc_model **model_out,
                                             nctmc_trainer **trainer_out)
 {
+    if (model_out)
+        *model_out = NULL;
+    if (trainer_out)
+        *trainer_out = NULL;
     if (!ctx)
         return NCTMC_ERR_INVALID_ARGUMENT;
     char *err = ctx->last_error;
@@ -365,8 +370,6 @@ NCTMC_API nctmc_status nctmc_trainer_resume(nctmc_context *ctx, const char *path
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "nctmc_trainer_resume: path, model_out and trainer_out must not be "
                           "NULL");
-    *model_out = NULL;
-    *trainer_out = NULL;
     st_file *file = NULL;
     nctmc_status st = st_open_file(&ctx->alloc, path, &file, err, err_size);
     if (st != NCTMC_OK)

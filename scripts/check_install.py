@@ -3,7 +3,8 @@
 
 - nctmc.h, the versioned shared library, the static library and nctmc.pc
   are installed;
-- the shared library exports only nctmc_* symbols and has a soname;
+- the shared library has the soname libnctmc.so.1 and exports only nctmc_*
+  symbols, all versioned NCTMC_1 (tests/check_symbols.py);
 - tests/install/consumer.c builds against the installed copy through
   pkg-config, dynamically and statically (pkg-config --static), and runs;
 - examples/embed.c builds the same way and samples from a checkpoint that
@@ -45,13 +46,18 @@ record("static library installed", static is not None)
 
 if shared:
     soname = subprocess.run(["objdump", "-p", shared[0]], capture_output=True, text=True).stdout
-    record("soname is versioned", "SONAME               libnctmc.so.0" in soname)
+    record("soname is versioned", "SONAME               libnctmc.so.1" in soname)
     syms = subprocess.run(["nm", "-D", "--defined-only", shared[0]], capture_output=True,
                           text=True).stdout.split("\n")
     names = [line.split()[-1] for line in syms if line.strip() and line.split()[1] in "TDBR"]
     foreign = [n for n in names if not n.startswith("nctmc_")]
     record("only nctmc_* symbols exported", not foreign and len(names) > 10,
            ", ".join(foreign[:8]))
+    sys.path.insert(0, os.path.join(root, "tests"))
+    import check_symbols
+    abi_problems = check_symbols.problems(shared[0], header)
+    record("symbols versioned NCTMC_1, every nctmc.h function exported", not abi_problems,
+           "; ".join(abi_problems)[:400])
 
 if pc and header:
     env = dict(os.environ)

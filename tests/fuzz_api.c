@@ -76,8 +76,10 @@ static void decode_config(byte_reader *r, nctmc_model_config *c)
     c->mixture_uniform = (float)(next_u8(r) % 12) / 10.0f;
     c->schedule_eps = (float)(next_u8(r) % 12) / 10.0f;
     c->seed = next_u32(r);
+    /* any struct_size the caller's struct really has room for (a size
+     * larger than the struct is a lie the library cannot detect) */
     if (next_u8(r) == 0)
-        c->struct_size = next_u8(r);
+        c->struct_size = next_u8(r) % (sizeof *c + 1);
 }
 
 static int check_message(const char *msg)

@@ -30,10 +30,8 @@ typedef struct watch {
     nctmc_sampler *cancel_at_step_of;   /* callback cancels itself at step 2 */
 } watch;
 
-/* Returns the header's callback type (bool today; int32_t once the ABI
- * conventions of issue 8 §1 land). */
-static bool watch_step(int32_t step, int32_t n_steps, const int32_t *tokens, int32_t batch,
-                          int32_t length, void *user_data)
+static int32_t watch_step(int32_t step, int32_t n_steps, const int32_t *tokens,
+                          int32_t batch, int32_t length, void *user_data)
 {
     (void)n_steps;
     watch *w = user_data;

@@ -10,6 +10,7 @@
  *
  * Usage: test_e2e [uniform|masked] [steps]
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,7 +167,7 @@ static nctmc_model *train_model(nctmc_context *ctx, nctmc_process process,
             recent += s.loss / 50.0;
     }
     printf("  trained %d steps, mean loss of the last 50: %.4f\n", steps, recent);
-    nctmc_trainer_copy_weights(t, m, true); /* sample from the EMA */
+    nctmc_trainer_copy_weights(t, m, 1); /* sample from the EMA */
     nctmc_trainer_free(t);
     free(batch);
     return m;

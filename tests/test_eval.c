@@ -1150,7 +1150,7 @@ typedef struct progress_log {
     bool monotonic;
 } progress_log;
 
-static bool on_progress(int64_t done, int64_t total, void *user)
+static int32_t on_progress(int64_t done, int64_t total, void *user)
 {
     progress_log *pl = user;
     pl->calls++;

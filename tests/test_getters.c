@@ -225,8 +225,8 @@ typedef struct capture {
     bool done;
 } capture;
 
-static bool capture_first(int32_t step, int32_t n_steps, const int32_t *tokens, int32_t batch,
-                          int32_t length, void *user_data)
+static int32_t capture_first(int32_t step, int32_t n_steps, const int32_t *tokens,
+                             int32_t batch, int32_t length, void *user_data)
 {
     (void)n_steps;
     capture *c = user_data;
@@ -234,7 +234,7 @@ static bool capture_first(int32_t step, int32_t n_steps, const int32_t *tokens, 
         memcpy(c->tokens, tokens, (size_t)batch * (size_t)length * sizeof(int32_t));
         c->done = true;
     }
-    return true;
+    return 1;
 }
 
 static void test_partial_sample_decodes(nctmc_context *ctx)

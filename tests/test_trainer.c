@@ -4,6 +4,7 @@
  * thread counts, bit-exact resume (20 steps = 10 + save + resume + 10),
  * skipped non-finite steps, clipping, the EMA, and dataset batches.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,8 +297,8 @@ static void test_resume(void)
     nctmc_model *ema_a = NULL, *ema_b = NULL;
     nctmc_model_create(ctx, &c, &ema_a);
     nctmc_model_create(ctx, &c, &ema_b);
-    nctmc_trainer_copy_weights(ts, ema_a, true);
-    nctmc_trainer_copy_weights(tr, ema_b, true);
+    nctmc_trainer_copy_weights(ts, ema_a, 1);
+    nctmc_trainer_copy_weights(tr, ema_b, 1);
     CHECK(same_weights(ema_a, ema_b), "the same EMA weights, bit for bit");
 
     /* nctmc_model_load reads the EMA from a trainer checkpoint */
@@ -436,7 +437,7 @@ static void test_ema(void)
     fill_batch(tokens, S_TOKENS);
     nctmc_trainer_step(t, tokens, NULL, NULL);
     nctmc_model_read_tensor(m, name, w1, n);
-    CHECK(nctmc_trainer_copy_weights(t, ema, true) == NCTMC_OK, "copy EMA");
+    CHECK(nctmc_trainer_copy_weights(t, ema, 1) == NCTMC_OK, "copy EMA");
     nctmc_model_read_tensor(ema, name, e, n);
     float d = 2.0f / 11.0f;
     double worst = 0.0;
@@ -452,13 +453,13 @@ static void test_ema(void)
     no_ema.ema_decay = 0.0f;
     nctmc_trainer *t2 = NULL;
     nctmc_trainer_create(m, &no_ema, &t2);
-    CHECK(nctmc_trainer_copy_weights(t2, ema, true) == NCTMC_ERR_INVALID_ARGUMENT,
+    CHECK(nctmc_trainer_copy_weights(t2, ema, 1) == NCTMC_ERR_INVALID_ARGUMENT,
           "no EMA to copy");
     nctmc_model_config other = c;
     other.d_model = 64;
     nctmc_model *m_other = NULL;
     nctmc_model_create(ctx, &other, &m_other);
-    CHECK(nctmc_trainer_copy_weights(t, m_other, false) == NCTMC_ERR_INVALID_ARGUMENT,
+    CHECK(nctmc_trainer_copy_weights(t, m_other, 0) == NCTMC_ERR_INVALID_ARGUMENT,
           "different configuration refused");
     free(w0);
     free(w1);

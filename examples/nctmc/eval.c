@@ -104,7 +104,7 @@ void cli_eval_set_free(cli_eval_set *set)
     set->labels = NULL;
 }
 
-static bool eval_progress(int64_t done, int64_t total, void *user_data)
+static int32_t eval_progress(int64_t done, int64_t total, void *user_data)
 {
     progress *p = user_data;
     if (p != NULL) {

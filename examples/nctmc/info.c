@@ -78,8 +78,7 @@ static void print_tensors(const nctmc_model *model)
     printf("tensors:\n");
     for (int32_t i = 0; i < nctmc_model_n_tensors(model); i++) {
         nctmc_tensor_info t;
-        memset(&t, 0, sizeof t);
-        t.struct_size = sizeof t;
+        nctmc_tensor_info_init(&t);
         if (nctmc_model_tensor_info(model, i, &t) != NCTMC_OK)
             continue;
         printf("  %-44s [", t.name);

@@ -213,8 +213,8 @@ typedef struct sample_progress {
     int64_t done_before;  /* sequence-steps of the finished batches */
 } sample_progress;
 
-static bool on_step(int32_t step, int32_t n_steps, const int32_t *tokens, int32_t batch,
-                    int32_t length, void *user_data)
+static int32_t on_step(int32_t step, int32_t n_steps, const int32_t *tokens, int32_t batch,
+                       int32_t length, void *user_data)
 {
     (void)tokens;
     (void)length;

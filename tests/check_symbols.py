@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""Checks the ABI surface of a built libnctmc shared library (lib/nctmc.map):
+
+- its soname is libnctmc.so.1;
+- it defines only nctmc_* symbols, each bound to the symbol version NCTMC_1
+  (objdump -T), and the public functions of nctmc.h are among them.
+
+Usage: check_symbols.py LIBNCTMC_SO [NCTMC_H]. Exits 0 when everything
+holds; scripts/check_install.py runs the same checks on an installed copy.
+"""
+import re
+import subprocess
+import sys
+
+SONAME = "libnctmc.so.1"
+VERSION_NODE = "NCTMC_1"
+
+
+def soname_of(path):
+    out = subprocess.run(["objdump", "-p", path], capture_output=True, text=True).stdout
+    m = re.search(r"^\s*SONAME\s+(\S+)", out, re.M)
+    return m.group(1) if m else None
+
+
+def defined_symbols(path):
+    """(name, version) of every symbol the library defines, versions included."""
+    out = subprocess.run(["objdump", "-T", path], capture_output=True, text=True).stdout
+    symbols = []
+    for line in out.splitlines():
+        fields = line.split()
+        # address flags... section size version name; undefined ones say *UND*
+        if len(fields) < 4 or "*UND*" in line or not re.match(r"^[0-9a-f]{8,}$", fields[0]):
+            continue
+        name, version = fields[-1], fields[-2]
+        if name == VERSION_NODE:  # the version definition itself (*ABS*)
+            continue
+        symbols.append((name, version))
+    return symbols
+
+
+def declared_functions(header):
+    with open(header) as f:
+        text = f.read()
+    return set(re.findall(r"NCTMC_API\s[^;(]*?\b(nctmc_\w+)\s*\(", text))
+
+
+def problems(path, header=None):
+    found = []
+    soname = soname_of(path)
+    if soname != SONAME:
+        found.append("soname is %s, expected %s" % (soname, SONAME))
+    symbols = defined_symbols(path)
+    foreign = [n for n, _ in symbols if not n.startswith("nctmc_")]
+    if foreign:
+        found.append("non-nctmc symbols exported: " + ", ".join(foreign[:8]))
+    unversioned = ["%s (%s)" % (n, v) for n, v in symbols if v != VERSION_NODE]
+    if unversioned:
+        found.append("symbols not versioned %s: %s" % (VERSION_NODE, ", ".join(unversioned[:8])))
+    if len(symbols) < 10:
+        found.append("only %d symbols exported" % len(symbols))
+    if header:
+        missing = declared_functions(header) - {n for n, _ in symbols}
+        if missing:
+            found.append("declared in nctmc.h but not exported: " + ", ".join(sorted(missing)))
+    return found
+
+
+if __name__ == "__main__":
+    issues = problems(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
+    for issue in issues:
+        print("FAIL " + issue)
+    if not issues:
+        print("symbols: %s exports only nctmc_*, all versioned %s" % (SONAME, VERSION_NODE))
+    sys.exit(1 if issues else 0)
