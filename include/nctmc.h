@@ -198,11 +198,17 @@ typedef struct nctmc_context_params {
     /** "cpu"; "cuda" (NVIDIA GPU 0: TF32 matrix products, float16
      *  attention, float32 elsewhere); "cuda-bf16" (the same with bfloat16
      *  products and attention, float32 master weights); or "auto": "cuda"
-     *  when this build has the CUDA backend and a device answers, otherwise
-     *  "cpu" (the choice is logged at NCTMC_LOG_INFO). "cuda" in a build
-     *  without the CUDA backend gives NCTMC_ERR_UNSUPPORTED; with it but no
-     *  usable device, NCTMC_ERR_BACKEND ("no CUDA device: ..."). Default
-     *  "auto". */
+     *  when the NVIDIA driver, the CUDA backend module and a device are
+     *  there, otherwise "cpu" (the choice and its reason are logged at
+     *  NCTMC_LOG_INFO). The CUDA backend is a separate module,
+     *  libnctmc-cuda.so, that the library loads at run time from the path
+     *  in $NCTMC_CUDA_MODULE when set, else from its own folder or the
+     *  loader's search path (docs/backends.md); libnctmc itself links no
+     *  CUDA library.
+     *  "cuda" without the module (or in a fully static program) gives
+     *  NCTMC_ERR_UNSUPPORTED ("the CUDA backend module ... is not
+     *  installed: ..."); with it but without a driver or usable device,
+     *  NCTMC_ERR_BACKEND ("no CUDA device: ..."). Default "auto". */
     const char *backend;
     /** Worker threads for the CPU backend; 0 means all online cores. */
     int32_t n_threads;

@@ -301,4 +301,49 @@ nctmc_backend *nctmc_cpu_backend_create(int n_threads, char *err, size_t err_siz
 nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const struct nctmc_allocator *alloc,
                                              char *err, size_t err_size);
 
+/*
+ * Backend modules: a backend built as a separate shared object
+ * (libnctmc-cuda.so) that the core loads with dlopen when a context asks for
+ * it (lib/backend_module.c finds and checks it; docs/backends.md).
+ *
+ * A module exports one function, named NCTMC_BACKEND_MODULE_ENTRY, that
+ * returns its descriptor. The module and the core share everything in this
+ * header (the operation table, the argument structs, struct nctmc_backend),
+ * so a module works only with a core built from the same interface:
+ * NCTMC_BACKEND_ABI_VERSION counts its versions and must be raised by every
+ * change to this header that changes a layout or a meaning. The core refuses
+ * a module whose abi_version, or whose sizes of the shared structs, differ
+ * from its own. abi_version stays the descriptor's first field in every
+ * version, so that the check itself can be read from any module.
+ *
+ * A module uses nothing of the core's code (it is linked with -z defs): the
+ * per-row math it shares (lcond_math.h, sample_math.h, philox.h) is inline
+ * in headers.
+ */
+#define NCTMC_BACKEND_ABI_VERSION 1u
+#define NCTMC_BACKEND_MODULE_ENTRY "nctmc_backend_module_entry"
+
+typedef struct nctmc_backend_module {
+    uint32_t abi_version;      /* NCTMC_BACKEND_ABI_VERSION of the module's build */
+    uint32_t backend_size;     /* sizeof(nctmc_backend) in the module's build */
+    uint32_t ops_size;         /* sizeof(nctmc_backend_ops) */
+    uint32_t sample_args_size; /* sizeof(nctmc_sample_step_args) */
+    uint32_t version_number;   /* NCTMC_VERSION_NUMBER of the module's build */
+    const char *name;          /* "cuda" */
+    /* Creates the backend on device `device`; bf16 as for "cuda-bf16". On
+     * failure returns NULL, writes the reason into err and sets *no_device
+     * when the reason is that no usable device exists (no driver, no GPU, a
+     * GPU too old for the compiled code). */
+    nctmc_backend *(*create)(int device, bool bf16, char *err, size_t err_size,
+                             bool *no_device);
+    /* Switches for the tests and benchmarks (cuda_backend.h): the attention
+     * implementation (nctmc_cuda_attention), bf16 products, and a line that
+     * describes the device and the attention implementation last used. */
+    void (*set_attention)(nctmc_backend *be, int mode);
+    void (*set_bf16)(nctmc_backend *be, bool bf16);
+    void (*describe)(nctmc_backend *be, char *buf, size_t size);
+} nctmc_backend_module;
+
+typedef const nctmc_backend_module *(*nctmc_backend_module_entry_fn)(void);
+
 #endif /* NCTMC_BACKEND_H */

@@ -11,9 +11,7 @@
 #include <string.h>
 
 #include "abi.h"
-#ifdef NCTMC_HAVE_CUDA
-#include "cuda_backend.h"
-#endif
+#include "backend_module.h"
 
 nctmc_status nctmc_fail(char *buf, size_t size, nctmc_status status, const char *fmt, ...)
 {
@@ -144,36 +142,71 @@ static nctmc_status check_context_params(const nctmc_context_params *p)
     return NCTMC_OK;
 }
 
+/* NCTMC_OK when the NVIDIA driver loads, else NCTMC_ERR_BACKEND with "no
+ * CUDA device: <why>" (clearer than the CUDA runtime's "insufficient
+ * driver", which is what it says when there is none). */
+static nctmc_status check_driver(char *err, size_t err_size, bool *no_device)
+{
+    char why[NCTMC_ERROR_SIZE - 32];
+    if (nctmc_cuda_driver_present(why, sizeof why))
+        return NCTMC_OK;
+    snprintf(err, err_size, "no CUDA device: %s", why);
+    *no_device = true;
+    return NCTMC_ERR_BACKEND;
+}
+
+/* "cuda" / "cuda-bf16" from the CUDA backend module: the backend, or
+ * NCTMC_ERR_UNSUPPORTED (no module) / NCTMC_ERR_BACKEND (no device, or the
+ * device failed) with the reason in err and *no_device set when there is
+ * no usable device. */
+static nctmc_status create_cuda_backend(bool bf16, nctmc_backend **out, char *err,
+                                        size_t err_size, bool *no_device)
+{
+    const nctmc_backend_module *module = NULL;
+    *no_device = false;
+    nctmc_status st = nctmc_cuda_module_load(&module, err, err_size);
+    if (st == NCTMC_OK)
+        st = check_driver(err, err_size, no_device);
+    if (st != NCTMC_OK)
+        return st;
+    char why[256] = "";
+    *out = module->create(0, bf16, why, sizeof why, no_device);
+    if (*out)
+        return NCTMC_OK;
+    /* the module says "no CUDA device: ..." itself where that is the reason */
+    snprintf(err, err_size, "%s%s", *no_device ? "" : "cuda backend: ", why);
+    return NCTMC_ERR_BACKEND;
+}
+
 /* "cuda" / "cuda-bf16": the CUDA backend or an error; "auto": the CUDA
- * backend when this build has it and a device answers, else the CPU. */
+ * backend when the driver loads, the module is installed and a device
+ * answers, else the CPU, with the reason at INFO (WARN when a device exists
+ * but failed). "auto" asks for the driver before the module so that a
+ * machine without one never loads CUDA's libraries (hundreds of MB). */
 static nctmc_status create_backend(const nctmc_context_params *p, const nctmc_allocator *alloc,
                                    nctmc_backend **out)
 {
     const char *name = p->backend ? p->backend : "auto";
-    char err[256] = "";
+    char err[NCTMC_ERROR_SIZE] = "";
     bool is_auto = strcmp(name, "auto") == 0;
     bool bf16 = strcmp(name, "cuda-bf16") == 0;
-    if (bf16 || strcmp(name, "cuda") == 0 || is_auto) {
-#ifdef NCTMC_HAVE_CUDA
-        bool no_device = false;
-        *out = nctmc_cuda_backend_create(0, bf16, err, sizeof err, &no_device);
-        if (*out) {
-            if (is_auto)
-                log_params(p, NCTMC_LOG_INFO, "backend auto: using the CUDA backend");
+    bool no_device = false;
+    if (bf16 || strcmp(name, "cuda") == 0) {
+        nctmc_status st = create_cuda_backend(bf16, out, err, sizeof err, &no_device);
+        return st == NCTMC_OK ? st : fail_params(p, st, "%s", err);
+    }
+    if (is_auto) {
+        nctmc_status st = check_driver(err, sizeof err, &no_device);
+        if (st == NCTMC_OK)
+            st = create_cuda_backend(false, out, err, sizeof err, &no_device);
+        if (st == NCTMC_OK) {
+            log_params(p, NCTMC_LOG_INFO, "backend auto: using the CUDA backend");
             return NCTMC_OK;
         }
-        if (!is_auto)
-            return fail_params(p, NCTMC_ERR_BACKEND, "cuda backend: %s", err);
-        log_params(p, no_device ? NCTMC_LOG_INFO : NCTMC_LOG_WARN,
-                   "backend auto: CUDA backend unavailable (%s); using the CPU backend", err);
-#else
-        if (!is_auto)
-            return fail_params(p, NCTMC_ERR_UNSUPPORTED,
-                               "this build of libnctmc has no CUDA backend (it is built when "
-                               "the CUDA toolkit is found: -Dcuda=auto|enabled)");
-        log_params(p, NCTMC_LOG_INFO,
-                   "backend auto: this build has no CUDA backend; using the CPU backend");
-#endif
+        /* a device that exists but failed deserves a warning */
+        bool failed_device = st == NCTMC_ERR_BACKEND && !no_device;
+        log_params(p, failed_device ? NCTMC_LOG_WARN : NCTMC_LOG_INFO,
+                   "backend auto: %s; using the CPU backend", err);
     }
     if (strcmp(name, "cpu") == 0 || is_auto) {
         *out = nctmc_cpu_backend_create_with(p->n_threads, alloc, err, sizeof err);

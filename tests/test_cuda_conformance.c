@@ -17,7 +17,8 @@
  * Errors are reported as the scaled error max|cuda - cpu| / max|cpu| of an
  * array; the tolerances below say why they are what they are. Without a
  * usable GPU the program prints "cuda_conformance: skipped: <reason>" and
- * exits 77 (meson's "skipped"), never "passed".
+ * exits 77 (meson's "skipped"), never "passed"; a module that cannot be
+ * loaded is a failure.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -27,6 +28,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "backend_module.h"
 #include "context.h"
 #include "cuda_backend.h"
 #include "dit.h"
@@ -49,6 +51,10 @@
 #define TOL_MODEL_BF16 2e-1
 
 static nctmc_backend *CPU, *GPU;
+/* The CUDA backend module (libnctmc-cuda.so, found as the core finds it:
+ * meson's test sets $NCTMC_CUDA_MODULE; device_check.sh carries it next to
+ * this program). */
+static const nctmc_backend_module *CUDA;
 
 /* ------------------------------------------------------------------------
  * helpers
@@ -203,9 +209,9 @@ static void test_linear(test_rng *rng, int64_t rows, int32_t in, int32_t out, bo
     c.dx0 = hrand(rng, (size_t)rows * in, -1.0f, 1.0f);
     c.dw0 = hrand(rng, (size_t)out * in, -1.0f, 1.0f);
     c.db0 = hrand(rng, (size_t)out, -1.0f, 1.0f);
-    nctmc_cuda_backend_set_bf16(GPU, bf16);
+    CUDA->set_bf16(GPU, bf16);
     linear_out want = run_linear(CPU, &c), got = run_linear(GPU, &c), again = run_linear(GPU, &c);
-    nctmc_cuda_backend_set_bf16(GPU, false);
+    CUDA->set_bf16(GPU, false);
     double tol = bf16 ? TOL_BF16 : TOL_TF32;
     char what[128];
     size_t nx = (size_t)rows * in, nw = (size_t)out * in, ny = (size_t)rows * out;
@@ -616,14 +622,14 @@ static void test_attention(test_rng *rng, int32_t B, int32_t L, int32_t H, int32
     float *qkv = hrand(rng, N * 3 * d, -2.0f, 2.0f), *dout = hrand(rng, N * d, -1.0f, 1.0f);
     float *want[ATT_COUNT], *got[ATT_COUNT], *again[ATT_COUNT];
     run_attention(CPU, B, L, H, D, qkv, dout, want);
-    nctmc_cuda_backend_set_attention(GPU, mode);
-    nctmc_cuda_backend_set_bf16(GPU, bf16);
+    CUDA->set_attention(GPU, mode);
+    CUDA->set_bf16(GPU, bf16);
     run_attention(GPU, B, L, H, D, qkv, dout, got);
     run_attention(GPU, B, L, H, D, qkv, dout, again);
     char desc[512];
-    nctmc_cuda_backend_describe(GPU, desc, sizeof desc);
-    nctmc_cuda_backend_set_attention(GPU, NCTMC_CUDA_ATTENTION_AUTO);
-    nctmc_cuda_backend_set_bf16(GPU, false);
+    CUDA->describe(GPU, desc, sizeof desc);
+    CUDA->set_attention(GPU, NCTMC_CUDA_ATTENTION_AUTO);
+    CUDA->set_bf16(GPU, false);
     printf("  attention B%d L%d H%d D%d, %s: %s\n", B, L, H, D,
            mode == NCTMC_CUDA_ATTENTION_AUTO ? "auto" : "custom kernels", desc);
     static const char *const names[ATT_COUNT] = {"out", "out (no saved)", "dqkv"};
@@ -1116,8 +1122,8 @@ static void test_model(test_rng *rng, nctmc_process process, nctmc_schedule sche
                  {false, NCTMC_CUDA_ATTENTION_FALLBACK, "tf32 custom attention"},
                  {true, NCTMC_CUDA_ATTENTION_AUTO, "bf16"}};
     for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
-        nctmc_cuda_backend_set_bf16(be, modes[k].bf16);
-        nctmc_cuda_backend_set_attention(be, modes[k].attention);
+        CUDA->set_bf16(be, modes[k].bf16);
+        CUDA->set_attention(be, modes[k].attention);
         model_result got = model_evaluate(&gpu, &b), again = model_evaluate(&gpu, &b);
         double tol = modes[k].bf16 ? TOL_MODEL_BF16 : TOL_MODEL;
         char what[128];
@@ -1137,13 +1143,13 @@ static void test_model(test_rng *rng, nctmc_process process, nctmc_schedule sche
                   memcmp(got.logits, again.logits, N * V * sizeof(float)) == 0,
               "model %s %s: two CUDA runs differ", label, modes[k].name);
         char desc[512];
-        nctmc_cuda_backend_describe(be, desc, sizeof desc);
+        CUDA->describe(be, desc, sizeof desc);
         printf("    %s\n", desc);
         model_result_free(&got);
         model_result_free(&again);
     }
-    nctmc_cuda_backend_set_bf16(be, false);
-    nctmc_cuda_backend_set_attention(be, NCTMC_CUDA_ATTENTION_AUTO);
+    CUDA->set_bf16(be, false);
+    CUDA->set_attention(be, NCTMC_CUDA_ATTENTION_AUTO);
     model_result_free(&want);
     free(w);
     free(x_t);
@@ -1254,9 +1260,13 @@ static void test_contexts(void)
 
 int main(void)
 {
-    char err[256];
+    char err[NCTMC_ERROR_SIZE];
     bool no_device = false;
-    GPU = nctmc_cuda_backend_create(0, false, err, sizeof err, &no_device);
+    if (nctmc_cuda_module_load(&CUDA, err, sizeof err) != NCTMC_OK) {
+        fprintf(stderr, "cuda_conformance: %s\n", err);
+        return 1;
+    }
+    GPU = CUDA->create(0, false, err, sizeof err, &no_device);
     if (!GPU) {
         if (no_device) {
             printf("cuda_conformance: skipped: %s\n", err);
@@ -1271,7 +1281,7 @@ int main(void)
         return 1;
     }
     char desc[512];
-    nctmc_cuda_backend_describe(GPU, desc, sizeof desc);
+    CUDA->describe(GPU, desc, sizeof desc);
     printf("device: %s\n", desc);
     test_rng rng = test_rng_seed(2024);
 

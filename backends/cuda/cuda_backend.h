@@ -4,8 +4,11 @@
  * implementation). The backend's internals are in cuda_internal.cuh; the
  * operations it implements are those of lib/backend.h.
  *
- * Compiled only when the build found the CUDA toolkit (NCTMC_HAVE_CUDA);
- * the rest of the library includes this header only under that macro.
+ * These functions live in the module libnctmc-cuda.so, built only when the
+ * build found the CUDA toolkit; the module exports none of them. The core
+ * and the tests reach them through the module's descriptor
+ * (nctmc_backend_module in backend.h, filled by cuda_module.c); the tests
+ * include this header for nctmc_cuda_attention.
  */
 #ifndef NCTMC_CUDA_BACKEND_H
 #define NCTMC_CUDA_BACKEND_H

@@ -1,8 +1,9 @@
 #!/bin/sh
 # backends/cuda/device_check.sh — every GPU check of the CUDA backend in one
 # go, on a machine with an NVIDIA GPU (about 6-8 minutes on an H100):
-#   1. build the CUDA backend's conformance test and benchmark here, or use
-#      the binaries carried in build-device-cuda/ (see --prepare);
+#   1. build the CUDA backend's conformance test and benchmark (and the
+#      module libnctmc-cuda.so they load) here, or use the binaries carried
+#      in build-device-cuda/ (see --prepare);
 #   2. the conformance test: every operation against the CPU backend, the
 #      whole model's outputs and gradients, the samplers, determinism;
 #   3. the paper-small benchmark (training tokens/s, bf16 MFU, sampling
@@ -15,8 +16,12 @@
 #   sh backends/cuda/device_check.sh            on the GPU machine
 #   sh backends/cuda/device_check.sh --prepare  on a machine with the CUDA
 #       toolkit but no GPU: builds the two programs into build-device-cuda/
-#       with OpenBLAS linked in statically (the GPU image may lack it), to be
-#       carried to the GPU machine (device tool: carry ["build-device-cuda"])
+#       with libnctmc's core and OpenBLAS linked in statically (the GPU image
+#       may lack OpenBLAS), and the CUDA backend module libnctmc-cuda.so
+#       beside them, where the core looks for it (the folder of the program
+#       that holds it), to be carried to the GPU machine (device tool:
+#       carry ["build-device-cuda"]). The programs link no CUDA library;
+#       the module links CUDA's, found through LD_LIBRARY_PATH below.
 #   sh backends/cuda/device_check.sh --quick    the conformance test only
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -41,14 +46,16 @@ if [ "$mode" = "--prepare" ]; then
     b="$carried/meson"
     rm -rf "$carried"
     meson setup "$b" "$root" -Dcuda=enabled -Dreference_tests=disabled >/dev/null &&
-        ninja -C "$b" tests/test_cuda_conformance tests/bench_gpu_train || exit 1
-    libdir=$(sed -n 's/.*-L\([^ ]*cuda[^ ]*\).*/\1/p' "$b/meson-private/nctmc.pc" | head -n 1)
+        ninja -C "$b" tests/test_cuda_conformance tests/bench_gpu_train libnctmc-cuda.so ||
+        exit 1
     for prog in test_cuda_conformance bench_gpu_train; do
         cc -o "$carried/$prog" "$b/tests/$prog.p/"*.o "$b/libnctmc_internal.a" \
             -Wl,-Bstatic -lopenblas -lgfortran -lquadmath -Wl,-Bdynamic \
-            -L"$libdir" -lcudnn -lcublasLt -lcublas -lcudart -lstdc++ -lpthread -lm -ldl || exit 1
+            -lpthread -lm -ldl || exit 1
         strip "$carried/$prog"
     done
+    cp "$b/libnctmc-cuda.so" "$carried/" && strip --strip-unneeded "$carried/libnctmc-cuda.so" ||
+        exit 1
     rm -rf "$b"
     ls -la "$carried"
     exit 0
@@ -65,8 +72,13 @@ bin=""
 build="/tmp/nctmc-build-cuda"
 if command -v meson >/dev/null && command -v nvcc >/dev/null &&
     meson setup "$build" "$root" -Dcuda=enabled -Dreference_tests=disabled >"$out/build.log" 2>&1 &&
-    ninja -C "$build" tests/test_cuda_conformance tests/bench_gpu_train >>"$out/build.log" 2>&1; then
+    ninja -C "$build" tests/test_cuda_conformance tests/bench_gpu_train libnctmc-cuda.so \
+        >>"$out/build.log" 2>&1; then
     bin="$build/tests"
+    # the programs link the core statically from tests/; the module is one
+    # folder up, so name it
+    NCTMC_CUDA_MODULE="$build/libnctmc-cuda.so"
+    export NCTMC_CUDA_MODULE
 elif [ -x "$carried/test_cuda_conformance" ]; then
     echo "device_check: no build here (see build.log); using the binaries in $carried"
     bin="$carried"
@@ -76,7 +88,7 @@ else
     echo "CUDA toolkit is, and carry build-device-cuda)"
     exit 1
 fi
-echo "device_check: programs from $bin"
+echo "device_check: programs from $bin, CUDA module ${NCTMC_CUDA_MODULE:-$bin/libnctmc-cuda.so}"
 
 # 2. conformance
 timeout 420 "$bin/test_cuda_conformance" >"$out/conformance.log" 2>&1

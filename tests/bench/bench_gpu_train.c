@@ -45,6 +45,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend_module.h"
 #include "context.h"
 #include "cuda_backend.h"
 #include "dit.h"
@@ -215,9 +216,15 @@ static void *alloc_or_die(nctmc_backend *be, size_t bytes)
 int main(int argc, char **argv)
 {
     bench_args a = parse_args(argc, argv);
-    char err[256];
+    char err[NCTMC_ERROR_SIZE];
     bool no_device = false;
-    nctmc_backend *probe = nctmc_cuda_backend_create(0, false, err, sizeof err, &no_device);
+    /* the CUDA backend module, found as the core finds it */
+    const nctmc_backend_module *cuda = NULL;
+    if (nctmc_cuda_module_load(&cuda, err, sizeof err) != NCTMC_OK) {
+        fprintf(stderr, "bench_gpu_train: %s\n", err);
+        return 1;
+    }
+    nctmc_backend *probe = cuda->create(0, false, err, sizeof err, &no_device);
     if (!probe) {
         printf("bench_gpu_train: skipped: %s\n", err);
         return no_device ? 77 : 1;
@@ -240,7 +247,7 @@ int main(int argc, char **argv)
     nctmc_backend *be = ctx->backend;
     const dit_dims *z = &s.model->dims;
     char desc[512];
-    nctmc_cuda_backend_describe(be, desc, sizeof desc);
+    cuda->describe(be, desc, sizeof desc);
     double peak = a.peak_tflops > 0.0 ? a.peak_tflops : peak_for(desc);
     printf("bench=gpu_device peak_bf16_tflops=%.1f params=%lld name=\"%.200s\"\n", peak,
            (long long)s.model->n_params, desc);
@@ -276,12 +283,12 @@ int main(int argc, char **argv)
         const char *precision = bf16 ? "bf16" : "tf32";
         if (strcmp(a.precision, "both") != 0 && strcmp(a.precision, precision) != 0)
             continue;
-        nctmc_cuda_backend_set_bf16(be, bf16 != 0);
+        cuda->set_bf16(be, bf16 != 0);
         double t_fwd = time_pass(&s, be, false, &a);
         report("forward", precision, &a, z, t_fwd, train_flops / 3.0, peak);
         double t_step = time_pass(&s, be, true, &a);
         report("train_step", precision, &a, z, t_step, train_flops, peak);
-        nctmc_cuda_backend_describe(be, desc, sizeof desc);
+        cuda->describe(be, desc, sizeof desc);
         printf("# %s: %s\n", precision, desc);
         bench_sampling(s.model, precision, &a);
     }

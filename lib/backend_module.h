@@ -1,0 +1,44 @@
+/*
+ * backend_module.h — finding and loading backend modules (the CUDA backend,
+ * libnctmc-cuda.so) at run time, so that the core library links no GPU
+ * library. The module's interface is in backend.h; where it is looked for
+ * is documented in docs/backends.md.
+ */
+#ifndef NCTMC_BACKEND_MODULE_H
+#define NCTMC_BACKEND_MODULE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backend.h"
+
+/* The CUDA backend module's file name, and the environment variable that
+ * names its path instead (tests, unusual installs). */
+#define NCTMC_CUDA_MODULE_FILE "libnctmc-cuda.so"
+#define NCTMC_CUDA_MODULE_ENV "NCTMC_CUDA_MODULE"
+
+/*
+ * Loads the CUDA backend module and returns its descriptor in *out. Looked
+ * for, in this order:
+ *   1. at the path in $NCTMC_CUDA_MODULE when it is set and not empty (and
+ *      then only there);
+ *   2. in the folder of the file that holds the core (libnctmc.so, or the
+ *      program that linked libnctmc.a), found with dladdr;
+ *   3. by name on the dynamic loader's search path.
+ * Once loaded the module stays loaded for the rest of the process (the CUDA
+ * libraries keep process-wide state that is not made to be unloaded), so
+ * the descriptor and the backends it creates stay valid.
+ * Fails with NCTMC_ERR_UNSUPPORTED and the reason in err: not found ("...
+ * is not installed: <dlerror>"), found but not loadable, no entry point,
+ * or a backend interface other than this core's (NCTMC_BACKEND_ABI_VERSION).
+ */
+nctmc_status nctmc_cuda_module_load(const nctmc_backend_module **out, char *err,
+                                    size_t err_size);
+
+/* Whether the NVIDIA driver's library (libcuda.so.1) can be loaded: a
+ * cheap test, before loading the module and CUDA's libraries (hundreds of
+ * megabytes), that a CUDA device could exist at all. On false, err says
+ * why. */
+bool nctmc_cuda_driver_present(char *err, size_t err_size);
+
+#endif /* NCTMC_BACKEND_MODULE_H */
