@@ -1,0 +1,29 @@
+"""nctmc — Python binding for libnctmc (Neural CTMC discrete diffusion).
+
+    import nctmc
+    model = nctmc.Model.load("digits.safetensors")
+    sampler = model.sampler(max_batch=4)
+    tokens = sampler.sample(batch=4, steps=64, seed=1)      # int32 [4, L]
+    print(model.tokenizer.decode(tokens[0]))
+
+The C library is found on the loader's path (libnctmc.so.1), or at the path
+in the environment variable NCTMC_LIBRARY. See docs/python.md.
+"""
+from . import _native
+from ._handles import Cancelled, Error
+from ._model import Context, Dataset, Model, Tokenizer
+from ._sampler import Sampler
+from ._trainer import Trainer
+
+__all__ = ["Cancelled", "Context", "Dataset", "Error", "Model", "Sampler", "Tokenizer",
+           "Trainer", "library_version"]
+
+
+def library_version():
+    """The linked C library's version string."""
+    return _native.nctmc_version().decode()
+
+
+if _native.nctmc_version_number() < _native.MIN_VERSION:
+    raise ImportError("nctmc: the C library is version %s; this binding needs 0.2.0 or newer"
+                      % library_version())

@@ -1,0 +1,331 @@
+"""Context, model, tokenizer and dataset."""
+import ctypes
+import os
+
+import numpy as np
+
+from . import _native as N
+from ._handles import Error, Handle, check
+
+PROCESSES = {"uniform": 0, "masked": 1, "mixture": 2}
+SCHEDULES = {"linear": 0, "cosine": 1, "loglinear": 2}
+TOKENIZER_KINDS = {0: "bytes", 1: "chars", 2: "image"}
+
+
+def _int32_array(values, what):
+    a = np.ascontiguousarray(values, dtype=np.int32)
+    if a.dtype != np.int32:
+        raise TypeError("%s must be integers" % what)
+    return a
+
+
+def _ptr(a, ctype=ctypes.c_int32):
+    return None if a is None else a.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+class Context(Handle):
+    """The compute backend ("cpu", "cuda", "cuda-bf16" or "auto") and its threads.
+
+    `threads=0` uses every core. Creation errors raise `Error` with the
+    library's reason."""
+
+    _free = N.nctmc_context_free
+
+    def __init__(self, backend="auto", threads=0):
+        p = N.new(N.ContextParams)
+        p.backend = backend.encode()
+        p.n_threads = int(threads)
+        err = ctypes.create_string_buffer(512)
+        p.error_buffer = ctypes.cast(err, ctypes.POINTER(ctypes.c_char))
+        p.error_buffer_size = len(err)
+        out = ctypes.c_void_p()
+        status = N.nctmc_context_create(ctypes.byref(p), ctypes.byref(out))
+        check(status, lambda: err.value)
+        super().__init__(out)
+
+    @property
+    def backend(self):
+        return N.nctmc_context_backend(self).decode()
+
+    @property
+    def threads(self):
+        return N.nctmc_context_n_threads(self)
+
+    def _error(self):
+        return N.nctmc_context_last_error(self)
+
+
+def _default_context(ctx):
+    return ctx if ctx is not None else Context()
+
+
+class Tokenizer(Handle):
+    """Maps text (or images) to the model's data tokens and back."""
+
+    _free = N.nctmc_tokenizer_free
+
+    @classmethod
+    def bytes(cls):
+        out = ctypes.c_void_p()
+        check(N.nctmc_tokenizer_create_bytes(ctypes.byref(out)))
+        return cls(out)
+
+    @classmethod
+    def chars(cls, corpus):
+        """A character tokenizer whose alphabet is every character of corpus."""
+        data = corpus.encode("utf-8") if isinstance(corpus, str) else bytes(corpus)
+        ctx = Context(backend="cpu", threads=1)
+        out = ctypes.c_void_p()
+        check(N.nctmc_tokenizer_create_chars(ctx, data, len(data), ctypes.byref(out)),
+              ctx._error)
+        return cls(out)
+
+    @classmethod
+    def load(cls, path):
+        ctx = Context(backend="cpu", threads=1)
+        out = ctypes.c_void_p()
+        check(N.nctmc_tokenizer_load(ctx, os.fsencode(path), ctypes.byref(out)), ctx._error)
+        return cls(out)
+
+    def _error(self):
+        return N.nctmc_tokenizer_last_error(self)
+
+    @property
+    def kind(self):
+        return TOKENIZER_KINDS[N.nctmc_tokenizer_get_kind(self)]
+
+    @property
+    def vocab_size(self):
+        return N.nctmc_tokenizer_vocab_size(self)
+
+    def save(self, path):
+        check(N.nctmc_tokenizer_save(self, os.fsencode(path)), self._error)
+
+    def set_mask_placeholder(self, text):
+        """Decode the mask token (id == vocab_size) as `text`; None: an error."""
+        check(N.nctmc_tokenizer_set_mask_placeholder(
+            self, None if text is None else text.encode("utf-8")), self._error)
+
+    def encode(self, text):
+        """Text (str or bytes) to a 1-D int32 array of tokens."""
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        n = ctypes.c_size_t()
+        status = N.nctmc_tokenizer_encode(self, data, len(data), None, 0, ctypes.byref(n))
+        if status != 0 and n.value == 0:
+            check(status, self._error)
+        out = np.empty(n.value, dtype=np.int32)
+        check(N.nctmc_tokenizer_encode(self, data, len(data), _ptr(out), out.size,
+                                       ctypes.byref(n)), self._error)
+        return out
+
+    def decode(self, tokens):
+        """A 1-D sequence of tokens to text (str; bytes that are not UTF-8
+        are replaced)."""
+        a = _int32_array(tokens, "tokens").ravel()
+        n = ctypes.c_size_t()
+        status = N.nctmc_tokenizer_decode(self, _ptr(a), a.size, None, 0, ctypes.byref(n))
+        if status != 0 and n.value == 0:
+            check(status, self._error)
+        buf = ctypes.create_string_buffer(n.value + 1)
+        check(N.nctmc_tokenizer_decode(self, _ptr(a), a.size, buf, len(buf), ctypes.byref(n)),
+              self._error)
+        return buf.raw[:n.value].decode("utf-8", "replace")
+
+
+class Dataset(Handle):
+    """A token shard written by `nctmc prepare` or `Dataset.write`."""
+
+    _free = N.nctmc_dataset_free
+
+    @staticmethod
+    def write(path, tokens, vocab_size, seq_len=0, labels=None, n_classes=0, ctx=None):
+        """Writes a shard: a stream (seq_len 0) or [n, seq_len] sequences."""
+        ctx = _default_context(ctx)
+        t = _int32_array(tokens, "tokens").ravel()
+        lab = None if labels is None else _int32_array(labels, "labels").ravel()
+        check(N.nctmc_dataset_write(ctx, os.fsencode(path), _ptr(t), t.size, vocab_size,
+                                    seq_len, _ptr(lab), n_classes), ctx._error)
+
+    @classmethod
+    def open(cls, path, ctx=None):
+        ctx = _default_context(ctx)
+        out = ctypes.c_void_p()
+        check(N.nctmc_dataset_open(ctx, os.fsencode(path), ctypes.byref(out)), ctx._error)
+        return cls(out)
+
+    def _error(self):
+        return N.nctmc_dataset_last_error(self)
+
+    @property
+    def info(self):
+        i = N.new(N.DatasetInfo)
+        check(N.nctmc_dataset_get_info(self, ctypes.byref(i)), self._error)
+        return {f: getattr(i, f) for f, _ in N.DatasetInfo._fields_[1:]}
+
+    def read(self, first, count):
+        out = np.empty(count, dtype=np.int32)
+        check(N.nctmc_dataset_read_tokens(self, first, count, _ptr(out)), self._error)
+        return out
+
+
+class Model(Handle):
+    """A Neural CTMC: DiT weights, configuration and (optionally) tokenizer."""
+
+    _free = N.nctmc_model_free
+
+    def __init__(self, ptr, ctx):
+        super().__init__(ptr)
+        self.context = ctx
+
+    @classmethod
+    def create(cls, ctx=None, **config):
+        """A freshly initialised model. Keyword arguments set the fields of
+        nctmc_model_config (vocab_size, seq_len, n_layers, d_model, n_heads,
+        cond_dim, n_classes, seed, ...); process and schedule take names
+        ("uniform", "masked", "mixture"; "linear", "cosine", "loglinear")."""
+        ctx = _default_context(ctx)
+        c = N.new(N.ModelConfig)
+        for key, value in config.items():
+            if key == "process":
+                value = PROCESSES[value] if isinstance(value, str) else value
+            elif key == "schedule":
+                value = SCHEDULES[value] if isinstance(value, str) else value
+            elif key not in dict(N.ModelConfig._fields_) or key == "struct_size":
+                raise TypeError("unknown model setting %r" % key)
+            setattr(c, key, value)
+        out = ctypes.c_void_p()
+        check(N.nctmc_model_create(ctx, ctypes.byref(c), ctypes.byref(out)), ctx._error)
+        return cls(out, ctx)
+
+    @classmethod
+    def load(cls, path, ctx=None):
+        """Loads a checkpoint (nctmc_model_save / nctmc_trainer_save)."""
+        ctx = _default_context(ctx)
+        out = ctypes.c_void_p()
+        check(N.nctmc_model_load(ctx, os.fsencode(path), ctypes.byref(out)), ctx._error)
+        return cls(out, ctx)
+
+    @classmethod
+    def from_bytes(cls, data, ctx=None):
+        """Loads a checkpoint held in memory (bytes, bytearray, memoryview)."""
+        ctx = _default_context(ctx)
+        buf = (ctypes.c_char * len(data)).from_buffer_copy(data)
+        out = ctypes.c_void_p()
+        check(N.nctmc_model_load_memory(ctx, buf, len(data), ctypes.byref(out)), ctx._error)
+        return cls(out, ctx)
+
+    @classmethod
+    def from_file_object(cls, f, size, ctx=None):
+        """Loads a checkpoint through a seekable binary file object (for
+        example a member of a zip archive), reading it piece by piece."""
+        ctx = _default_context(ctx)
+        failure = []
+
+        def read_at(_user, dst, n, offset):
+            try:
+                f.seek(offset)
+                chunk = f.read(n)
+                ctypes.memmove(dst, chunk, len(chunk))
+                return len(chunk)
+            except Exception as e:  # reported after the call, as an IO error
+                failure.append(e)
+                return -1
+
+        r = N.new(N.Reader)
+        r.size = size
+        r.read_at = N.READ_AT_FN(read_at)
+        out = ctypes.c_void_p()
+        status = N.nctmc_model_load_reader(ctx, ctypes.byref(r), ctypes.byref(out))
+        if failure and status != 0:
+            raise Error(status, "reading the file object failed: %r" % failure[0])
+        check(status, ctx._error)
+        return cls(out, ctx)
+
+    def _error(self):
+        return N.nctmc_model_last_error(self)
+
+    def save(self, path):
+        check(N.nctmc_model_save(self, os.fsencode(path)), self._error)
+
+    @property
+    def config(self):
+        c = N.new(N.ModelConfig)
+        check(N.nctmc_model_get_config(self, ctypes.byref(c)), self._error)
+        d = {f: getattr(c, f) for f, _ in N.ModelConfig._fields_[1:]}
+        d["process"] = {v: k for k, v in PROCESSES.items()}[d["process"]]
+        d["schedule"] = {v: k for k, v in SCHEDULES.items()}[d["schedule"]]
+        return d
+
+    seq_len = property(lambda self: N.nctmc_model_seq_len(self))
+    vocab_size = property(lambda self: N.nctmc_model_vocab_size(self))
+    n_classes = property(lambda self: N.nctmc_model_n_classes(self))
+    n_params = property(lambda self: N.nctmc_model_n_params(self))
+
+    @property
+    def mask_token(self):
+        """The mask token's id, or None for the uniform process."""
+        m = N.nctmc_model_mask_token(self)
+        return None if m < 0 else m
+
+    @property
+    def process(self):
+        return {v: k for k, v in PROCESSES.items()}[N.nctmc_model_process(self)]
+
+    @property
+    def tokenizer(self):
+        """A copy of the model's tokenizer (None when it has none). For a
+        masked model the mask token decodes as "_"."""
+        t = N.nctmc_model_get_tokenizer(self)
+        if not t:
+            return None
+        out = ctypes.c_void_p()
+        check(N.nctmc_tokenizer_clone(t, ctypes.byref(out)))
+        tok = Tokenizer(out)
+        if self.mask_token is not None:
+            tok.set_mask_placeholder("_")
+        return tok
+
+    @tokenizer.setter
+    def tokenizer(self, tok):
+        check(N.nctmc_model_set_tokenizer(self, tok), self._error)
+
+    def forward(self, tokens, times, labels=None):
+        """Evaluates the model at (x_t, t): returns (log_rate [B, L],
+        jump_logprobs [B, L, S])."""
+        x = _int32_array(tokens, "tokens")
+        if x.ndim == 1:
+            x = x[None, :]
+        b, length = x.shape
+        t = np.ascontiguousarray(np.broadcast_to(np.asarray(times, np.float32), (b,)))
+        lab = None if labels is None else _int32_array(labels, "labels")
+        log_rate = np.empty((b, length), np.float32)
+        jump = np.empty((b, length, self.vocab_size), np.float32)
+        p = N.new(N.ForwardParams)
+        p.batch, p.length = b, length
+        p.tokens, p.times, p.labels = _ptr(x), _ptr(t, ctypes.c_float), _ptr(lab)
+        p.log_rate, p.jump_logprobs = _ptr(log_rate, ctypes.c_float), _ptr(jump, ctypes.c_float)
+        check(N.nctmc_model_forward(self, ctypes.byref(p)), self._error)
+        return log_rate, jump
+
+    def sampler(self, max_batch=8, max_length=0):
+        """A sampler for batches of up to max_batch sequences."""
+        from ._sampler import Sampler
+        return Sampler(self, max_batch, max_length)
+
+    def eval(self, tokens, labels=None, time_samples=16, batch_size=8, seed=0):
+        """The NELBO of held-out sequences [n, L] in bits per token, with its
+        standard error: returns a dict."""
+        x = _int32_array(tokens, "tokens")
+        if x.ndim == 1:
+            x = x[None, :]
+        lab = None if labels is None else _int32_array(labels, "labels")
+        p = N.new(N.EvalParams)
+        p.n_sequences, p.length = x.shape
+        p.tokens, p.labels = _ptr(x), _ptr(lab)
+        p.n_time_samples, p.batch_size, p.seed = time_samples, batch_size, seed
+        r = N.new(N.EvalResult)
+        check(N.nctmc_eval(self, ctypes.byref(p), ctypes.byref(r)), self._error)
+        return {"nelbo_bits_per_token": r.nelbo_bits_per_token,
+                "std_error_bits": r.std_error_bits,
+                "prior_bits_per_token": r.prior_bits_per_token,
+                "mean_loss": r.mean_loss, "n_tokens": r.n_tokens, "t_max": r.t_max}

@@ -1,0 +1,364 @@
+"""The C library, its structs and its function prototypes (ctypes).
+
+Every struct here mirrors one in <nctmc.h> field for field; the test suite
+compiles a C program that prints the header's sizes and offsets and compares
+them with these (tests/test_binding.py::test_struct_layouts_match_the_header).
+"""
+import ctypes
+import ctypes.util
+import os
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c_float,
+                    c_int32, c_int64, c_size_t, c_uint8, c_uint64, c_void_p)
+
+#: the ABI this binding was written for: the library's soname major
+ABI_MAJOR = 1
+#: the oldest library version (MAJOR*10000 + MINOR*100 + PATCH) it accepts
+MIN_VERSION = 200
+
+
+def _candidates():
+    explicit = os.environ.get("NCTMC_LIBRARY")
+    if explicit:
+        return [explicit]
+    names = ["libnctmc.so.%d" % ABI_MAJOR]
+    found = ctypes.util.find_library("nctmc")
+    if found:
+        names.append(found)
+    return names
+
+
+def _load():
+    errors = []
+    for name in _candidates():
+        try:
+            return ctypes.CDLL(name)
+        except OSError as e:
+            errors.append("%s: %s" % (name, e))
+    raise ImportError("nctmc: cannot load the C library libnctmc (set NCTMC_LIBRARY to its "
+                      "path, or install it where the loader finds it): " + "; ".join(errors))
+
+
+lib = _load()
+
+# ---------------------------------------------------------------- callbacks
+LOG_FN = CFUNCTYPE(None, c_int32, c_char_p, c_void_p)
+SAMPLE_CALLBACK = CFUNCTYPE(c_int32, c_int32, c_int32, POINTER(c_int32), c_int32, c_int32,
+                            c_void_p)
+EVAL_PROGRESS = CFUNCTYPE(c_int32, c_int64, c_int64, c_void_p)
+ALLOC_FN = CFUNCTYPE(c_void_p, c_size_t, c_size_t, c_void_p)
+FREE_FN = CFUNCTYPE(None, c_void_p, c_void_p)
+READ_AT_FN = CFUNCTYPE(c_int64, c_void_p, c_void_p, c_size_t, c_int64)
+
+
+# ---------------------------------------------------------------- structs
+class ContextParams(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("backend", c_char_p),
+        ("n_threads", c_int32),
+        ("log_fn", LOG_FN),
+        ("log_user_data", c_void_p),
+        ("log_level", c_int32),
+        ("error_buffer", POINTER(c_char)),
+        ("error_buffer_size", c_size_t),
+        ("alloc_fn", ALLOC_FN),
+        ("free_fn", FREE_FN),
+        ("alloc_user_data", c_void_p),
+    ]
+
+
+class ModelConfig(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("vocab_size", c_int32),
+        ("vocab_pad_multiple", c_int32),
+        ("seq_len", c_int32),
+        ("n_layers", c_int32),
+        ("d_model", c_int32),
+        ("n_heads", c_int32),
+        ("cond_dim", c_int32),
+        ("n_classes", c_int32),
+        ("process", c_int32),
+        ("schedule", c_int32),
+        ("mixture_uniform", c_float),
+        ("schedule_eps", c_float),
+        ("seed", c_uint64),
+    ]
+
+
+class ForwardParams(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("batch", c_int32),
+        ("length", c_int32),
+        ("tokens", POINTER(c_int32)),
+        ("times", POINTER(c_float)),
+        ("labels", POINTER(c_int32)),
+        ("log_rate", POINTER(c_float)),
+        ("jump_logprobs", POINTER(c_float)),
+    ]
+
+
+class Reader(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("size", c_int64),
+        ("read_at", READ_AT_FN),
+        ("user_data", c_void_p),
+    ]
+
+
+class DatasetInfo(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("vocab_size", c_int32),
+        ("seq_len", c_int32),
+        ("n_classes", c_int32),
+        ("n_tokens", c_int64),
+        ("n_sequences", c_int64),
+    ]
+
+
+class TrainerParams(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("batch_size", c_int32),
+        ("seq_len", c_int32),
+        ("learning_rate", c_float),
+        ("min_lr_ratio", c_float),
+        ("warmup_steps", c_int64),
+        ("total_steps", c_int64),
+        ("beta1", c_float),
+        ("beta2", c_float),
+        ("adam_eps", c_float),
+        ("weight_decay", c_float),
+        ("grad_clip", c_float),
+        ("ema_decay", c_float),
+        ("time_eps", c_float),
+        ("label_dropout", c_float),
+        ("seed", c_uint64),
+    ]
+
+
+class TrainStats(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("step", c_int64),
+        ("loss", c_double),
+        ("grad_norm", c_double),
+        ("learning_rate", c_double),
+        ("mean_log_rate", c_double),
+        ("skipped", c_int32),
+        ("n_skipped", c_int64),
+    ]
+
+
+class TrainerState(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("step", c_int64),
+        ("optimizer_steps", c_int64),
+        ("data_position", c_int64),
+        ("n_skipped", c_int64),
+        ("seed", c_uint64),
+    ]
+
+
+class RateBucket(Structure):
+    _fields_ = [
+        ("t_lo", c_double),
+        ("t_hi", c_double),
+        ("median_rate_clean", c_double),
+        ("median_rate_noisy", c_double),
+        ("true_rate_clean", c_double),
+        ("true_rate_noisy", c_double),
+        ("n_clean", c_int64),
+        ("n_noisy", c_int64),
+    ]
+
+
+EVAL_BUCKETS = 8
+
+
+class EvalParams(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("n_sequences", c_int64),
+        ("length", c_int32),
+        ("tokens", POINTER(c_int32)),
+        ("labels", POINTER(c_int32)),
+        ("batch_size", c_int32),
+        ("n_time_samples", c_int32),
+        ("t_max", c_float),
+        ("seed", c_uint64),
+        ("progress", EVAL_PROGRESS),
+        ("user_data", c_void_p),
+    ]
+
+
+class EvalResult(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("nelbo_bits_per_token", c_double),
+        ("std_error_bits", c_double),
+        ("prior_bits_per_token", c_double),
+        ("mean_loss", c_double),
+        ("n_tokens", c_int64),
+        ("t_max", c_double),
+        ("buckets", RateBucket * EVAL_BUCKETS),
+    ]
+
+
+class SamplerParams(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("max_batch", c_int32),
+        ("max_length", c_int32),
+        ("ctx", c_void_p),
+    ]
+
+
+class SampleParams(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("batch", c_int32),
+        ("length", c_int32),
+        ("method", c_int32),
+        ("n_steps", c_int32),
+        ("grid", c_int32),
+        ("t_max", c_float),
+        ("t_min", c_float),
+        ("temperature", c_float),
+        ("final_denoise", c_int32),
+        ("fixed_tokens", POINTER(c_int32)),
+        ("fixed_mask", POINTER(c_uint8)),
+        ("labels", POINTER(c_int32)),
+        ("cfg_scale", c_float),
+        ("correction_steps", c_int32),
+        ("correction_temperature", c_float),
+        ("correction_time", c_float),
+        ("seed", c_uint64),
+        ("first_sequence", c_int64),
+        ("callback", SAMPLE_CALLBACK),
+        ("user_data", c_void_p),
+        ("tokens_out", POINTER(c_int32)),
+    ]
+
+
+#: every versioned struct, by its C name (the layout test walks this)
+STRUCTS = {
+    "nctmc_context_params": ContextParams,
+    "nctmc_model_config": ModelConfig,
+    "nctmc_forward_params": ForwardParams,
+    "nctmc_reader": Reader,
+    "nctmc_dataset_info": DatasetInfo,
+    "nctmc_trainer_params": TrainerParams,
+    "nctmc_train_stats": TrainStats,
+    "nctmc_trainer_state": TrainerState,
+    "nctmc_rate_bucket": RateBucket,
+    "nctmc_eval_params": EvalParams,
+    "nctmc_eval_result": EvalResult,
+    "nctmc_sampler_params": SamplerParams,
+    "nctmc_sample_params": SampleParams,
+}
+
+# ---------------------------------------------------------------- functions
+H = c_void_p          # an opaque handle
+PH = POINTER(c_void_p)
+STATUS = c_int32
+
+
+def _fn(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    globals()[name] = f
+
+
+for _name, _struct in [("context_params", ContextParams), ("model_config", ModelConfig),
+                       ("forward_params", ForwardParams), ("reader", Reader),
+                       ("dataset_info", DatasetInfo), ("trainer_params", TrainerParams),
+                       ("train_stats", TrainStats), ("trainer_state", TrainerState),
+                       ("eval_params", EvalParams), ("eval_result", EvalResult),
+                       ("sampler_params", SamplerParams), ("sample_params", SampleParams)]:
+    _fn("nctmc_%s_init_sized" % _name, STATUS, POINTER(_struct), c_size_t)
+
+_fn("nctmc_version", c_char_p)
+_fn("nctmc_version_number", c_int32)
+_fn("nctmc_status_string", c_char_p, STATUS)
+
+_fn("nctmc_context_create", STATUS, POINTER(ContextParams), PH)
+_fn("nctmc_context_free", None, H)
+_fn("nctmc_context_backend", c_char_p, H)
+_fn("nctmc_context_n_threads", c_int32, H)
+_fn("nctmc_context_last_error", c_char_p, H)
+
+_fn("nctmc_model_create", STATUS, H, POINTER(ModelConfig), PH)
+_fn("nctmc_model_free", None, H)
+_fn("nctmc_model_get_config", STATUS, H, POINTER(ModelConfig))
+_fn("nctmc_model_last_error", c_char_p, H)
+_fn("nctmc_model_n_params", c_int64, H)
+_fn("nctmc_model_seq_len", c_int32, H)
+_fn("nctmc_model_vocab_size", c_int32, H)
+_fn("nctmc_model_mask_token", c_int32, H)
+_fn("nctmc_model_n_classes", c_int32, H)
+_fn("nctmc_model_process", c_int32, H)
+_fn("nctmc_model_forward", STATUS, H, POINTER(ForwardParams))
+_fn("nctmc_model_save", STATUS, H, c_char_p)
+_fn("nctmc_model_load", STATUS, H, c_char_p, PH)
+_fn("nctmc_model_load_memory", STATUS, H, c_void_p, c_size_t, PH)
+_fn("nctmc_model_load_reader", STATUS, H, POINTER(Reader), PH)
+_fn("nctmc_model_set_tokenizer", STATUS, H, H)
+_fn("nctmc_model_get_tokenizer", H, H)
+
+_fn("nctmc_tokenizer_create_bytes", STATUS, PH)
+_fn("nctmc_tokenizer_create_chars", STATUS, H, c_char_p, c_size_t, PH)
+_fn("nctmc_tokenizer_create_image", STATUS, H, c_int32, c_int32, c_int32, PH)
+_fn("nctmc_tokenizer_clone", STATUS, H, PH)
+_fn("nctmc_tokenizer_free", None, H)
+_fn("nctmc_tokenizer_get_kind", c_int32, H)
+_fn("nctmc_tokenizer_vocab_size", c_int32, H)
+_fn("nctmc_tokenizer_encode", STATUS, H, c_char_p, c_size_t, POINTER(c_int32), c_size_t,
+    POINTER(c_size_t))
+_fn("nctmc_tokenizer_decode", STATUS, H, POINTER(c_int32), c_size_t, POINTER(c_char),
+    c_size_t, POINTER(c_size_t))
+_fn("nctmc_tokenizer_set_mask_placeholder", STATUS, H, c_char_p)
+_fn("nctmc_tokenizer_last_error", c_char_p, H)
+_fn("nctmc_tokenizer_load", STATUS, H, c_char_p, PH)
+_fn("nctmc_tokenizer_save", STATUS, H, c_char_p)
+
+_fn("nctmc_dataset_write", STATUS, H, c_char_p, POINTER(c_int32), c_int64, c_int32, c_int32,
+    POINTER(c_int32), c_int32)
+_fn("nctmc_dataset_open", STATUS, H, c_char_p, PH)
+_fn("nctmc_dataset_free", None, H)
+_fn("nctmc_dataset_get_info", STATUS, H, POINTER(DatasetInfo))
+_fn("nctmc_dataset_read_tokens", STATUS, H, c_int64, c_int64, POINTER(c_int32))
+_fn("nctmc_dataset_last_error", c_char_p, H)
+
+_fn("nctmc_trainer_create", STATUS, H, POINTER(TrainerParams), PH)
+_fn("nctmc_trainer_free", None, H)
+_fn("nctmc_trainer_step", STATUS, H, POINTER(c_int32), POINTER(c_int32), POINTER(TrainStats))
+_fn("nctmc_trainer_step_dataset", STATUS, H, H, POINTER(TrainStats))
+_fn("nctmc_trainer_get_state", STATUS, H, POINTER(TrainerState))
+_fn("nctmc_trainer_copy_weights", STATUS, H, H, c_int32)
+_fn("nctmc_trainer_save", STATUS, H, c_char_p)
+_fn("nctmc_trainer_last_error", c_char_p, H)
+
+_fn("nctmc_eval", STATUS, H, POINTER(EvalParams), POINTER(EvalResult))
+
+_fn("nctmc_sampler_create", STATUS, H, POINTER(SamplerParams), PH)
+_fn("nctmc_sampler_free", None, H)
+_fn("nctmc_sample", STATUS, H, POINTER(SampleParams))
+_fn("nctmc_sampler_cancel", None, H)
+_fn("nctmc_sampler_last_error", c_char_p, H)
+
+
+def new(struct_type):
+    """A struct filled with the library's defaults (its *_init_sized)."""
+    s = struct_type()
+    name = {v: k for k, v in STRUCTS.items()}[struct_type]
+    init = globals()["%s_init_sized" % name]
+    status = init(ctypes.byref(s), ctypes.sizeof(s))
+    if status != 0:
+        raise RuntimeError("%s_init_sized failed with status %d" % (name, status))
+    return s

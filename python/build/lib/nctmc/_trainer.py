@@ -1,0 +1,122 @@
+"""Training from Python: one step at a time, or a loop with a progress bar."""
+import ctypes
+import os
+import sys
+import time
+
+from . import _native as N
+from ._handles import Handle, check
+from ._model import Dataset, _int32_array, _ptr
+
+
+class Trainer(Handle):
+    """Updates a model's weights in place with L_cond and AdamW.
+
+    Keyword arguments set nctmc_trainer_params fields (batch_size, seq_len,
+    learning_rate, warmup_steps, total_steps, ema_decay, seed, ...)."""
+
+    _free = N.nctmc_trainer_free
+
+    def __init__(self, model, **params):
+        p = N.new(N.TrainerParams)
+        for key, value in params.items():
+            if key not in dict(N.TrainerParams._fields_) or key == "struct_size":
+                raise TypeError("unknown trainer setting %r" % key)
+            setattr(p, key, value)
+        out = ctypes.c_void_p()
+        check(N.nctmc_trainer_create(model, ctypes.byref(p), ctypes.byref(out)), model._error)
+        super().__init__(out)
+        self.model = model
+        self.batch_size = p.batch_size
+        self.seq_len = p.seq_len or model.seq_len
+
+    def _error(self):
+        return N.nctmc_trainer_last_error(self)
+
+    @staticmethod
+    def _stats(s):
+        return {"step": s.step, "loss": s.loss, "grad_norm": s.grad_norm,
+                "learning_rate": s.learning_rate, "mean_log_rate": s.mean_log_rate,
+                "skipped": bool(s.skipped), "n_skipped": s.n_skipped}
+
+    def step(self, tokens, labels=None):
+        """One step on a batch [batch_size, seq_len] of clean tokens; returns
+        the step's statistics as a dict."""
+        t = _int32_array(tokens, "tokens")
+        if t.size != self.batch_size * self.seq_len:
+            raise ValueError("tokens must hold batch_size x seq_len = %d x %d values"
+                             % (self.batch_size, self.seq_len))
+        lab = None if labels is None else _int32_array(labels, "labels")
+        s = N.new(N.TrainStats)
+        check(N.nctmc_trainer_step(self, _ptr(t), _ptr(lab), ctypes.byref(s)), self._error)
+        return self._stats(s)
+
+    def step_dataset(self, dataset):
+        """One step on the next batch the trainer draws from `dataset`."""
+        s = N.new(N.TrainStats)
+        check(N.nctmc_trainer_step_dataset(self, dataset, ctypes.byref(s)), self._error)
+        return self._stats(s)
+
+    def train(self, data, steps, progress=True, callback=None):
+        """Runs `steps` steps on a Dataset (or a shard's path). Shows a
+        progress bar on stderr when progress is True; callback(stats) is
+        called after every step (return False to stop early). Returns the
+        last step's statistics."""
+        ds = Dataset.open(data, ctx=self.model.context) if isinstance(data, (str, os.PathLike)) \
+            else data
+        bar = _ProgressBar(steps, sys.stderr) if progress else None
+        stats = None
+        for k in range(steps):
+            stats = self.step_dataset(ds)
+            if bar:
+                bar.update(k + 1, stats["loss"])
+            if callback is not None and callback(stats) is False:
+                break
+        if bar:
+            bar.close()
+        return stats
+
+    @property
+    def state(self):
+        s = N.new(N.TrainerState)
+        check(N.nctmc_trainer_get_state(self, ctypes.byref(s)), self._error)
+        return {f: getattr(s, f) for f, _ in N.TrainerState._fields_[1:]}
+
+    def copy_weights_to(self, model, ema=True):
+        """Copies the EMA (or the raw) weights into another model of the same
+        configuration."""
+        check(N.nctmc_trainer_copy_weights(self, model, 1 if ema else 0), self._error)
+
+    def save(self, path):
+        """A resumable checkpoint; nctmc.Model.load reads its EMA weights."""
+        check(N.nctmc_trainer_save(self, os.fsencode(path)), self._error)
+
+
+class _ProgressBar:
+    """A one-line bar with steps/s, ETA and the loss (plain lines when the
+    stream is not a terminal)."""
+
+    def __init__(self, total, stream, width=30):
+        self.total, self.stream, self.width = total, stream, width
+        self.start = time.monotonic()
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.last_print = 0.0
+
+    def update(self, done, loss):
+        now = time.monotonic()
+        if not self.tty and done != self.total and now - self.last_print < 5.0:
+            return
+        self.last_print = now
+        elapsed = now - self.start
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - done) / rate if rate > 0 else 0.0
+        filled = int(self.width * done / max(self.total, 1))
+        line = "[%s%s] %d/%d  loss %.4f  %.1f steps/s  ETA %ds" % (
+            "#" * filled, "." * (self.width - filled), done, self.total, loss, rate, eta)
+        self.stream.write(("\r" + line) if self.tty else (line + "\n"))
+        self.stream.flush()
+
+    def close(self):
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
