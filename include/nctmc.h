@@ -649,7 +649,9 @@ NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *trainer, nctmc_
  * Writes a resumable checkpoint atomically: the EMA weights under the
  * standard names (what nctmc_model_load() reads), the raw weights and both
  * AdamW moments under "trainer." names, and the configuration, tokenizer,
- * trainer parameters and state in the metadata.
+ * trainer parameters and state in the metadata. A run whose weights or
+ * moments have become non-finite is not saved (NCTMC_ERR_NON_FINITE, the
+ * file at path untouched): the loader would refuse such a file.
  */
 NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *trainer, const char *path);
 

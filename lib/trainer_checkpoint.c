@@ -150,6 +150,25 @@ static nctmc_status download_slabs(nctmc_trainer *t, save_buffers *b)
     return t->be->ops->synchronize(t->be);
 }
 
+/* The loader refuses non-finite weights and moments and a negative second
+ * moment, so a run that diverged (finite gradients can still push a weight
+ * past the float range) is not saved: writing a file the loader rejects
+ * would replace the last good checkpoint with a useless one. */
+static bool slabs_loadable(const nctmc_trainer *t, const save_buffers *b)
+{
+    size_t n = t->model->slab_floats;
+    const float *slabs[] = {b->slab[SLAB_PARAMS], b->slab[SLAB_ADAM_M], b->slab[SLAB_ADAM_V],
+                            b->ema};
+    for (size_t k = 0; k < sizeof slabs / sizeof slabs[0]; k++)
+        for (size_t e = 0; slabs[k] && e < n; e++)
+            if (!isfinite(slabs[k][e]))
+                return false;
+    for (size_t e = 0; e < n; e++)
+        if (b->slab[SLAB_ADAM_V][e] < 0.0f)
+            return false;
+    return true;
+}
+
 static nctmc_status build_tensor_refs(nctmc_trainer *t, save_buffers *b)
 {
     const nctmc_model *m = t->model;
@@ -197,6 +216,13 @@ NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *t, const char *path)
         save_buffers_free(&b);
         return TRAINER_FAIL(t, st, "preparing the checkpoint: %s",
                             st == NCTMC_ERR_OUT_OF_MEMORY ? "out of memory" : t->be->error);
+    }
+    if (!slabs_loadable(t, &b)) {
+        save_buffers_free(&b);
+        return TRAINER_FAIL(t, NCTMC_ERR_NON_FINITE,
+                            "not saved: the weights or optimizer state hold non-finite values "
+                            "(the run diverged); \"%.300s\" is untouched",
+                            path);
     }
     build_meta(t, &b);
     /* Without an EMA the raw weights are what sampling uses. */

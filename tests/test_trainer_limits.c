@@ -6,6 +6,7 @@
  * nctmc_trainer_inspect() reads the saved parameters and state without
  * creating a trainer, whatever batch size the file names.
  */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -123,6 +124,24 @@ static void test_counter_limits(void)
     int32_t batch[16] = {0};
     CHECK(nctmc_trainer_step(t, batch, NULL, NULL) == NCTMC_ERR_INVALID_ARGUMENT,
           "no step past the step limit either");
+    /* a diverged run is not saved over the last good checkpoint: the
+     * loader would refuse the file (found by fuzz_loaders) */
+    t->state.step = 3;
+    t->state.data_position = 6;
+    CHECK(nctmc_trainer_save(t, ckpt) == NCTMC_OK, "a good checkpoint");
+    size_t good_size = 0;
+    uint8_t *good = test_read_bytes(ckpt, &good_size);
+    float inf = INFINITY;
+    t->be->ops->upload(t->be, t->adam_m + 1, &inf, sizeof inf);
+    t->be->ops->synchronize(t->be);
+    CHECK(nctmc_trainer_save(t, ckpt) == NCTMC_ERR_NON_FINITE, "a non-finite moment: not saved");
+    size_t now_size = 0;
+    uint8_t *now = test_read_bytes(ckpt, &now_size);
+    CHECK(good && now && now_size == good_size && memcmp(good, now, good_size) == 0,
+          "the good checkpoint is untouched");
+    CHECK(test_count_entries(dir) == 2, "no temporary file is left");
+    free(good);
+    free(now);
     nctmc_trainer_free(t);
     nctmc_model_free(m);
     nctmc_dataset_free(ds);
