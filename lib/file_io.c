@@ -101,14 +101,15 @@ static nctmc_status resolve_target(const char *path, char **target, char *err,
                               "\"%.300s\" is a symbolic link to something that is not a "
                               "regular file; refusing to replace it",
                               path);
+        return *target ? NCTMC_OK
+                       : nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     } else if (!S_ISREG(st.st_mode)) {
         return nctmc_fail(err, err_size, NCTMC_ERR_IO,
                           "\"%.300s\" exists and is not a regular file (a directory, FIFO, "
                           "device or socket); refusing to replace it",
                           path);
     }
-    if (!*target)
-        *target = copy_string(path);
+    *target = copy_string(path); /* absent (created) or a regular file */
     return *target ? NCTMC_OK
                    : nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
 }
