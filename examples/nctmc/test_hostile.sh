@@ -159,6 +159,23 @@ check "no raw escape byte reaches stderr" test "$(grep -c "$esc" "$tmp/err")" -e
 expect 1 "x1b\[2J" -- info "$tmp/no${esc}[2Jsuch.st"
 check "not from a path either" test "$(grep -c "$esc" "$tmp/err")" -eq 0
 
+# samples of a model whose tokenizer holds ESC and BEL: escaped on a
+# terminal (a pseudo-terminal by script(1)), as they are into a pipe
+if command -v script >/dev/null 2>&1; then
+    for i in 1 2 3 4 5 6 7 8; do printf 'ab\033[31mcd\033]0;t\007ef\n'; done >"$tmp/evil.txt"
+    "$nctmc" prepare --tokenizer chars --seq-len 16 --val-fraction 0 --out "$tmp/tx" \
+        "$tmp/evil.txt" >/dev/null 2>&1 &&
+        "$nctmc" train --data "$tmp/tx" --out "$tmp/tx.st" $tiny --steps 1 --eval-every 0 \
+            >/dev/null 2>&1 || bad "a text model with control characters"
+    # (stderr stays out: the progress bar draws with escape sequences)
+    script -qec "'$nctmc' sample '$tmp/tx.st' --n 8 --steps 2 --threads 1 2>/dev/null" \
+        /dev/null >"$tmp/tty.out" 2>&1
+    check "samples on a terminal show control characters escaped" grep -q 'x1b' "$tmp/tty.out"
+    check "and carry no raw escape byte" test "$(grep -c "$esc" "$tmp/tty.out")" -eq 0
+    "$nctmc" sample "$tmp/tx.st" --n 8 --steps 2 --threads 1 >"$tmp/pipe.out" 2>/dev/null
+    check "into a pipe the text is as it is" test "$(grep -c "$esc" "$tmp/pipe.out")" -gt 0
+fi
+
 # --- item 14: a FIFO as an input fails at once, not blocks -----------------
 expect 1 "not a regular file" -- info "$tmp/fifo"
 expect 1 "not a regular file" -- sample "$tmp/fifo"
