@@ -96,6 +96,16 @@ check "a dead prepare's staging directory is removed" test ! -e "$tmp/d.tmp-AbC1
 check "one holding other files is not" test -f "$tmp/d.tmp-XyZ789/notes.txt"
 check "no staging directory of ours is left" test -z "$(ls "$tmp" | grep '^d\.tmp-' | grep -v XyZ789)"
 check "the new val.bin is there" test -f "$d/val.bin"
+# killed half-way (SIGXFSZ: train.bin outgrows the file size limit after the
+# tokenizer was written): the old directory stays whole, and the next
+# prepare removes the dead one's staging directory
+cp -r "$d" "$tmp/d.before"
+(ulimit -f 40 && exec "$nctmc" prepare --digits "$digits" --out "$d" --val-fraction 0) \
+    >/dev/null 2>&1
+check "a prepare killed half-way leaves the old directory as it was" diff -r "$d" "$tmp/d.before"
+check "its staging directory is left" test -n "$(ls "$tmp" | grep '^d\.tmp-' | grep -v XyZ789)"
+expect 0 "val.bin" -- prepare --digits "$digits" --out "$d"
+check "the next prepare removes it" test -z "$(ls "$tmp" | grep '^d\.tmp-' | grep -v XyZ789)"
 
 # --- item 6: the PNG goes through the library's writer -----------------------
 echo precious >"$tmp/victim"
