@@ -316,11 +316,15 @@ bool staged_dir_begin(const char *cmd, const char *out, staged_dir *sd)
  * RENAME_EXCHANGE both swap in one step and readers see the old directory
  * or the new one; elsewhere the old files are removed first and readers
  * may briefly find the directory empty — never a mixture of two runs. */
-static int replace_existing(const staged_dir *sd)
+static int replace_existing(const char *cmd, const staged_dir *sd)
 {
 #ifdef RENAME_EXCHANGE
     if (renameat2(AT_FDCWD, sd->staging, AT_FDCWD, sd->final, RENAME_EXCHANGE) == 0) {
         remove_own_files(sd->staging, true); /* now the old directory */
+        struct stat st;
+        if (lstat(sd->staging, &st) == 0) /* someone put a file there meanwhile */
+            cli_error(cmd, "note: the previous %s held files prepare did not write; it is "
+                      "kept as %s", sd->final, sd->staging);
         return 0;
     }
     if (errno != EINVAL && errno != ENOSYS)
@@ -345,7 +349,8 @@ bool staged_dir_commit(const char *cmd, staged_dir *sd)
      * directory entries before the directory takes the final name */
     fsync(sd->lock_fd);
     struct stat st;
-    int rc = lstat(sd->final, &st) == 0 ? replace_existing(sd) : rename(sd->staging, sd->final);
+    int rc = lstat(sd->final, &st) == 0 ? replace_existing(cmd, sd)
+                                         : rename(sd->staging, sd->final);
     if (rc != 0) {
         cli_error(cmd, "cannot put %s in place of %s: %s", sd->staging, sd->final,
                   strerror(errno));
