@@ -692,6 +692,23 @@ NCTMC_API nctmc_status nctmc_reader_init_sized(nctmc_reader *reader, size_t size
 NCTMC_API nctmc_status nctmc_model_load_reader(nctmc_context *ctx, const nctmc_reader *reader,
                                                nctmc_model **out);
 
+/**
+ * Writes size bytes to path the way the library writes its own files:
+ * atomically (a temporary file "<path>.tmp-XXXXXX" beside the target, fsync,
+ * rename, fsync of the directory), so `path` holds the old file or the
+ * complete new one. The rules every writer of the library follows:
+ *  - a symbolic link is written through: its target (which must be an
+ *    existing regular file) is replaced, the link stays;
+ *  - anything else that is not a regular file — a directory, FIFO, device,
+ *    socket, or a link to one or to nothing — is refused (NCTMC_ERR_IO);
+ *  - temporary files of the same target left by a writer that died are
+ *    removed (only unlocked regular files of ours, older than the new one).
+ * For embedders who write their own outputs (the nctmc tool's PNG files).
+ * Errors are stored in ctx.
+ */
+NCTMC_API nctmc_status nctmc_write_file(nctmc_context *ctx, const char *path, const void *data,
+                                        size_t size);
+
 /* ------------------------------------------------------------------------ */
 /* Token datasets                                                            */
 /* ------------------------------------------------------------------------ */
@@ -869,7 +886,9 @@ NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *trainer, nctmc_
  * Writes a resumable checkpoint atomically: the EMA weights under the
  * standard names (what nctmc_model_load() reads), the raw weights and both
  * AdamW moments under "trainer." names, and the configuration, tokenizer,
- * trainer parameters and state in the metadata.
+ * trainer parameters and state in the metadata. A run whose weights or
+ * moments have become non-finite is not saved (NCTMC_ERR_NON_FINITE, the
+ * file at path untouched): the loader would refuse such a file.
  */
 NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *trainer, const char *path);
 
@@ -886,6 +905,19 @@ NCTMC_API nctmc_status nctmc_trainer_resume(nctmc_context *ctx, const char *path
                                             const nctmc_trainer_params *params,
                                             nctmc_model **model_out,
                                             nctmc_trainer **trainer_out);
+
+/**
+ * Reads the trainer parameters and state saved in a nctmc_trainer_save()
+ * checkpoint without creating a model or a trainer: only the file's header
+ * is read, so inspecting a checkpoint costs no more memory than its
+ * metadata, whatever batch size it names. Both outputs may be NULL (their
+ * struct_size must be set otherwise). NCTMC_ERR_NOT_FOUND for a model-only
+ * checkpoint, NCTMC_ERR_FORMAT when the saved values are not ones
+ * nctmc_trainer_resume() would accept. Errors are stored in ctx.
+ */
+NCTMC_API nctmc_status nctmc_trainer_inspect(nctmc_context *ctx, const char *path,
+                                             nctmc_trainer_params *params,
+                                             nctmc_trainer_state *state);
 
 /** The message of the last failed call on this trainer ("" if none, or if
  *  a later call on it succeeded). */

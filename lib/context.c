@@ -12,14 +12,19 @@
 
 #include "abi.h"
 #include "backend_module.h"
+#include "text_escape.h"
 
 nctmc_status nctmc_fail(char *buf, size_t size, nctmc_status status, const char *fmt, ...)
 {
     if (buf && size) {
+        /* messages quote file contents: escaped here, once for every
+         * message, so none can carry a terminal control sequence */
+        char raw[NCTMC_ERROR_SIZE];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(buf, size, fmt, ap);
+        vsnprintf(raw, sizeof raw, fmt, ap);
         va_end(ap);
+        text_escape(buf, size, raw);
     }
     return status;
 }
@@ -29,8 +34,9 @@ static void log_message(nctmc_log_fn fn, void *user, nctmc_log_level min_level,
 {
     if (!fn || level < min_level)
         return;
-    char msg[NCTMC_ERROR_SIZE];
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char raw[NCTMC_ERROR_SIZE], msg[NCTMC_ERROR_SIZE];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    text_escape(msg, sizeof msg, raw);
     fn(level, msg, user);
 }
 

@@ -6,14 +6,18 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "text_escape.h"
+
 nctmc_status ctx_report_fail(nctmc_context *ctx, nctmc_status status, const char *fmt, ...)
 {
     if (!ctx)
         return status;
+    char raw[NCTMC_ERROR_SIZE];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    text_escape(ctx->last_error, sizeof ctx->last_error, raw);
     return ctx_report_logged(ctx, status);
 }
 

@@ -15,16 +15,25 @@ struct nctmc_allocator; /* alloc.h */
 
 /* A file being written: data goes to tmp_path until commit renames it over
  * path. Readers of `path` see the old file or the complete new one, never a
- * mixture, and a crash leaves at most a stray "<path>.tmp-XXXXXX". */
+ * mixture, and a crash leaves at most a stray "<path>.tmp-XXXXXX", which the
+ * next write to the same target removes. The writer holds an exclusive
+ * flock() on its temporary file until the rename (how that cleanup tells a
+ * dead writer's file from a live one's). */
 typedef struct atomic_file {
     int fd;             /* -1 when closed */
     char *tmp_path;     /* NULL once renamed or removed */
-    char *path;
+    char *path;         /* the file replaced: the caller's path, or the
+                           target of the symbolic link it names */
     const struct nctmc_allocator *alloc;   /* of the two names (alloc.h) */
 } atomic_file;
 
-/* Creates the temporary file next to path; the names af keeps come from
- * alloc (NULL = the C library). On failure nothing is left. */
+/* Creates the temporary file next to the target of path: path itself when
+ * absent or a regular file, the target of a symbolic link to a regular file.
+ * Anything else (directory, FIFO, device, socket, dangling link) is refused
+ * with NCTMC_ERR_IO. Then removes stale temporary files of the same target
+ * (file_io.c says which are safe to remove). The names af keeps come from
+ * alloc (NULL = the C library). On failure nothing is left and af->path is
+ * NULL. */
 nctmc_status atomic_file_begin(atomic_file *af, const struct nctmc_allocator *alloc,
                                const char *path, char *err, size_t err_size);
 
@@ -44,7 +53,9 @@ nctmc_status atomic_file_commit(atomic_file *af, char *err, size_t err_size);
 /* Removes the temporary file and releases af; does nothing after commit. */
 void atomic_file_abort(atomic_file *af);
 
-/* Opens a regular file for reading and reports its size. */
+/* Opens a regular file for reading and reports its size. Anything else is
+ * NCTMC_ERR_IO, found without blocking (a FIFO is opened non-blocking, seen
+ * to be one and refused). */
 nctmc_status file_open_read(const char *path, int *fd, uint64_t *size, char *err,
                             size_t err_size);
 

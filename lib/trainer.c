@@ -64,15 +64,20 @@ static bool in_range(double x, double lo, double hi)
     return x >= lo && x <= hi;
 }
 
-nctmc_status trainer_params_validate(const nctmc_trainer_params *p, const nctmc_model *model,
+nctmc_status trainer_params_validate(const nctmc_trainer_params *p, int32_t model_seq_len,
                                      char *err, size_t err_size)
 {
 #define BAD(...) nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, __VA_ARGS__)
     if (p->batch_size < 1 || p->batch_size > 65536)
         return BAD("batch_size %d is outside [1, 65536]", p->batch_size);
-    if (p->seq_len < 0 || p->seq_len > model->dims.L)
+    if (p->seq_len < 0 || p->seq_len > model_seq_len)
         return BAD("seq_len %d is outside [0, %d] (0 = the model's)", p->seq_len,
-                   model->dims.L);
+                   model_seq_len);
+    int64_t tokens = (int64_t)p->batch_size * (p->seq_len > 0 ? p->seq_len : model_seq_len);
+    if (tokens > TRAINER_MAX_BATCH_TOKENS)
+        return BAD("batch_size %d x seq_len %d = %lld tokens per step is more than %lld",
+                   p->batch_size, p->seq_len > 0 ? p->seq_len : model_seq_len,
+                   (long long)tokens, (long long)TRAINER_MAX_BATCH_TOKENS);
     if (!in_range(p->learning_rate, 0.0, 10.0))
         return BAD("learning_rate %g is outside [0, 10]", (double)p->learning_rate);
     if (!in_range(p->min_lr_ratio, 0.0, 1.0))
@@ -171,7 +176,7 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     nctmc_status st = trainer_params_read(params, &full, err, err_size);
     params = &full;
     if (st == NCTMC_OK)
-        st = trainer_params_validate(params, model, err, err_size);
+        st = trainer_params_validate(params, model->dims.L, err, err_size);
     if (st != NCTMC_OK)
         return st;
     nctmc_trainer *t = nctmc_mem_calloc(model->ctx->backend->alloc, 1, sizeof *t);
@@ -376,6 +381,21 @@ static nctmc_status check_stats(nctmc_trainer *t, const nctmc_train_stats *stats
     return abi_check_output(stats, &abi_train_stats, t->last_error, sizeof t->last_error);
 }
 
+/* A run stops at TRAINER_COUNTER_MAX (trainer.h) instead of overflowing:
+ * a state past it could not be loaded again. `sequences`: how far the step
+ * moves the data position. */
+static nctmc_status check_room(nctmc_trainer *t, int64_t sequences)
+{
+    const nctmc_trainer_state *s = &t->state;
+    if (s->step >= TRAINER_COUNTER_MAX || s->data_position > TRAINER_COUNTER_MAX - sequences)
+        return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT,
+                            "the run is at its limit (step %lld, data position %lld; at most "
+                            "%lld each): no further step",
+                            (long long)s->step, (long long)s->data_position,
+                            (long long)TRAINER_COUNTER_MAX);
+    return NCTMC_OK;
+}
+
 /* The step proper, on the batch already staged in host_x0 / host_labels. */
 static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
 {
@@ -438,6 +458,8 @@ NCTMC_API nctmc_status nctmc_trainer_step(nctmc_trainer *t, const int32_t *token
     if (!tokens)
         return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT, "tokens is NULL");
     nctmc_status st = check_stats(t, stats);
+    if (st == NCTMC_OK)
+        st = check_room(t, 0);
     if (st == NCTMC_OK)
         st = check_batch_tokens(t, tokens, labels);
     if (st != NCTMC_OK)
@@ -518,6 +540,8 @@ NCTMC_API nctmc_status nctmc_trainer_step_dataset(nctmc_trainer *t, nctmc_datase
     if (!ds)
         return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT, "dataset is NULL");
     nctmc_status st = check_stats(t, stats);
+    if (st == NCTMC_OK)
+        st = check_room(t, t->params.batch_size);
     if (st != NCTMC_OK)
         return st;
     nctmc_dataset_info info;

@@ -35,9 +35,21 @@ struct nctmc_trainer {
 nctmc_status trainer_params_read(const nctmc_trainer_params *given, nctmc_trainer_params *p,
                                  char *err, size_t err_size);
 
-/* Checks trainer parameters (read with trainer_params_read()) against a
- * model; writes why on failure. */
-nctmc_status trainer_params_validate(const nctmc_trainer_params *p, const nctmc_model *model,
+/* The most a run's counters (step, optimizer_steps, data_position,
+ * n_skipped) may reach: 2^62, beyond any real run, with room left for a
+ * step's increments. A trainer refuses a step that would pass it and the
+ * checkpoint loader refuses larger values, so every checkpoint a trainer
+ * saves loads again, and no counter can overflow. */
+#define TRAINER_COUNTER_MAX ((int64_t)1 << 62)
+
+/* The most tokens one step may hold (batch_size x seq_len): the training
+ * workspace grows with it, and a checkpoint's metadata names it, so it is
+ * bounded like every size a file can ask for (docs/api.md). */
+#define TRAINER_MAX_BATCH_TOKENS ((int64_t)1 << 22)
+
+/* Checks trainer parameters for a model of sequence length model_seq_len;
+ * writes why on failure. */
+nctmc_status trainer_params_validate(const nctmc_trainer_params *p, int32_t model_seq_len,
                                      char *err, size_t err_size);
 
 /* Bytes of one parameter slab. */

@@ -22,6 +22,11 @@
     nctmc_fail((t)->last_error, sizeof (t)->last_error, (status), __VA_ARGS__)
 
 #define META_VALUE_MAX NUMTEXT_MAX
+/* The model's sequence length, as model_io.c stores the configuration. */
+#define KEY_MODEL_SEQ_LEN "nctmc.config.seq_len"
+#define KEY_CHECKSUM "nctmc.checksum"
+/* Any trainer checkpoint has this key; a model-only one has none. */
+#define KEY_STEP "nctmc.trainer.state.step"
 #define TENSOR_NAME_MAX (NCTMC_TENSOR_NAME_MAX + 32)
 
 enum { SLAB_PARAMS, SLAB_ADAM_M, SLAB_ADAM_V, N_SAVED_SLABS };
@@ -145,6 +150,25 @@ static nctmc_status download_slabs(nctmc_trainer *t, save_buffers *b)
     return t->be->ops->synchronize(t->be);
 }
 
+/* The loader refuses non-finite weights and moments and a negative second
+ * moment, so a run that diverged (finite gradients can still push a weight
+ * past the float range) is not saved: writing a file the loader rejects
+ * would replace the last good checkpoint with a useless one. */
+static bool slabs_loadable(const nctmc_trainer *t, const save_buffers *b)
+{
+    size_t n = t->model->slab_floats;
+    const float *slabs[] = {b->slab[SLAB_PARAMS], b->slab[SLAB_ADAM_M], b->slab[SLAB_ADAM_V],
+                            b->ema};
+    for (size_t k = 0; k < sizeof slabs / sizeof slabs[0]; k++)
+        for (size_t e = 0; slabs[k] && e < n; e++)
+            if (!isfinite(slabs[k][e]))
+                return false;
+    for (size_t e = 0; e < n; e++)
+        if (b->slab[SLAB_ADAM_V][e] < 0.0f)
+            return false;
+    return true;
+}
+
 static nctmc_status build_tensor_refs(nctmc_trainer *t, save_buffers *b)
 {
     const nctmc_model *m = t->model;
@@ -193,6 +217,13 @@ NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *t, const char *path)
         return TRAINER_FAIL(t, st, "preparing the checkpoint: %s",
                             st == NCTMC_ERR_OUT_OF_MEMORY ? "out of memory" : t->be->error);
     }
+    if (!slabs_loadable(t, &b)) {
+        save_buffers_free(t, &b);
+        return TRAINER_FAIL(t, NCTMC_ERR_NON_FINITE,
+                            "not saved: the weights or optimizer state hold non-finite values "
+                            "(the run diverged); \"%.300s\" is untouched",
+                            path);
+    }
     build_meta(t, &b);
     /* Without an EMA the raw weights are what sampling uses. */
     st = model_io_save(t->model, path, b.ema ? b.ema : b.slab[SLAB_PARAMS], b.meta,
@@ -226,6 +257,33 @@ static nctmc_status read_trainer_meta(const st_file *file, nctmc_trainer_params 
         s->data_position < 0 || s->n_skipped < 0 || s->n_skipped > s->step)
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                           "the checkpoint's training state is inconsistent");
+    /* a trainer never goes past the limit, so a larger value is no state a
+     * run reached, and resuming from it would overflow */
+    if (s->step > TRAINER_COUNTER_MAX || s->data_position > TRAINER_COUNTER_MAX)
+        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                          "the checkpoint's step %lld or data position %lld is past the "
+                          "limit %lld",
+                          (long long)s->step, (long long)s->data_position,
+                          (long long)TRAINER_COUNTER_MAX);
+    return NCTMC_OK;
+}
+
+/* The saved parameters must be ones nctmc_trainer_create() accepts for the
+ * saved model, checked before anything is allocated for them: the batch
+ * size and sequence length size the training workspace, so they are bounded
+ * like every size a file can ask for. */
+static nctmc_status check_saved_params(const st_file *file, const nctmc_trainer_params *p,
+                                       char *err, size_t err_size)
+{
+    int64_t model_seq_len = 0;
+    const char *text = st_file_meta(file, KEY_MODEL_SEQ_LEN);
+    if (!text || !numtext_parse_i64(text, 1, INT32_MAX, &model_seq_len))
+        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                          "metadata \"" KEY_MODEL_SEQ_LEN "\" is missing or invalid");
+    char why[NCTMC_ERROR_SIZE];
+    if (trainer_params_validate(p, (int32_t)model_seq_len, why, sizeof why) != NCTMC_OK)
+        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "the saved trainer parameters: %s",
+                          why);
     return NCTMC_OK;
 }
 
@@ -319,6 +377,8 @@ static nctmc_status resume_from_file(nctmc_context *ctx, const st_file *file,
     nctmc_trainer_params params;
     nctmc_trainer_state state;
     nctmc_status st = read_trainer_meta(file, &params, &state, err, err_size);
+    if (st == NCTMC_OK)
+        st = check_saved_params(file, &params, err, err_size);
     if (st == NCTMC_OK && override) {
         nctmc_trainer_params given;
         st = trainer_params_read(override, &given, err, err_size);
@@ -377,4 +437,42 @@ NCTMC_API nctmc_status nctmc_trainer_resume(nctmc_context *ctx, const char *path
     st = resume_from_file(ctx, file, params, model_out, trainer_out);
     st_file_free(file);
     return st;
+}
+
+NCTMC_API nctmc_status nctmc_trainer_inspect(nctmc_context *ctx, const char *path,
+                                             nctmc_trainer_params *params,
+                                             nctmc_trainer_state *state)
+{
+    if (!ctx)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    char *err = ctx->last_error;
+    size_t err_size = sizeof ctx->last_error;
+    if (!path || (params && params->struct_size != sizeof *params) ||
+        (state && state->struct_size != sizeof *state))
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "nctmc_trainer_inspect: path is NULL, or a struct_size is not the "
+                          "library's (call the _init functions)");
+    st_file *file = NULL;
+    nctmc_status st = st_read_file(path, &file, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
+    nctmc_trainer_params p;
+    nctmc_trainer_state s;
+    if (!st_file_meta(file, KEY_STEP))
+        st = nctmc_fail(err, err_size, NCTMC_ERR_NOT_FOUND,
+                        "\"%.300s\" holds no training state (a model-only checkpoint)", path);
+    if (st == NCTMC_OK)
+        st = st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size);
+    if (st == NCTMC_OK)
+        st = read_trainer_meta(file, &p, &s, err, err_size);
+    if (st == NCTMC_OK)
+        st = check_saved_params(file, &p, err, err_size);
+    st_file_free(file);
+    if (st != NCTMC_OK)
+        return st;
+    if (params)
+        *params = p;
+    if (state)
+        *state = s;
+    return NCTMC_OK;
 }

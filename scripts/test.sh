@@ -8,9 +8,11 @@
 #   3. a clang build (-Werror) with its test suite, under clang's
 #      sanitizers (which add checks gcc's lack, e.g. float-cast-overflow),
 #      including 20 s of coverage-guided fuzzing of the public API,
-#   4. an install into a scratch prefix, and a program built against the
+#   4. a ThreadSanitizer build (gcc; the AVX2 clones are off there, see
+#      meson_options.txt) running the tests that use threads,
+#   5. an install into a scratch prefix, and a program built against the
 #      installed library through pkg-config,
-#   5. the Python binding (python/), pip-installed into the test environment,
+#   6. the Python binding (python/), pip-installed into the test environment,
 #      with its pytest suite run on the installed library.
 # Ends with one line "tests: N passed, N failed, N skipped".
 set -eu
@@ -73,6 +75,19 @@ ninja -C build-ci-clang
 ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     run_suite build-ci-clang clang --no-suite e2e
+
+# The tests whose work runs on several threads: the pool itself, the API's
+# several-threads test, and the thread-count determinism of the CPU
+# operations, the samplers and training (about a minute under TSan on two
+# cores; eval's enumerations take minutes there and add no thread use).
+echo "== gcc + TSan: the thread tests =="
+tsan_tests="thread_pool api cpu_dense sampler trainer lifetimes errors cancel"
+configure build-ci-tsan -Dreference_tests=disabled -Db_sanitize=thread \
+    -Dbuildtype=debugoptimized -Db_lundef=false
+ninja -C build-ci-tsan $(for t in $tsan_tests; do printf 'tests/test_%s ' "$t"; done)
+# huge-allocation tests expect NULL from the allocator, not a report
+TSAN_OPTIONS="allocator_may_return_null=1 halt_on_error=1 second_deadlock_stack=1" \
+    run_suite build-ci-tsan tsan --no-rebuild $tsan_tests
 
 echo "== install + pkg-config consumer =="
 prefix="$root/build-ci/install-root"

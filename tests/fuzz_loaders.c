@@ -6,6 +6,18 @@
  * when it fails, and no half-made object — and never crash, leak or read
  * out of bounds (the sanitizer builds run this).
  *
+ * It also covers every file argument of the `nctmc` tool: a trainer
+ * checkpoint (`info` reads it with nctmc_trainer_inspect(), `train
+ * --resume` with nctmc_trainer_resume(): the two must agree, and a resumed
+ * run that takes a step must save a file that resumes again — the loader
+ * never rejects what the trainer wrote), and the digits file (`prepare
+ * --digits`, the tool's own parser examples/nctmc/digits.c). Shards,
+ * tokenizers and model checkpoints are the targets above.
+ *
+ * FUZZ_LOADERS_TARGET=<name> (safetensors, model, dataset, tokenizer,
+ * trainer, digits) sends every input to one target, for long runs of one
+ * loader (scripts/fuzz_long.sh).
+ *
  * An input is [target][mode][rest]. Mode bit 0 clear: `rest` is the whole
  * file. Set: `rest` is a script of mutations (flip, set, insert, delete,
  * truncate, overwrite with an interesting 32-bit value) applied to a valid
@@ -24,11 +36,14 @@
 #include <unistd.h>
 
 #include "crc32.h"
+#include "digits.h"
 #include "nctmc.h"
 #include "safetensors.h"
 #include "test_files.h"
 
-enum { T_SAFETENSORS, T_MODEL, T_DATASET, T_TOKENIZER, N_TARGETS };
+enum { T_SAFETENSORS, T_MODEL, T_DATASET, T_TOKENIZER, T_TRAINER, T_DIGITS, N_TARGETS };
+static const char *const target_names[N_TARGETS] = {"safetensors", "model",   "dataset",
+                                                    "tokenizer",   "trainer", "digits"};
 
 /* The harness's own state: a scratch directory with one valid seed file per
  * target, made on the first input. */
@@ -36,6 +51,8 @@ static struct {
     int ready;
     char dir[256];
     char input_path[512];
+    char resaved_path[512];
+    int pinned; /* FUZZ_LOADERS_TARGET, or -1 */
     nctmc_context *ctx;
     uint8_t *seed[N_TARGETS];
     size_t seed_size[N_TARGETS];
@@ -112,6 +129,49 @@ static uint8_t *seed_tokenizer(size_t *n)
     return bytes;
 }
 
+/* A resumable checkpoint one step into a run, of the model above. */
+static uint8_t *seed_trainer(size_t *n)
+{
+    size_t model_size = 0;
+    char path[512];
+    test_path(path, sizeof path, h.dir, "seed-model.safetensors");
+    uint8_t *model_bytes = seed_checkpoint(&model_size);
+    nctmc_model *m = NULL;
+    nctmc_trainer *t = NULL;
+    nctmc_trainer_params p;
+    nctmc_trainer_params_init(&p);
+    p.batch_size = 2;
+    int32_t tokens[6] = {0, 1, 2, 3, 1, 0}, labels[2] = {0, 0};
+    if (!model_bytes || !test_write_bytes(path, model_bytes, model_size) ||
+        nctmc_model_load(h.ctx, path, &m) != NCTMC_OK ||
+        nctmc_trainer_create(m, &p, &t) != NCTMC_OK ||
+        nctmc_trainer_step(t, tokens, labels, NULL) != NCTMC_OK ||
+        nctmc_trainer_save(t, path) != NCTMC_OK)
+        fail("cannot make the seed trainer checkpoint");
+    nctmc_trainer_free(t);
+    nctmc_model_free(m);
+    free(model_bytes);
+    uint8_t *bytes = test_read_bytes(path, n);
+    unlink(path);
+    return bytes;
+}
+
+/* Three images of the digits file's format (and a comment, a blank line,
+ * a Windows line end). */
+static uint8_t *seed_digits(size_t *n)
+{
+    static const char text[] =
+        "# digits\n"
+        "3:00000000000000000000000000000000000000000000000000000000000000g0\n"
+        "\n"
+        "7:0123456789abcdefg0123456789abcdefg0123456789abcdefg0123456789abc\r\n"
+        "0:gggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggggg\n";
+    *n = sizeof text - 1;
+    uint8_t *bytes = malloc(*n);
+    memcpy(bytes, text, *n);
+    return bytes;
+}
+
 static void setup(void)
 {
     if (h.ready)
@@ -129,6 +189,16 @@ static void setup(void)
     h.seed_size[T_SAFETENSORS] = h.seed_size[T_MODEL];
     h.seed[T_DATASET] = seed_dataset(&h.seed_size[T_DATASET]);
     h.seed[T_TOKENIZER] = seed_tokenizer(&h.seed_size[T_TOKENIZER]);
+    h.seed[T_TRAINER] = seed_trainer(&h.seed_size[T_TRAINER]);
+    h.seed[T_DIGITS] = seed_digits(&h.seed_size[T_DIGITS]);
+    test_path(h.resaved_path, sizeof h.resaved_path, h.dir, "resaved");
+    h.pinned = -1;
+    const char *pin = getenv("FUZZ_LOADERS_TARGET");
+    for (int t = 0; pin && t < N_TARGETS; t++)
+        if (strcmp(pin, target_names[t]) == 0)
+            h.pinned = t;
+    if (pin && h.pinned < 0)
+        fail("FUZZ_LOADERS_TARGET names no target");
     atexit(cleanup);
     h.ready = 1;
 }
@@ -321,6 +391,111 @@ static int run_tokenizer(void)
     return 1;
 }
 
+static int same_params(const nctmc_trainer_params *a, const nctmc_trainer_params *b)
+{
+    return a->batch_size == b->batch_size && a->seq_len == b->seq_len &&
+           a->total_steps == b->total_steps && a->warmup_steps == b->warmup_steps &&
+           a->learning_rate == b->learning_rate && a->seed == b->seed;
+}
+
+static int same_state(const nctmc_trainer_state *a, const nctmc_trainer_state *b)
+{
+    return a->step == b->step && a->optimizer_steps == b->optimizer_steps &&
+           a->data_position == b->data_position && a->n_skipped == b->n_skipped &&
+           a->seed == b->seed;
+}
+
+/* The trainer saves its state; that file must resume, to the same state. */
+static void resave(nctmc_trainer *t)
+{
+    nctmc_trainer_state s;
+    nctmc_trainer_state_init(&s);
+    nctmc_trainer_get_state(t, &s);
+    if (nctmc_trainer_save(t, h.resaved_path) != NCTMC_OK)
+        return; /* a full disk is no finding */
+    nctmc_model *m = NULL;
+    nctmc_trainer *again = NULL;
+    if (nctmc_trainer_resume(h.ctx, h.resaved_path, NULL, &m, &again) != NCTMC_OK) {
+        fprintf(stderr, "%s\n", nctmc_context_last_error(h.ctx));
+        fail("a checkpoint the trainer saved does not resume");
+    }
+    nctmc_trainer_state back;
+    nctmc_trainer_state_init(&back);
+    nctmc_trainer_get_state(again, &back);
+    if (!same_state(&s, &back))
+        fail("a saved state does not come back");
+    nctmc_trainer_free(again);
+    nctmc_model_free(m);
+}
+
+static int run_trainer(void)
+{
+    nctmc_trainer_params ip, rp;
+    nctmc_trainer_state is, rs;
+    nctmc_trainer_params_init(&ip);
+    nctmc_trainer_params_init(&rp);
+    nctmc_trainer_state_init(&is);
+    nctmc_trainer_state_init(&rs);
+    nctmc_status inspected = nctmc_trainer_inspect(h.ctx, h.input_path, &ip, &is);
+    if (inspected != NCTMC_OK && !has_message(nctmc_context_last_error(h.ctx)))
+        fail("nctmc_trainer_inspect failed without a message");
+    nctmc_model *m = (nctmc_model *)&m;
+    nctmc_trainer *t = (nctmc_trainer *)&t;
+    nctmc_status st = nctmc_trainer_resume(h.ctx, h.input_path, NULL, &m, &t);
+    if (st != NCTMC_OK) {
+        if (m || t || !has_message(nctmc_context_last_error(h.ctx)))
+            fail("nctmc_trainer_resume failed without a message or left an object");
+        return 0;
+    }
+    /* what resumes, `nctmc info` must be able to show, and the same */
+    nctmc_trainer_get_params(t, &rp);
+    nctmc_trainer_get_state(t, &rs);
+    if (inspected != NCTMC_OK || !same_params(&ip, &rp) || !same_state(&is, &rs))
+        fail("nctmc_trainer_inspect disagrees with nctmc_trainer_resume");
+    /* one step on a batch of token 0 (a data token of every process), then
+     * the file it saves must resume */
+    nctmc_model_config cfg;
+    nctmc_model_config_init(&cfg);
+    nctmc_model_get_config(m, &cfg);
+    size_t n = (size_t)rp.batch_size * (size_t)(rp.seq_len > 0 ? rp.seq_len : cfg.seq_len);
+    int32_t *tokens = n <= ((size_t)1 << 22) ? calloc(n, sizeof *tokens) : NULL;
+    if (tokens) {
+        nctmc_status stepped = nctmc_trainer_step(t, tokens, NULL, NULL);
+        if (stepped != NCTMC_OK && stepped != NCTMC_ERR_NON_FINITE &&
+            stepped != NCTMC_ERR_INVALID_ARGUMENT)
+            fail("a resumed trainer's step failed unexpectedly");
+        free(tokens);
+    }
+    resave(t);
+    nctmc_trainer_free(t);
+    nctmc_model_free(m);
+    return 1;
+}
+
+/* The tool's parser of the digits file (prepare --digits). */
+static int run_digits(const uint8_t *text, size_t len)
+{
+    digits_set set = {NULL, NULL, 0};
+    char err[256] = "";
+    if (digits_parse((const char *)text, len, &set, err, sizeof err) != 0) {
+        if (!has_message(err) || set.pixels)
+            fail("digits_parse failed without a message or left data");
+        return 0;
+    }
+    if (set.n < 1)
+        fail("digits_parse accepted a file without images");
+    for (int64_t i = 0; i < set.n; i++) {
+        if (set.labels[i] < 0 || set.labels[i] > 9)
+            fail("a digit label out of range");
+        for (int k = 0; k < DIGITS_PIXELS; k++)
+            if (set.pixels[i * DIGITS_PIXELS + k] < 0 ||
+                set.pixels[i * DIGITS_PIXELS + k] >= DIGITS_LEVELS)
+                fail("a digit pixel out of range");
+    }
+    digits_free(&set);
+    return 1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -328,7 +503,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     setup();
     if (size < 2)
         return 0;
-    int target = data[0] % N_TARGETS;
+    int target = h.pinned >= 0 ? h.pinned : data[0] % N_TARGETS;
     uint8_t mode = data[1];
     buffer b;
     if (mode & 1) { /* mutate the seed */
@@ -338,7 +513,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memcpy(b.data, h.seed[target], b.size);
         for (size_t i = 2; i + 4 <= size && i < 2 + 4 * 16; i += 4)
             mutate(&b, data + i);
-        if (mode & 2 && (target == T_MODEL || target == T_SAFETENSORS))
+        if (mode & 2 && (target == T_MODEL || target == T_SAFETENSORS || target == T_TRAINER))
             fix_checkpoint_checksum(&b);
         if (mode & 2 && target == T_DATASET)
             fix_dataset_checksum(&b);
@@ -347,15 +522,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         b.data = malloc(b.size + 1);
         memcpy(b.data, data + 2, b.size);
     }
-    if (!test_write_bytes(h.input_path, b.data, b.size))
-        fail("cannot write the input file");
-    free(b.data);
     int ok = 0;
-    switch (target) {
-    case T_SAFETENSORS: ok = run_safetensors(); break;
-    case T_MODEL: ok = run_model(); break;
-    case T_DATASET: ok = run_dataset(); break;
-    default: ok = run_tokenizer(); break;
+    if (target == T_DIGITS) { /* parsed from memory, as the tool reads it */
+        ok = run_digits(b.data, b.size);
+        free(b.data);
+    } else {
+        if (!test_write_bytes(h.input_path, b.data, b.size))
+            fail("cannot write the input file");
+        free(b.data);
+        switch (target) {
+        case T_SAFETENSORS: ok = run_safetensors(); break;
+        case T_MODEL: ok = run_model(); break;
+        case T_DATASET: ok = run_dataset(); break;
+        case T_TRAINER: ok = run_trainer(); break;
+        default: ok = run_tokenizer(); break;
+        }
     }
     if (ok)
         h.accepted[target]++;
@@ -369,8 +550,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
  * checksums, few ops so many inputs stay close to valid), some raw bytes. */
 int main(int argc, char **argv)
 {
-    static const char *const target_names[N_TARGETS] = {"safetensors", "model", "dataset",
-                                                        "tokenizer"};
     int runs = argc > 1 ? atoi(argv[1]) : 4000;
     uint64_t s = 0x9E3779B97F4A7C15ull;
     uint8_t buf[2 + 4 * 16];

@@ -25,12 +25,61 @@ static bool in_range(const cli_option *opt, double v)
     return opt->min > opt->max || (v >= opt->min && v <= opt->max);
 }
 
+/* Strict number syntax, checked before strtoll/strtod see the text: they
+ * would skip leading white space and take a '+', hexadecimal, "inf" or
+ * "nan" — none of which a flag's value may be. */
+static bool is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* Digits only, after an optional '-' when allow_minus. */
+static bool is_integer_text(const char *text, bool allow_minus)
+{
+    const char *p = text;
+    if (allow_minus && *p == '-')
+        p++;
+    if (!is_digit(*p))
+        return false;
+    while (is_digit(*p))
+        p++;
+    return *p == '\0';
+}
+
+/* [-]digits[.digits] or [-].digits, then an optional e[+-]digits. */
+static bool is_decimal_text(const char *text)
+{
+    const char *p = text;
+    if (*p == '-')
+        p++;
+    int digits = 0;
+    while (is_digit(*p))
+        p++, digits++;
+    if (*p == '.')
+        for (p++; is_digit(*p); p++)
+            digits++;
+    if (digits == 0)
+        return false;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        if (!is_digit(*p))
+            return false;
+        while (is_digit(*p))
+            p++;
+    }
+    return *p == '\0';
+}
+
 static bool parse_signed(const char *text, long long *out)
 {
     char *end;
+    if (!is_integer_text(text, true))
+        return false;
     errno = 0;
     long long v = strtoll(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0')
+    if (errno != 0 || *end != '\0')
         return false;
     *out = v;
     return true;
@@ -39,11 +88,11 @@ static bool parse_signed(const char *text, long long *out)
 static bool parse_unsigned(const char *text, uint64_t *out)
 {
     char *end;
-    if (text[0] == '-')
+    if (!is_integer_text(text, false))
         return false;
     errno = 0;
     unsigned long long v = strtoull(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0')
+    if (errno != 0 || *end != '\0')
         return false;
     *out = (uint64_t)v;
     return true;
@@ -52,9 +101,11 @@ static bool parse_unsigned(const char *text, uint64_t *out)
 static bool parse_real(const char *text, double *out)
 {
     char *end;
+    if (!is_decimal_text(text))
+        return false;
     errno = 0;
     double v = strtod(text, &end);
-    if (errno != 0 || end == text || *end != '\0' || !isfinite(v))
+    if (errno != 0 || *end != '\0' || !isfinite(v))
         return false;
     *out = v;
     return true;
@@ -94,11 +145,17 @@ static bool set_value(cli_option *opt, const char *text)
             return false;
         *(uint64_t *)opt->value = u;
         return true;
-    case CLI_FLOAT:
-        if (!parse_real(text, &d) || !in_range(opt, d))
+    case CLI_FLOAT: {
+        /* the range holds for the float stored, not the decimal typed:
+         * 0.999999999 rounds to 1.0f, past a bound of 0.999999999 */
+        if (!parse_real(text, &d))
             return false;
-        *(float *)opt->value = (float)d;
+        float f = (float)d;
+        if (!isfinite(f) || !in_range(opt, (double)f))
+            return false;
+        *(float *)opt->value = f;
         return true;
+    }
     case CLI_STRING:
         *(const char **)opt->value = text;
         return true;
@@ -119,8 +176,8 @@ static void describe_expected(FILE *out, const cli_option *opt)
         fprintf(out, "an integer");
         break;
     case CLI_UINT64:
-        fprintf(out, "a non-negative integer");
-        break;
+        fprintf(out, "an integer in [0, %llu]", (unsigned long long)UINT64_MAX);
+        return;
     case CLI_FLOAT:
         fprintf(out, "a number");
         break;
@@ -133,8 +190,12 @@ static void describe_expected(FILE *out, const cli_option *opt)
         fprintf(out, "a value");
         return;
     }
-    if (opt->min <= opt->max)
-        fprintf(out, " in [%g, %g]", opt->min, opt->max);
+    if (opt->min > opt->max)
+        return;
+    if (opt->kind == CLI_FLOAT) /* enough digits that 0.999999999 is not "1" */
+        fprintf(out, " in [%.10g, %.10g]", opt->min, opt->max);
+    else
+        fprintf(out, " in [%.0f, %.0f]", opt->min, opt->max);
 }
 
 static int bad_value(const cli_command *cmd, const cli_option *opt, const char *text)

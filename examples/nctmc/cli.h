@@ -6,6 +6,7 @@
 #ifndef NCTMC_CLI_H
 #define NCTMC_CLI_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -67,6 +68,49 @@ char *cli_path_join(const char *dir, const char *name);
 
 /** Whether a file exists at path. */
 bool cli_file_exists(const char *path);
+
+/* Text from files (tokenizer values, metadata, paths) reaches the terminal
+ * only through these (paths.c): a control character in it — an escape
+ * sequence above all — is shown as "\xNN" instead of acting on the
+ * terminal. */
+
+/**
+ * The one escaping function: copies text into out (size > 0, always
+ * terminated), writing "\xNN" for every C0 control (except newline and tab
+ * when keep_newlines), DEL, C1 control (U+0080..U+009F) and byte that is
+ * not valid UTF-8. An escape that does not fit is left out whole. Returns
+ * the length written.
+ */
+size_t cli_escape(char *out, size_t size, const char *text, bool keep_newlines);
+
+/** Writes text escaped (cli_escape) to out. */
+void cli_write_escaped(FILE *out, const char *text, bool keep_newlines);
+
+/** printf whose whole output is escaped, newlines and tabs kept. */
+void cli_printf(FILE *out, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void cli_vprintf(FILE *out, const char *fmt, va_list ap);
+
+/* File arguments, checked before any work starts (paths.c). */
+
+/**
+ * That `path`, given with `flag`, can be written as an output file: not
+ * empty; absent, a regular file, or a symbolic link to one (the library
+ * writes through it); in an existing directory we may write into; and not
+ * the same file (device and inode) as any of inputs[0 .. n_inputs) (NULL
+ * entries are skipped). Reports failures itself.
+ */
+bool cli_check_output_file(const char *cmd, const char *flag, const char *path,
+                           const char *const *inputs, int n_inputs);
+
+/** That an input file exists and is a regular file; reports failures. */
+bool cli_check_input_file(const char *cmd, const char *what, const char *path);
+
+/** Whether a and b both exist and are the same file (device and inode). */
+bool cli_same_file(const char *a, const char *b);
 
 /** Encodes text with tok into a malloc'd array; reports failures itself. */
 bool cli_encode(const char *cmd, nctmc_tokenizer *tok, const char *text, size_t n_bytes,

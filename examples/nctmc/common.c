@@ -19,13 +19,16 @@ const char *const cli_tokenizer_names[] = {"bytes", "chars", "image", NULL};
 
 void cli_error(const char *cmd, const char *fmt, ...)
 {
+    /* a message is one line: newlines in what it quotes are escaped too */
+    char text[2048];
     va_list ap;
     va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
     progress_clear_line();
     fprintf(stderr, "nctmc %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
+    cli_write_escaped(stderr, text, false);
     fputc('\n', stderr);
-    va_end(ap);
 }
 
 int cli_fail(const char *cmd, const char *what, nctmc_status status, const char *detail)
@@ -43,7 +46,9 @@ static void log_to_stderr(nctmc_log_level level, const char *message, void *user
     const char *cmd = user_data;
     const char *name = (unsigned)level < 4 ? level_names[level] : "log";
     progress_clear_line();
-    fprintf(stderr, "nctmc %s: [%s] %s\n", cmd, name, message);
+    fprintf(stderr, "nctmc %s: [%s] ", cmd, name);
+    cli_write_escaped(stderr, message, false);
+    fputc('\n', stderr);
 }
 
 nctmc_status cli_context_create(const char *cmd, const char *backend, int threads, bool verbose,
@@ -107,6 +112,10 @@ static bool is_directory(const char *path)
  * in a fresh build directory. */
 bool cli_make_dir(const char *cmd, const char *path)
 {
+    if (path[0] == '\0') {
+        cli_error(cmd, "cannot create a directory with an empty name");
+        return false;
+    }
     char *copy = strdup(path);
     if (copy == NULL)
         return false;

@@ -200,9 +200,9 @@ static int evaluate(nctmc_context *ctx, const char *checkpoint, const char *shar
     cli_eval_set set;
     int rc = 1;
     if (cli_eval_set_load("eval", ctx, shard, &config, o->max_sequences, &set)) {
-        printf("%s on %s: %lld sequences of %d tokens%s, %d time samples each\n", checkpoint,
-               shard, (long long)set.n_sequences, (int)set.length,
-               set.labels ? " with labels" : "", (int)o->time_samples);
+        cli_printf(stdout, "%s on %s: %lld sequences of %d tokens%s, %d time samples each\n",
+                   checkpoint, shard, (long long)set.n_sequences, (int)set.length,
+                   set.labels ? " with labels" : "", (int)o->time_samples);
         nctmc_eval_result result;
         cli_eval_settings settings = {o->batch, o->time_samples, o->t_max, o->seed, true};
         st = cli_eval_run(model, &set, &settings, &result);
@@ -269,7 +269,9 @@ int cmd_eval(int argc, char **argv)
     nctmc_context *ctx = NULL;
     int rc = 1;
     cli_interrupt_install();
-    if (shard != NULL &&
+    /* eval writes nothing; its inputs are checked before the model loads */
+    if (shard != NULL && cli_check_input_file("eval", "checkpoint", checkpoint) &&
+        cli_check_input_file("eval", "shard", shard) &&
         cli_context_create("eval", o.backend, o.threads, o.verbose, &ctx) == NCTMC_OK)
         rc = evaluate(ctx, checkpoint, shard, &o);
     nctmc_context_free(ctx);

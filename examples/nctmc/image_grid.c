@@ -4,7 +4,6 @@
  */
 #include "image_grid.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,28 +46,25 @@ static void paint_image(const image_grid *g, int64_t index, int32_t scale, int32
     }
 }
 
-int image_grid_write_png(const image_grid *g, int32_t scale, const char *path)
+nctmc_status image_grid_write_png(nctmc_context *ctx, const image_grid *g, int32_t scale,
+                                  const char *path)
 {
     int64_t cols = g->n < g->per_row ? g->n : g->per_row;
     int64_t rows = (g->n + g->per_row - 1) / g->per_row;
     int32_t gap = scale > 1 ? scale / 2 : 1;
     int64_t w = gap + cols * ((int64_t)g->width * scale + gap);
     int64_t h = gap + rows * ((int64_t)g->height * scale + gap);
-    if (g->n <= 0 || scale < 1 || w > 16384 || h > 16384) {
-        errno = EINVAL;
-        return -1;
-    }
+    if (g->n <= 0 || scale < 1 || w > 16384 || h > 16384)
+        return NCTMC_ERR_INVALID_ARGUMENT;
     uint8_t *pixels = malloc((size_t)(w * h));
     if (pixels == NULL)
-        return -1;
+        return NCTMC_ERR_OUT_OF_MEMORY;
     memset(pixels, SEPARATOR_GREY, (size_t)(w * h));
     for (int64_t i = 0; i < g->n; i++)
         paint_image(g, i, scale, gap, pixels, (uint32_t)w);
-    int rc = png_write_grey(path, (uint32_t)w, (uint32_t)h, pixels);
-    int saved = errno;
+    nctmc_status st = png_write_grey(ctx, path, (uint32_t)w, (uint32_t)h, pixels);
     free(pixels);
-    errno = saved;
-    return rc;
+    return st;
 }
 
 /* One image as text for the terminal: two characters per pixel (terminal

@@ -23,11 +23,13 @@ typedef struct image_grid {
 bool image_grid_shape(image_grid *grid, const nctmc_tokenizer *tok);
 
 /**
- * Writes the grid as a greyscale PNG: each pixel scaled up to a
- * scale x scale block, level 0 white and the top level black, images
- * separated by grey lines. Returns 0, or -1 with errno set.
+ * Writes the grid as a greyscale PNG (with the library's atomic writer):
+ * each pixel scaled up to a scale x scale block, level 0 white and the top
+ * level black, images separated by grey lines. On failure the reason is in
+ * nctmc_context_last_error(ctx).
  */
-int image_grid_write_png(const image_grid *grid, int32_t scale, const char *path);
+nctmc_status image_grid_write_png(nctmc_context *ctx, const image_grid *grid, int32_t scale,
+                                  const char *path);
 
 /**
  * Prints the images as the tokenizer decodes them, side by side, one grid

@@ -2,41 +2,11 @@
  * info.c — `nctmc info`: what a checkpoint holds.
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "args.h"
 #include "cli.h"
-
-/* A safetensors header larger than this is not one the library wrote. */
-enum { MAX_HEADER_BYTES = 64 << 20 };
-
-/* Whether the checkpoint's JSON header names "trainer." tensors, i.e. it
- * was written by nctmc_trainer_save() and can be resumed. Looking first
- * avoids building a whole trainer (gradients, optimizer state) for a
- * model-only file. */
-static bool has_training_state(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return false;
-    unsigned char len_bytes[8];
-    bool found = false;
-    if (fread(len_bytes, 1, 8, f) == 8) {
-        uint64_t len = 0;
-        for (int i = 7; i >= 0; i--)
-            len = len << 8 | len_bytes[i];  /* little-endian */
-        char *header = len > 0 && len <= MAX_HEADER_BYTES ? malloc((size_t)len + 1) : NULL;
-        if (header != NULL && fread(header, 1, (size_t)len, f) == (size_t)len) {
-            header[len] = '\0';
-            found = strstr(header, "\"trainer.") != NULL;
-        }
-        free(header);
-    }
-    fclose(f);
-    return found;
-}
 
 static void print_model(const nctmc_model *model, const char *path)
 {
@@ -44,7 +14,7 @@ static void print_model(const nctmc_model *model, const char *path)
     nctmc_model_config c;
     nctmc_model_config_init(&c);
     nctmc_model_get_config(model, &c);
-    printf("checkpoint   %s", path);
+    cli_printf(stdout, "checkpoint   %s", path);
     if (stat(path, &st) == 0)
         printf(" (%.2f MiB)", (double)st.st_size / (1024.0 * 1024.0));
     printf("\nlibrary      libnctmc %s\n", nctmc_version());
@@ -88,25 +58,19 @@ static void print_tensors(const nctmc_model *model)
     }
 }
 
+/* The training state is read from the metadata alone: no trainer is made,
+ * so inspecting a checkpoint costs no memory for the batch it names. */
 static void print_training(nctmc_context *ctx, const char *path)
 {
-    if (!has_training_state(path)) {
-        printf("training     none saved (a model-only checkpoint)\n");
-        return;
-    }
-    nctmc_model *model = NULL;
-    nctmc_trainer *trainer = NULL;
-    nctmc_status st = nctmc_trainer_resume(ctx, path, NULL, &model, &trainer);
     nctmc_trainer_state s;
     nctmc_trainer_params p;
     nctmc_trainer_state_init(&s);
     nctmc_trainer_params_init(&p);
-    if (st == NCTMC_OK)
-        st = nctmc_trainer_get_state(trainer, &s);
-    if (st == NCTMC_OK)
-        st = nctmc_trainer_get_params(trainer, &p);
-    if (st != NCTMC_OK) {
-        printf("training     unreadable: %s\n", nctmc_context_last_error(ctx));
+    nctmc_status st = nctmc_trainer_inspect(ctx, path, &p, &s);
+    if (st == NCTMC_ERR_NOT_FOUND) {
+        printf("training     none saved (a model-only checkpoint)\n");
+    } else if (st != NCTMC_OK) {
+        cli_printf(stdout, "training     unreadable: %s\n", nctmc_context_last_error(ctx));
     } else {
         printf("training     step %lld of %lld (%lld updates, %lld skipped), %lld sequences "
                "drawn, seed %llu\n",
@@ -119,8 +83,6 @@ static void print_training(nctmc_context *ctx, const char *path)
                (double)p.weight_decay, (double)p.grad_clip, (double)p.ema_decay,
                (double)p.label_dropout);
     }
-    nctmc_trainer_free(trainer);
-    nctmc_model_free(model);
 }
 
 int cmd_info(int argc, char **argv)

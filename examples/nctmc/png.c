@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,45 +131,19 @@ static size_t zlib_stored_size(size_t n)
     return 2 + blocks * 5 + n + 4;
 }
 
-static int write_whole_file(const char *path, const uint8_t *data, size_t n)
-{
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (tmp == NULL)
-        return -1;
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    int err = f == NULL ? errno : 0;
-    if (f != NULL) {
-        if (fwrite(data, 1, n, f) != n)
-            err = errno ? errno : EIO;
-        if (fclose(f) != 0 && err == 0)
-            err = errno;
-        if (err == 0 && rename(tmp, path) != 0)
-            err = errno;
-        if (err != 0)
-            remove(tmp);
-    }
-    free(tmp);
-    errno = err;
-    return err == 0 ? 0 : -1;
-}
-
-int png_write_grey(const char *path, uint32_t width, uint32_t height, const uint8_t *pixels)
+uint8_t *png_encode_grey(uint32_t width, uint32_t height, const uint8_t *pixels, size_t *size)
 {
     /* PNG sizes are at most 2^31 - 1; the limit here also keeps every size
      * below comfortably inside size_t and the IDAT length in 32 bits */
     if (width == 0 || height == 0 || width > 16384 || height > 16384 ||
         (uint64_t)(width + 1) * height > 0x7FFF0000u) {
         errno = EINVAL;
-        return -1;
+        return NULL;
     }
     size_t raw_len = ((size_t)width + 1) * height;
     uint8_t *raw = filtered_rows(width, height, pixels);
     uint8_t *idat = malloc(zlib_stored_size(raw_len));
     png_buffer file = {malloc(8 + 25 + 12 + zlib_stored_size(raw_len) + 12), 0};
-    int result = -1;
     if (raw != NULL && idat != NULL && file.data != NULL) {
         static const uint8_t signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
         uint8_t ihdr[13];
@@ -186,14 +159,26 @@ int png_write_grey(const char *path, uint32_t width, uint32_t height, const uint
         size_t idat_len = zlib_stored(idat, raw, raw_len);
         put_chunk(&file, "IDAT", idat, (uint32_t)idat_len);
         put_chunk(&file, "IEND", NULL, 0);
-        result = write_whole_file(path, file.data, file.len);
+        *size = file.len;
     } else {
-        errno = ENOMEM;
+        free(file.data);
+        file.data = NULL;
     }
-    int saved = errno;
     free(raw);
     free(idat);
-    free(file.data);
-    errno = saved;
-    return result;
+    if (file.data == NULL)
+        errno = ENOMEM;
+    return file.data;
+}
+
+nctmc_status png_write_grey(nctmc_context *ctx, const char *path, uint32_t width,
+                            uint32_t height, const uint8_t *pixels)
+{
+    size_t size = 0;
+    uint8_t *data = png_encode_grey(width, height, pixels, &size);
+    if (data == NULL)
+        return errno == EINVAL ? NCTMC_ERR_INVALID_ARGUMENT : NCTMC_ERR_OUT_OF_MEMORY;
+    nctmc_status st = nctmc_write_file(ctx, path, data, size);
+    free(data);
+    return st;
 }

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nctmc.h"
+
 /** CRC-32 (ISO 3309, as PNG chunks use it) of data, continuing from crc
  *  (start with 0). */
 uint32_t png_crc32(uint32_t crc, const uint8_t *data, size_t n);
@@ -20,11 +22,20 @@ uint32_t png_crc32(uint32_t crc, const uint8_t *data, size_t n);
 uint32_t png_adler32(uint32_t adler, const uint8_t *data, size_t n);
 
 /**
- * Writes an 8-bit greyscale PNG of width x height pixels (row-major, one
- * byte each, 0 = black, 255 = white) to path: to a temporary file beside
- * it first, then renamed, so path never holds half a picture. Returns 0, or
- * -1 with errno set (EINVAL for a bad size).
+ * Encodes an 8-bit greyscale PNG of width x height pixels (row-major, one
+ * byte each, 0 = black, 255 = white) into a malloc'd buffer; its length
+ * goes to *size. NULL with errno set: EINVAL for a bad size, ENOMEM.
  */
-int png_write_grey(const char *path, uint32_t width, uint32_t height, const uint8_t *pixels);
+uint8_t *png_encode_grey(uint32_t width, uint32_t height, const uint8_t *pixels, size_t *size);
+
+/**
+ * Encodes the picture and writes it to path with the library's atomic
+ * writer (nctmc_write_file(): a fresh temporary file beside the target,
+ * renamed over it; a symbolic link written through; anything but a regular
+ * file refused), so path never holds half a picture and concurrent writers
+ * never mix theirs. The reason of a failure is in nctmc_context_last_error.
+ */
+nctmc_status png_write_grey(nctmc_context *ctx, const char *path, uint32_t width,
+                            uint32_t height, const uint8_t *pixels);
 
 #endif /* NCTMC_CLI_PNG_H */

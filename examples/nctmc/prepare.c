@@ -10,6 +10,7 @@
 #include "args.h"
 #include "cli.h"
 #include "digits.h"
+#include "staged_dir.h"
 
 static const char *const text_tokenizer_names[] = {"bytes", "chars", NULL};
 
@@ -94,43 +95,54 @@ static bool split_stream(const int32_t *tokens, int64_t n, double fraction, toke
     return true;
 }
 
-static bool write_shard(nctmc_context *ctx, const char *dir, const char *name,
+/* Writes a file of the output into `dir` (the staging directory); `shown`
+ * is the output directory as the user named it, for the listing. */
+static bool write_shard(nctmc_context *ctx, const char *dir, const char *shown, const char *name,
                         const token_split *s, int32_t vocab, int32_t seq_len, int32_t n_classes)
 {
     char *path = cli_path_join(dir, name);
-    if (path == NULL)
-        return false;
-    nctmc_status st = nctmc_dataset_write(ctx, path, s->tokens, s->n_tokens, vocab, seq_len,
-                                          s->labels, s->labels ? n_classes : 0);
+    char *final = cli_path_join(shown, name);
+    nctmc_status st = NCTMC_ERR_OUT_OF_MEMORY;
+    if (path != NULL && final != NULL)
+        st = nctmc_dataset_write(ctx, path, s->tokens, s->n_tokens, vocab, seq_len, s->labels,
+                                 s->labels ? n_classes : 0);
     if (st != NCTMC_OK)
-        cli_fail("prepare", path, st, nctmc_context_last_error(ctx));
+        cli_fail("prepare", final ? final : name, st, nctmc_context_last_error(ctx));
     else if (seq_len > 0)
-        printf("  %-12s %lld sequences of %d tokens%s  %s\n", name, (long long)s->n_sequences,
-               (int)seq_len, s->labels ? ", labelled" : "", path);
+        cli_printf(stdout, "  %-12s %lld sequences of %d tokens%s  %s\n", name,
+                   (long long)s->n_sequences, (int)seq_len, s->labels ? ", labelled" : "", final);
     else
-        printf("  %-12s %lld tokens (stream)  %s\n", name, (long long)s->n_tokens, path);
+        cli_printf(stdout, "  %-12s %lld tokens (stream)  %s\n", name, (long long)s->n_tokens,
+                   final);
     free(path);
+    free(final);
     return st == NCTMC_OK;
 }
 
-static bool write_tokenizer(const char *dir, nctmc_tokenizer *tok)
+static bool write_tokenizer(const char *dir, const char *shown, nctmc_tokenizer *tok)
 {
     char *path = cli_path_join(dir, CLI_TOKENIZER_FILE);
-    if (path == NULL)
-        return false;
-    nctmc_status st = nctmc_tokenizer_save(tok, path);
+    char *final = cli_path_join(shown, CLI_TOKENIZER_FILE);
+    nctmc_status st = NCTMC_ERR_OUT_OF_MEMORY;
+    if (path != NULL && final != NULL)
+        st = nctmc_tokenizer_save(tok, path);
     char what[128];
     cli_describe_tokenizer(tok, what, sizeof what);
     if (st != NCTMC_OK)
-        cli_fail("prepare", path, st, nctmc_tokenizer_last_error(tok));
+        cli_fail("prepare", final ? final : CLI_TOKENIZER_FILE, st,
+                 nctmc_tokenizer_last_error(tok));
     else
-        printf("  %-12s %s  %s\n", CLI_TOKENIZER_FILE, what, path);
+        cli_printf(stdout, "  %-12s %s  %s\n", CLI_TOKENIZER_FILE, what, final);
     free(path);
+    free(final);
     return st == NCTMC_OK;
 }
 
-/* Writes the tokenizer and both shards; an empty validation split is left
- * out (with a note), since a shard needs tokens. */
+/* Writes the tokenizer and both shards into a staging directory that then
+ * replaces the output directory whole (staged_dir.h): whatever was there
+ * before — a val.bin of an earlier run included — is gone, and a run that
+ * fails half-way leaves the old directory as it was. An empty validation
+ * split is left out (with a note), since a shard needs tokens. */
 static bool write_outputs(nctmc_context *ctx, const prepare_options *o, nctmc_tokenizer *tok,
                           const token_split *train, const token_split *val, int32_t seq_len,
                           int32_t n_classes)
@@ -141,14 +153,21 @@ static bool write_outputs(nctmc_context *ctx, const prepare_options *o, nctmc_to
                   (long long)(train->n_tokens + val->n_tokens));
         return false;
     }
-    if (!cli_make_dir("prepare", o->out_dir) || !write_tokenizer(o->out_dir, tok) ||
-        !write_shard(ctx, o->out_dir, CLI_TRAIN_SHARD, train, vocab, seq_len, n_classes))
+    staged_dir sd;
+    if (!staged_dir_begin("prepare", o->out_dir, &sd))
         return false;
-    if (val->n_tokens > 0)
-        return write_shard(ctx, o->out_dir, CLI_VAL_SHARD, val, vocab, seq_len, n_classes);
-    if (o->val_fraction > 0.0f)
+    bool ok = write_tokenizer(sd.staging, o->out_dir, tok) &&
+              write_shard(ctx, sd.staging, o->out_dir, CLI_TRAIN_SHARD, train, vocab, seq_len,
+                          n_classes) &&
+              (val->n_tokens == 0 || write_shard(ctx, sd.staging, o->out_dir, CLI_VAL_SHARD, val,
+                                                 vocab, seq_len, n_classes));
+    if (!ok) {
+        staged_dir_abort(&sd);
+        return false;
+    }
+    if (val->n_tokens == 0 && o->val_fraction > 0.0f)
         printf("  (too little data for a validation split of %g)\n", (double)o->val_fraction);
-    return true;
+    return staged_dir_commit("prepare", &sd);
 }
 
 static int prepare_digits(nctmc_context *ctx, const prepare_options *o)
@@ -171,7 +190,7 @@ static int prepare_digits(nctmc_context *ctx, const prepare_options *o)
     bool ok = st == NCTMC_OK;
     if (!ok)
         cli_fail("prepare", "cannot create the image tokenizer", st, "");
-    printf("prepared %lld digit images from %s:\n", (long long)set.n, o->digits);
+    cli_printf(stdout, "prepared %lld digit images from %s:\n", (long long)set.n, o->digits);
     ok = ok && split_sequences(set.pixels, set.labels, set.n, DIGITS_PIXELS, o->val_fraction,
                                &train, &val);
     ok = ok && write_outputs(ctx, o, tok, &train, &val, DIGITS_PIXELS, DIGITS_CLASSES);
@@ -301,7 +320,10 @@ int cmd_prepare(int argc, char **argv)
                                   cli_option_given(&cmd, "--seq-len")))
         rc = cli_usage_error(&cmd, "--digits fixes the tokenizer and the sequence length");
     else
-        rc = -1;
+        rc = staged_dir_check("prepare", o.out_dir, o.digits ? &o.digits : files,
+                              o.digits ? 1 : n_files)
+                 ? -1
+                 : 1;
     if (rc < 0) {
         nctmc_context *ctx = NULL;
         rc = 1;

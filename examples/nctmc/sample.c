@@ -4,7 +4,6 @@
  * classifier-free guidance) for conditional ones; writes text, or for image
  * models a PNG grid and an ASCII preview.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -292,9 +291,13 @@ static void write_sample_header(FILE *out, const sample_job *job, int64_t i)
 }
 
 /* Decoded samples, each after a header line when there are several (or
- * space-separated token ids when the model has no tokenizer). */
+ * space-separated token ids when the model has no tokenizer). On a
+ * terminal the text is escaped: the tokenizer's values come from the
+ * checkpoint, and a control sequence among them must not act on the
+ * terminal; files and pipes get the text as it is. */
 static bool write_samples(FILE *out, const sample_job *job, nctmc_tokenizer *tok)
 {
+    bool terminal = isatty(fileno(out)) != 0;
     for (int64_t i = 0; i < job->n_done; i++) {
         const int32_t *seq = job->tokens + i * job->length;
         if (job->n > 1)
@@ -309,25 +312,41 @@ static bool write_samples(FILE *out, const sample_job *job, nctmc_tokenizer *tok
         if (text == NULL)
             return false;
         size_t len = strlen(text);
-        fprintf(out, "%s%s", text, len > 0 && text[len - 1] == '\n' ? "" : "\n");
+        if (terminal)
+            cli_write_escaped(out, text, true);
+        else
+            fputs(text, out);
+        if (len == 0 || text[len - 1] != '\n')
+            fputc('\n', out);
         free(text);
     }
     return true;
 }
 
-static bool write_samples_to(const char *path, const sample_job *job, nctmc_tokenizer *tok)
+/* The samples into a file, with the library's atomic writer (the text is
+ * assembled in memory first), so the file is never half-written and a
+ * FIFO, device or directory at the path is refused. */
+static bool write_samples_to(nctmc_context *ctx, const char *path, const sample_job *job,
+                             nctmc_tokenizer *tok)
 {
-    FILE *f = fopen(path, "w");
-    if (f == NULL) {
-        cli_error("sample", "cannot write %s", path);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    bool ok = mem != NULL && write_samples(mem, job, tok);
+    if (mem != NULL && fclose(mem) != 0)
+        ok = false;
+    if (!ok) {
+        cli_error("sample", "out of memory assembling the samples");
+        free(text);
         return false;
     }
-    bool ok = write_samples(f, job, tok);
-    if (fclose(f) != 0 || !ok) {
-        cli_error("sample", "writing %s failed", path);
+    nctmc_status st = nctmc_write_file(ctx, path, text, len);
+    free(text);
+    if (st != NCTMC_OK) {
+        cli_fail("sample", "cannot write the samples", st, nctmc_context_last_error(ctx));
         return false;
     }
-    fprintf(stderr, "wrote %lld samples to %s\n", (long long)job->n_done, path);
+    cli_printf(stderr, "wrote %lld samples to %s\n", (long long)job->n_done, path);
     return true;
 }
 
@@ -343,16 +362,21 @@ static char **class_titles(const sample_job *job)
     return titles;
 }
 
-static bool output_images(const sample_options *o, const sample_job *job, nctmc_tokenizer *tok)
+static bool output_images(nctmc_context *ctx, const sample_options *o, const sample_job *job,
+                          nctmc_tokenizer *tok)
 {
     image_grid grid = {job->tokens, job->n_done, job->per_row, 0, 0, 0};
     image_grid_shape(&grid, tok);
     if (o->png != NULL) {
-        if (image_grid_write_png(&grid, o->scale, o->png) != 0) {
-            cli_error("sample", "cannot write %s: %s", o->png, strerror(errno));
+        nctmc_status st = image_grid_write_png(ctx, &grid, o->scale, o->png);
+        if (st != NCTMC_OK) {
+            cli_fail("sample", o->png, st,
+                     st == NCTMC_ERR_INVALID_ARGUMENT ? "the grid is too large for a PNG"
+                     : st == NCTMC_ERR_OUT_OF_MEMORY  ? "out of memory"
+                                                      : nctmc_context_last_error(ctx));
             return false;
         }
-        fprintf(stderr, "wrote a %lld-image grid to %s\n", (long long)grid.n, o->png);
+        cli_printf(stderr, "wrote a %lld-image grid to %s\n", (long long)grid.n, o->png);
     }
     if (o->no_preview)
         return true;
@@ -365,13 +389,14 @@ static bool output_images(const sample_options *o, const sample_job *job, nctmc_
     return ok;
 }
 
-static bool output(const sample_options *o, const sample_job *job, nctmc_tokenizer *tok)
+static bool output(nctmc_context *ctx, const sample_options *o, const sample_job *job,
+                   nctmc_tokenizer *tok)
 {
     bool image = tok && nctmc_tokenizer_get_kind(tok) == NCTMC_TOKENIZER_IMAGE;
-    if (o->out != NULL && !write_samples_to(o->out, job, tok))
+    if (o->out != NULL && !write_samples_to(ctx, o->out, job, tok))
         return false;
     if (image)
-        return output_images(o, job, tok);
+        return output_images(ctx, o, job, tok);
     return o->out != NULL || write_samples(stdout, job, tok);
 }
 
@@ -419,13 +444,29 @@ static int sample(nctmc_context *ctx, const char *ckpt, const sample_options *o)
     int rc = 1;
     if (check_request(o, &cfg, tok, ckpt) && plan_job(&job, o, &cfg, tok)) {
         rc = draw_job(ctx, model, o, &job);
-        if (job.n_done > 0 && !output(o, &job, tok))
+        if (job.n_done > 0 && !output(ctx, o, &job, tok))
             rc = 1;
     }
     job_free(&job);
     nctmc_tokenizer_free(tok);
     nctmc_model_free(model);
     return rc;
+}
+
+/* The outputs can be written and are neither the checkpoint nor each
+ * other — checked before the model is even loaded. */
+static bool check_paths(const char *ckpt, const sample_options *o)
+{
+    const char *inputs[] = {ckpt};
+    if (!cli_check_input_file("sample", "checkpoint", ckpt) ||
+        (o->out && !cli_check_output_file("sample", "--out", o->out, inputs, 1)) ||
+        (o->png && !cli_check_output_file("sample", "--png", o->png, inputs, 1)))
+        return false;
+    if (o->out && o->png && (strcmp(o->out, o->png) == 0 || cli_same_file(o->out, o->png))) {
+        cli_error("sample", "--out and --png name the same file %s", o->out);
+        return false;
+    }
+    return true;
 }
 
 int cmd_sample(int argc, char **argv)
@@ -446,7 +487,7 @@ int cmd_sample(int argc, char **argv)
         CLI_OPT_SECTION("sampler"),
         CLI_OPT_CHOICE("--method", o.method, method_names,
                        "tau-leaping, Euler, or the posterior sampler"),
-        CLI_OPT_INT("--steps", p->n_steps, "N", 1, 1 << 24, "steps of the time grid"),
+        CLI_OPT_INT("--steps", p->n_steps, "N", 1, 1000000, "steps of the time grid"),
         CLI_OPT_CHOICE("--grid", o.grid, grid_names,
                        "time grid: even in t, or in log t (finer near t_min)"),
         CLI_OPT_FLOAT("--t-max", p->t_max, "T", 1e-9, 0.999999999, "first time"),
@@ -455,7 +496,7 @@ int cmd_sample(int argc, char **argv)
                       "jump logits are divided by T"),
         CLI_OPT_FLAG("--no-denoise", o.no_denoise,
                      "skip the final step to the most probable clean tokens"),
-        CLI_OPT_INT("--correct", p->correction_steps, "K", 0, 1 << 24,
+        CLI_OPT_INT("--correct", p->correction_steps, "K", 0, 1000000,
                     "self-correction: at most K single-token updates per sample"),
         CLI_OPT_FLOAT("--correct-temp", p->correction_temperature, "T", 1e-6, 1e6,
                       "temperature of the self-correction pass"),
@@ -470,7 +511,7 @@ int cmd_sample(int argc, char **argv)
                     "class label (class-conditional models; n_classes = the null label)"),
         CLI_OPT_INT("--per-class", o.per_class, "N", 1, 1 << 20,
                     "N samples of every class, one grid row per class"),
-        CLI_OPT_FLOAT("--cfg", p->cfg_scale, "W", -1e6, 1e6,
+        CLI_OPT_FLOAT("--cfg", p->cfg_scale, "W", 0.0, 1e6,
                       "classifier-free guidance weight; 1 = conditional only"),
         CLI_OPT_STRING("--prefix", o.prefix, "TEXT", "text models: clamp the start to TEXT"),
         CLI_OPT_STRING("--suffix", o.suffix, "TEXT", "text models: clamp the end to TEXT"),
@@ -510,6 +551,8 @@ int cmd_sample(int argc, char **argv)
         return cli_usage_error(&cmd, "--blank takes one ASCII character");
     if (p->t_min >= p->t_max)
         return cli_usage_error(&cmd, "--t-min must be below --t-max");
+    if (!check_paths(ckpt, &o))
+        return 1;
     cli_interrupt_install();
     nctmc_context *ctx = NULL;
     int rc = 1;

@@ -49,6 +49,31 @@ expect 2 err "no input files" -- prepare --out "$tmp/data"
 expect 2 err "takes no value" -- sample m.safetensors --no-denoise=1
 expect 2 err "cannot be combined" -- sample m.safetensors --infill "a__" --prefix x
 expect 2 err "--t-min must be below" -- sample m.safetensors --t-min 0.5 --t-max 0.4
+# every numeric flag is strict, and its range is that of the value stored
+# (issue 10, item 15): these passed the parser and failed in the library
+expect 2 err "bad value '0.999999999' for --t-max" -- sample m.safetensors --t-max 0.999999999
+expect 2 err "expected a number in \[1e-09, 0.999999999\]" -- sample m.safetensors --t-max 1
+expect 2 err "bad value '-1' for --cfg" -- sample m.safetensors --cfg -1
+expect 2 err "bad value '2000000' for --steps" -- sample m.safetensors --steps 2000000
+expect 2 err "bad value '100000' for --batch" -- train --data d --batch 100000
+expect 2 err "bad value ' 16' for --seq-len" -- train --data d --seq-len " 16"
+expect 2 err "bad value '+16' for --seq-len" -- train --data d --seq-len +16
+expect 2 err "bad value '16 ' for --seq-len" -- train --data d --seq-len "16 "
+expect 2 err "bad value '0x10' for --steps" -- train --data d --steps 0x10
+expect 2 err "bad value '0x1p-3' for --lr" -- train --data d --lr 0x1p-3
+expect 2 err "bad value ' 0.1' for --lr" -- train --data d --lr " 0.1"
+expect 2 err "bad value 'inf' for --clip" -- train --data d --clip inf
+expect 2 err "bad value 'nan' for --lr" -- train --data d --lr nan
+expect 2 err "bad value '1e' for --lr" -- train --data d --lr 1e
+expect 2 err "bad value '-0' for --seed" -- train --data d --seed -0
+expect 2 err "bad value ' 1' for --seed" -- train --data d --seed " 1"
+expect 2 err "bad value '18446744073709551616' for --seed" -- train --data d --seed 18446744073709551616
+# the seed's range is printed as it is, not as [0, 0]
+expect 2 err "expected an integer in \[0, 18446744073709551615\]" -- sample m.safetensors --seed x
+expect 2 err "expected an integer in \[0, 1048576\]" -- train --data d --seq-len x
+# numbers the strict parser still takes (the run then fails on the missing
+# data directory, exit 1, not on the flag)
+expect 1 err "training shard" -- train --data "$tmp/none" --lr .5e-3 --clip 1E2 --steps 10 --seed 0
 # a file that is not there is a runtime error (1), not a usage error
 expect 1 err "prepare: cannot open" -- prepare --out "$tmp/data" "$tmp/missing.txt"
 

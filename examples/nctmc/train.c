@@ -297,7 +297,7 @@ static bool save(train_run *run, int64_t step)
         cli_fail("train", run->o->out, st, nctmc_trainer_last_error(run->trainer));
         return false;
     }
-    fprintf(stderr, "step %lld: saved %s\n", (long long)step, run->o->out);
+    cli_printf(stderr, "step %lld: saved %s\n", (long long)step, run->o->out);
     return true;
 }
 
@@ -398,7 +398,7 @@ static void describe_setup(const train_run *run)
             (int)c.n_layers, (int)c.d_model, (int)c.n_heads, (int)c.cond_dim, (int)c.vocab_size,
             (int)c.seq_len, (int)c.n_classes, cli_process_names[c.process],
             cli_schedule_names[c.schedule], (long long)nctmc_model_n_params(run->model));
-    fprintf(stderr, "data: %lld tokens in %s (%s); tokenizer %s; validation: %s\n",
+    cli_printf(stderr, "data: %lld tokens in %s (%s); tokenizer %s; validation: %s\n",
             (long long)run->data.info.n_tokens, run->o->data_dir,
             run->data.info.seq_len ? "sequences" : "stream", tok,
             run->data.val_path ? run->data.val_path : "none");
@@ -454,13 +454,33 @@ static int train(train_run *run, const cli_command *cmd)
     if (!save(run, step))
         return 1;
     if (why == STOP_INTERRUPTED) {
-        fprintf(stderr, "resume with: nctmc train --data %s --resume %s --out %s\n",
+        cli_printf(stderr, "resume with: nctmc train --data %s --resume %s --out %s\n",
                 o->data_dir, o->out, o->out);
         return CLI_EXIT_INTERRUPTED;
     }
     if (!validate(run, step))
         return CLI_EXIT_INTERRUPTED;
     return 0;
+}
+
+/* Everything a run needs from the file system, before it starts: that the
+ * checkpoint can be written (not after an hour of training) and is none of
+ * the data files. --resume and --out may be the same file: the checkpoint
+ * is read whole at the start and replaced, atomically, by the new one. */
+static bool check_paths(const train_options *o)
+{
+    static const char *const names[] = {CLI_TRAIN_SHARD, CLI_VAL_SHARD, CLI_TOKENIZER_FILE};
+    char *inputs[3];
+    for (int i = 0; i < 3; i++)
+        inputs[i] = cli_path_join(o->data_dir, names[i]);
+    bool ok = inputs[0] && inputs[1] && inputs[2] &&
+              cli_check_input_file("train", "training shard", inputs[0]) &&
+              cli_check_input_file("train", "tokenizer", inputs[2]) &&
+              (!o->resume || cli_check_input_file("train", "--resume", o->resume)) &&
+              cli_check_output_file("train", "--out", o->out, (const char *const *)inputs, 3);
+    for (int i = 0; i < 3; i++)
+        free(inputs[i]);
+    return ok;
 }
 
 static void train_defaults(train_options *o)
@@ -508,14 +528,14 @@ int cmd_train(int argc, char **argv)
         CLI_OPT_INT("--vocab-pad", m->vocab_pad_multiple, "M", 0, 65536,
                     "pad the embedding/output rows to a multiple of M"),
         CLI_OPT_SECTION("trainer"),
-        CLI_OPT_INT("--batch", t->batch_size, "B", 1, 1 << 20, "sequences per step"),
+        CLI_OPT_INT("--batch", t->batch_size, "B", 1, 65536, "sequences per step"),
         CLI_OPT_FLOAT("--lr", t->learning_rate, "LR", 0.0, 10.0, "peak learning rate"),
         CLI_OPT_FLOAT("--min-lr-ratio", t->min_lr_ratio, "R", 0.0, 1.0,
                       "the cosine decay ends at R x the peak"),
         CLI_OPT_INT64("--warmup", t->warmup_steps, "N", 0, 1e15, "linear warm-up steps"),
         CLI_OPT_INT64("--steps", t->total_steps, "N", 1, 1e15, "total steps (end of the decay)"),
         CLI_OPT_FLOAT("--clip", t->grad_clip, "G", 0.0, 1e30, "gradient-norm limit; 0 = off"),
-        CLI_OPT_FLOAT("--weight-decay", t->weight_decay, "W", 0.0, 10.0, "AdamW decoupled decay"),
+        CLI_OPT_FLOAT("--weight-decay", t->weight_decay, "W", 0.0, 1.0, "AdamW decoupled decay"),
         CLI_OPT_FLOAT("--ema", t->ema_decay, "D", 0.0, 0.999999,
                       "EMA decay of the weights (saved for sampling); 0 = none"),
         CLI_OPT_FLOAT("--label-dropout", t->label_dropout, "P", 0.0, 1.0,
@@ -557,6 +577,8 @@ int cmd_train(int argc, char **argv)
         return parsed == CLI_PARSE_HELP ? 0 : CLI_EXIT_USAGE;
     if (o.data_dir == NULL)
         return cli_usage_error(&cmd, "--data DIR is required");
+    if (!check_paths(&o))
+        return 1;
     cli_interrupt_install();
     train_run run;
     memset(&run, 0, sizeof run);

@@ -1,0 +1,199 @@
+#!/bin/sh
+# The nctmc tool under hostile or unlucky paths and files (issue 10): outputs
+# that are FIFOs, symbolic links, directories, missing or empty; outputs that
+# are the command's own inputs; FIFOs as inputs; planted temporary-file
+# links; concurrent writers; a killed writer's leftovers; a re-prepare over
+# an older directory; control characters from files and paths.
+#
+#   test_hostile.sh PATH/TO/nctmc PATH/TO/digits.txt
+set -u
+nctmc=$1
+digits=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+esc=$(printf '\033')
+
+ok() { passed=$((passed + 1)); }
+bad() {
+    failed=$((failed + 1))
+    echo "FAIL: $*"
+    [ -f "$tmp/err" ] && sed 's/^/  | /' "$tmp/err" | tail -5
+}
+check() { # DESCRIPTION COMMAND...: the command succeeds
+    what=$1
+    shift
+    if "$@"; then ok; else bad "$what"; fi
+}
+
+# expect STATUS TEXT -- ARGS...: nctmc ARGS exits with STATUS within 60 s
+# (a FIFO must not block it) and TEXT occurs in its output (stdout or stderr)
+expect() {
+    want=$1 text=$2
+    shift 3
+    timeout 60 "$nctmc" "$@" >"$tmp/out" 2>"$tmp/err"
+    status=$?
+    if [ "$status" -eq "$want" ] && cat "$tmp/out" "$tmp/err" | grep -q -- "$text"; then
+        ok
+    else
+        bad "nctmc $* -> status $status (want $want), '$text' in its output?"
+    fi
+}
+
+# started: the command got past its checks into the work (it described the
+# model it was about to train)
+not_started() {
+    if grep -q "^model:" "$tmp/err"; then bad "$1: the work started before the check"; else ok; fi
+}
+
+tiny="--layers 1 --d-model 16 --heads 2 --cond-dim 8 --threads 1 --batch 4 --warmup 1"
+d="$tmp/d"
+"$nctmc" prepare --digits "$digits" --out "$d" >/dev/null 2>"$tmp/err" || bad "prepare"
+"$nctmc" train --data "$d" --out "$tmp/m.st" $tiny --steps 2 --eval-every 0 \
+    --eval-sequences 4 --eval-time-samples 1 >/dev/null 2>"$tmp/err" || bad "train"
+cp "$tmp/m.st" "$tmp/m.orig"
+cp "$d/train.bin" "$tmp/train.orig"
+mkfifo "$tmp/fifo"
+mkdir "$tmp/adir"
+
+# --- item 1: the writer replaces only regular files, writes through links --
+expect 1 "FIFO, device or socket" -- train --data "$d" --out "$tmp/fifo" $tiny --steps 2
+not_started "train --out FIFO"
+check "the FIFO is still a FIFO" test -p "$tmp/fifo"
+ln -s fifo "$tmp/to-fifo"
+expect 1 "FIFO, device or socket" -- sample "$tmp/m.st" --out "$tmp/to-fifo"
+ln -s nowhere/missing "$tmp/dangling"
+expect 1 "symbolic link to nothing" -- train --data "$d" --out "$tmp/dangling" $tiny --steps 2
+echo old >"$tmp/target.st"
+ln -s target.st "$tmp/link.st"
+expect 0 "finished" -- train --data "$d" --out "$tmp/link.st" $tiny --steps 2 --eval-every 0 \
+    --eval-sequences 4 --eval-time-samples 1
+check "the link stays a link" test -L "$tmp/link.st"
+check "its target holds the checkpoint" test "$(wc -c <"$tmp/target.st")" -gt 1000
+
+# --- item 3: an empty --out is refused, not read past ---------------------
+expect 1 "empty" -- prepare --out "" "$digits"
+expect 1 "empty" -- prepare --digits "$digits" --out ""
+
+# --- item 4: prepare replaces its whole directory ---------------------------
+check "val.bin is there" test -f "$d/val.bin"
+expect 0 "train.bin" -- prepare --digits "$digits" --out "$d" --val-fraction 0
+check "a re-prepare with --val-fraction 0 removes the stale val.bin" test ! -e "$d/val.bin"
+check "and writes the rest" test -f "$d/train.bin" -a -f "$d/tokenizer.txt"
+mkdir "$tmp/mixed"
+echo mine >"$tmp/mixed/notes.txt"
+expect 1 "prepare did not write" -- prepare --digits "$digits" --out "$tmp/mixed"
+check "a directory with other files is left alone" test -f "$tmp/mixed/notes.txt"
+expect 1 "which prepare replaces" -- prepare --out "$d" "$d/tokenizer.txt"
+# a killed prepare's staging directory goes; one holding other files stays
+mkdir "$tmp/d.tmp-AbC123" "$tmp/d.tmp-XyZ789"
+echo x >"$tmp/d.tmp-AbC123/train.bin"
+echo x >"$tmp/d.tmp-XyZ789/notes.txt"
+touch -d "1 hour ago" "$tmp/d.tmp-AbC123" "$tmp/d.tmp-XyZ789"
+expect 0 "val.bin" -- prepare --digits "$digits" --out "$d"
+check "a dead prepare's staging directory is removed" test ! -e "$tmp/d.tmp-AbC123"
+check "one holding other files is not" test -f "$tmp/d.tmp-XyZ789/notes.txt"
+check "no staging directory of ours is left" test -z "$(ls "$tmp" | grep '^d\.tmp-' | grep -v XyZ789)"
+check "the new val.bin is there" test -f "$d/val.bin"
+# killed half-way (SIGXFSZ: train.bin outgrows the file size limit after the
+# tokenizer was written): the old directory stays whole, and the next
+# prepare removes the dead one's staging directory
+cp -r "$d" "$tmp/d.before"
+(ulimit -f 40 && exec "$nctmc" prepare --digits "$digits" --out "$d" --val-fraction 0) \
+    >/dev/null 2>&1
+check "a prepare killed half-way leaves the old directory as it was" diff -r "$d" "$tmp/d.before"
+check "its staging directory is left" test -n "$(ls "$tmp" | grep '^d\.tmp-' | grep -v XyZ789)"
+expect 0 "val.bin" -- prepare --digits "$digits" --out "$d"
+check "the next prepare removes it" test -z "$(ls "$tmp" | grep '^d\.tmp-' | grep -v XyZ789)"
+
+# --- item 6: the PNG goes through the library's writer -----------------------
+echo precious >"$tmp/victim"
+ln -s victim "$tmp/grid.png.tmp"
+expect 0 "wrote a" -- sample "$tmp/m.st" --n 2 --steps 2 --png "$tmp/grid.png" --no-preview
+check "a planted <png>.tmp link is not followed" test "$(cat "$tmp/victim")" = precious
+check "the PNG is written" test "$(head -c 4 "$tmp/grid.png" | tail -c 3)" = PNG
+mkdir "$tmp/race"
+for i in 1 2 3 4; do
+    "$nctmc" sample "$tmp/m.st" --n 3 --steps 2 --seed $i --png "$tmp/race/g.png" \
+        --no-preview --threads 1 >/dev/null 2>&1 &
+done
+wait
+check "concurrent PNG writers leave one file, no temporary ones" \
+    test "$(ls "$tmp/race")" = g.png
+check "and it is a whole PNG" test "$(tail -c 8 "$tmp/race/g.png" | head -c 4)" = IEND
+
+# --- item 10: a killed writer's temporary file goes on the next save --------
+echo partial >"$tmp/m.st.tmp-Dead01"
+touch -d "1 hour ago" "$tmp/m.st.tmp-Dead01"
+expect 0 "finished" -- train --data "$d" --resume "$tmp/m.st" --out "$tmp/m.st" --steps 3 \
+    --eval-every 0 --eval-sequences 4 --eval-time-samples 1 --threads 1
+check "the stale temporary file is removed" test ! -e "$tmp/m.st.tmp-Dead01"
+cp "$tmp/m.st" "$tmp/m.orig"
+
+# --- item 11: an output is never one of the inputs ---------------------------
+expect 1 "is the input" -- sample "$tmp/m.st" --out "$tmp/m.st"
+ln -s m.st "$tmp/alias.st"
+expect 1 "is the input" -- sample "$tmp/m.st" --n 1 --png "$tmp/alias.st"
+ln "$tmp/m.st" "$tmp/hardlink.st"
+expect 1 "is the input" -- sample "$tmp/m.st" --out "$tmp/hardlink.st"
+check "the checkpoint is intact" cmp -s "$tmp/m.st" "$tmp/m.orig"
+expect 1 "is the input" -- train --data "$d" --out "$d/train.bin" $tiny --steps 2
+not_started "train --out data/train.bin"
+cp "$d/train.bin" "$tmp/train.orig"
+check "the shard is intact" cmp -s "$d/train.bin" "$tmp/train.orig"
+
+# --- item 12: unusable outputs are found before the work ---------------------
+expect 1 "the path is empty" -- train --data "$d" --out "" $tiny --steps 2
+not_started "train --out ''"
+expect 1 "No such file or directory" -- train --data "$d" --out "$tmp/nodir/m.st" $tiny --steps 2
+not_started "train --out missing/dir"
+expect 1 "a directory" -- train --data "$d" --out "$tmp/adir" $tiny --steps 2
+not_started "train --out DIR"
+expect 1 "No such file or directory" -- sample "$tmp/m.st" --out "$tmp/nodir/s.txt"
+expect 1 "a directory" -- sample "$tmp/m.st" --png "$tmp/adir"
+expect 1 "not a directory" -- prepare --digits "$digits" --out "$tmp/m.st"
+expect 1 "No such file" -- eval "$tmp/nothing.st" --data "$d"
+if [ "$(id -u)" -ne 0 ]; then
+    mkdir "$tmp/ro" && chmod 555 "$tmp/ro"
+    expect 1 "cannot write into" -- train --data "$d" --out "$tmp/ro/m.st" $tiny --steps 2
+    not_started "train --out read-only/dir"
+fi
+
+# --- item 13: control characters from files and paths are escaped -----------
+mkdir "$tmp/evil"
+cp "$d/train.bin" "$tmp/evil/train.bin"
+printf 'nctmc-tokenizer 1\n\033]0;owned\007kind image\n' >"$tmp/evil/tokenizer.txt"
+expect 1 "x1b" -- train --data "$tmp/evil" --out "$tmp/e.st" $tiny --steps 2
+check "no raw escape byte reaches stderr" test "$(grep -c "$esc" "$tmp/err")" -eq 0
+expect 1 "x1b\[2J" -- info "$tmp/no${esc}[2Jsuch.st"
+check "not from a path either" test "$(grep -c "$esc" "$tmp/err")" -eq 0
+
+# samples of a model whose tokenizer holds ESC and BEL: escaped on a
+# terminal (a pseudo-terminal by script(1)), as they are into a pipe
+if command -v script >/dev/null 2>&1; then
+    for i in 1 2 3 4 5 6 7 8; do printf 'ab\033[31mcd\033]0;t\007ef\n'; done >"$tmp/evil.txt"
+    "$nctmc" prepare --tokenizer chars --seq-len 16 --val-fraction 0 --out "$tmp/tx" \
+        "$tmp/evil.txt" >/dev/null 2>&1 &&
+        "$nctmc" train --data "$tmp/tx" --out "$tmp/tx.st" $tiny --steps 1 --eval-every 0 \
+            >/dev/null 2>&1 || bad "a text model with control characters"
+    # (stderr stays out: the progress bar draws with escape sequences)
+    script -qec "'$nctmc' sample '$tmp/tx.st' --n 8 --steps 2 --threads 1 2>/dev/null" \
+        /dev/null >"$tmp/tty.out" 2>&1
+    check "samples on a terminal show control characters escaped" grep -q 'x1b' "$tmp/tty.out"
+    check "and carry no raw escape byte" test "$(grep -c "$esc" "$tmp/tty.out")" -eq 0
+    "$nctmc" sample "$tmp/tx.st" --n 8 --steps 2 --threads 1 >"$tmp/pipe.out" 2>/dev/null
+    check "into a pipe the text is as it is" test "$(grep -c "$esc" "$tmp/pipe.out")" -gt 0
+fi
+
+# --- item 14: a FIFO as an input fails at once, not blocks -----------------
+expect 1 "not a regular file" -- info "$tmp/fifo"
+expect 1 "not a regular file" -- sample "$tmp/fifo"
+expect 1 "not a regular file" -- eval "$tmp/m.st" --shard "$tmp/fifo"
+expect 1 "not a regular file" -- train --data "$d" --resume "$tmp/fifo" --out "$tmp/r.st"
+mkdir "$tmp/fifodata"
+mkfifo "$tmp/fifodata/train.bin" "$tmp/fifodata/tokenizer.txt"
+expect 1 "not a regular file" -- train --data "$tmp/fifodata" --out "$tmp/r.st"
+
+echo "cli_hostile: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
