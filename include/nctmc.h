@@ -612,7 +612,8 @@ NCTMC_API nctmc_status nctmc_tokenizer_load(nctmc_context *ctx, const char *path
 
 /** Attaches a copy of tok to the model (replacing any other). Its vocabulary
  *  must equal the model's data tokens: S for the uniform process, S - 1
- *  otherwise. tok NULL detaches. */
+ *  otherwise; an image tokenizer's width * height must equal the model's
+ *  seq_len (an image is one sequence). tok NULL detaches. */
 NCTMC_API nctmc_status nctmc_model_set_tokenizer(nctmc_model *model, const nctmc_tokenizer *tok);
 
 /** The model's tokenizer, or NULL when it has none. Owned by the model;

@@ -489,6 +489,15 @@ nctmc_status tokenizer_check_model(const nctmc_tokenizer *tok, const nctmc_model
                           tok->vocab, cfg->vocab_size,
                           cfg->process == NCTMC_PROCESS_UNIFORM ? "uniform" : "mask-token",
                           data);
+    /* an image is exactly one sequence: a shorter one would make every
+     * reader of the picture run past the tokens, a longer one draw garbage */
+    if (tok->kind == NCTMC_TOKENIZER_IMAGE &&
+        (int64_t)tok->width * tok->height != (int64_t)cfg->seq_len)
+        return nctmc_fail(err, err_size, status,
+                          "the image tokenizer is %d x %d = %lld pixels, the model's sequences "
+                          "are %d tokens: they must be equal",
+                          tok->width, tok->height, (long long)tok->width * tok->height,
+                          cfg->seq_len);
     return NCTMC_OK;
 }
 

@@ -540,6 +540,19 @@ static void edit_tok_alphabet(pieces *p)
     st_meta *m = find_meta(p, "nctmc.tokenizer.alphabet");
     m->value = "61 62 63 64 66 65"; /* not increasing */
 }
+/* The model has 4 positions and 6 data tokens: an image tokenizer of 6
+ * levels fits it as 2 x 2 pixels, and contradicts it as 4 x 2. */
+static void make_image_tokenizer(pieces *p, const char *width, const char *height)
+{
+    find_meta(p, "nctmc.tokenizer.kind")->value = "image";
+    find_meta(p, "nctmc.tokenizer.alphabet")->key = "someone.alphabet";
+    p->meta[p->n_meta++] = (st_meta){"nctmc.tokenizer.width", width};
+    p->meta[p->n_meta++] = (st_meta){"nctmc.tokenizer.height", height};
+    p->meta[p->n_meta++] = (st_meta){"nctmc.tokenizer.levels", "6"};
+}
+static void edit_tok_image_fits(pieces *p) { make_image_tokenizer(p, "2", "2"); }
+static void edit_tok_image_too_big(pieces *p) { make_image_tokenizer(p, "4", "2"); }
+static void edit_tok_image_too_small(pieces *p) { make_image_tokenizer(p, "1", "2"); }
 static void edit_user_key(pieces *p)
 {
     p->meta[p->n_meta++] = (st_meta){"someone.else", "is fine"};
@@ -579,6 +592,10 @@ static const crafted crafted_cases[] = {
     {"tokenizer vocabulary", edit_tok_vocab, true, NCTMC_ERR_FORMAT},
     {"tokenizer kind", edit_tok_kind, true, NCTMC_ERR_FORMAT},
     {"tokenizer alphabet order", edit_tok_alphabet, true, NCTMC_ERR_FORMAT},
+    {"image tokenizer of the model's shape", edit_tok_image_fits, true, NCTMC_OK},
+    {"image tokenizer larger than a sequence", edit_tok_image_too_big, true, NCTMC_ERR_FORMAT},
+    {"image tokenizer smaller than a sequence", edit_tok_image_too_small, true,
+     NCTMC_ERR_FORMAT},
     {"someone else's key", edit_user_key, true, NCTMC_OK},
 };
 

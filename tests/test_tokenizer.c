@@ -625,6 +625,23 @@ static void test_model_tokenizer(nctmc_context *ctx)
     CHECK(nctmc_model_set_tokenizer(m, NULL) == NCTMC_OK && !nctmc_model_get_tokenizer(m),
           "detach");
     CHECK(nctmc_model_set_tokenizer(NULL, bytes) == NCTMC_ERR_INVALID_ARGUMENT, "NULL model");
+    /* an image is one sequence: 10 grey levels fit S = 11, but only a shape
+     * of seq_len = 4 pixels does (a 16-pixel picture of a 4-token sequence
+     * made `nctmc sample` read past its tokens) */
+    nctmc_tokenizer *img = NULL;
+    nctmc_tokenizer_create_image(ctx, 4, 4, 10, &img);
+    CHECK(nctmc_model_set_tokenizer(m, img) == NCTMC_ERR_INVALID_ARGUMENT &&
+              message_has(nctmc_model_last_error(m), "4 x 4"),
+          "a 4 x 4 image on 4-token sequences: %s", nctmc_model_last_error(m));
+    nctmc_tokenizer_free(img);
+    nctmc_tokenizer_create_image(ctx, 1, 2, 10, &img);
+    CHECK(nctmc_model_set_tokenizer(m, img) == NCTMC_ERR_INVALID_ARGUMENT,
+          "a 1 x 2 image on 4-token sequences");
+    nctmc_tokenizer_free(img);
+    nctmc_tokenizer_create_image(ctx, 2, 2, 10, &img);
+    CHECK(nctmc_model_set_tokenizer(m, img) == NCTMC_OK, "a 2 x 2 image on 4-token sequences: %s",
+          nctmc_model_last_error(m));
+    nctmc_tokenizer_free(img);
     nctmc_model_free(m);
     /* uniform: the tokenizer's vocabulary is S itself */
     cfg.process = NCTMC_PROCESS_UNIFORM;
