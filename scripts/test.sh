@@ -82,7 +82,7 @@ UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 # cores; eval's enumerations take minutes there and add no thread use).
 echo "== gcc + TSan: the thread tests =="
 tsan_tests="thread_pool api cpu_dense sampler trainer lifetimes errors cancel"
-configure build-ci-tsan -Dreference_tests=disabled -Db_sanitize=thread \
+configure build-ci-tsan -Dreference_tests=disabled -Dcuda=disabled -Db_sanitize=thread \
     -Dbuildtype=debugoptimized -Db_lundef=false
 ninja -C build-ci-tsan $(for t in $tsan_tests; do printf 'tests/test_%s ' "$t"; done)
 # huge-allocation tests expect NULL from the allocator, not a report
