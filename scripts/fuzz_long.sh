@@ -22,7 +22,7 @@
 # build-fuzz/crash-* and the script exits non-zero. The executions reached
 # go to build-fuzz/fuzz-long-results.txt (one line per loader).
 #
-# Last result (docs/formats.md, "Fuzzing the loaders", keeps it up to date).
+# The last result is in docs/formats.md ("Fuzzing the loaders").
 set -eu
 cd "$(dirname "$0")/.."
 root=$(pwd)
