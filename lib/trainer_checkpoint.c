@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h"
 #include "model_io.h"
 #include "numtext.h"
 #include "trainer.h"
@@ -447,13 +448,18 @@ NCTMC_API nctmc_status nctmc_trainer_inspect(nctmc_context *ctx, const char *pat
         return NCTMC_ERR_INVALID_ARGUMENT;
     char *err = ctx->last_error;
     size_t err_size = sizeof ctx->last_error;
-    if (!path || (params && params->struct_size != sizeof *params) ||
-        (state && state->struct_size != sizeof *state))
+    if (!path)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_trainer_inspect: path is NULL, or a struct_size is not the "
-                          "library's (call the _init functions)");
+                          "nctmc_trainer_inspect: path is NULL");
+    nctmc_status st = NCTMC_OK;
+    if (params)
+        st = abi_check_output(params, &abi_trainer_params, err, err_size);
+    if (st == NCTMC_OK && state)
+        st = abi_check_output(state, &abi_trainer_state, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
     st_file *file = NULL;
-    nctmc_status st = st_read_file(path, &file, err, err_size);
+    st = st_open_file(&ctx->alloc, path, &file, err, err_size);
     if (st != NCTMC_OK)
         return st;
     nctmc_trainer_params p;
@@ -471,8 +477,9 @@ NCTMC_API nctmc_status nctmc_trainer_inspect(nctmc_context *ctx, const char *pat
     if (st != NCTMC_OK)
         return st;
     if (params)
-        *params = p;
+        abi_write(params, &p, &abi_trainer_params);
     if (state)
-        *state = s;
+        abi_write(state, &s, &abi_trainer_state);
+    ctx->last_error[0] = '\0';
     return NCTMC_OK;
 }
