@@ -318,6 +318,39 @@ enum {
     NCTMC_SCHEDULE_LOGLINEAR = 2
 };
 
+/** What the time embedding of the network is computed from (the sinusoid
+ *  of DESIGN §2 is applied to this value). */
+typedef int32_t nctmc_time_input;
+enum {
+    /** t itself (the only choice of 0.2.0; checkpoints that do not record a
+     *  time input use it). Frequencies <= 1 barely separate t = 1e-3 from
+     *  t = 1e-2, where the exit rate of a noisy token changes tenfold. */
+    NCTMC_TIME_INPUT_T = 0,
+    /** The log signal-to-noise ratio log(a_t / (1 - a_t)), clamped to
+     *  [-30, 30]: it resolves small t (it moves by 2.3 between t = 1e-3 and
+     *  1e-2 under the linear schedule) as finely as the middle of (0, 1). */
+    NCTMC_TIME_INPUT_LOG_SNR = 1
+};
+
+/** How the exit-rate head's output h becomes the exit rate lambda_theta of
+ *  a position (docs/math.md, "Exit-rate links"). The masked process ignores
+ *  it: its exit rate is exact from the schedule. */
+typedef int32_t nctmc_exit_link;
+enum {
+    /** log lambda_theta = h + log sigma_t (the only link of 0.2.0;
+     *  checkpoints that do not record a link use it). The target of h is
+     *  about -log t for a noisy token at small t. */
+    NCTMC_EXIT_LINK_SIGMA = 0,
+    /** lambda_theta = (1 - nu) lam_c + nu lam_n with nu = sigmoid(h +
+     *  logit pi_n): lam_c and lam_n are the exact conditional exit rates of
+     *  a clean and of a noisy token, pi_n the context-free probability that
+     *  the token is noise. h is the log-likelihood ratio the context adds,
+     *  an O(1) target at every t; h = 0 is the best context-free rate. For
+     *  the mixture process the rate out of the mask token does not depend
+     *  on x0 and is used exactly. */
+    NCTMC_EXIT_LINK_NOISE_POSTERIOR = 1
+};
+
 /** The model's hyper-parameters. Fill with nctmc_model_config_init(). */
 typedef struct nctmc_model_config {
     size_t struct_size;
@@ -346,11 +379,17 @@ typedef struct nctmc_model_config {
     float schedule_eps;
     /** Seed of the deterministic weight initialisation. */
     uint64_t seed;
+    /* ---- appended in 0.3.0 (0 = the 0.2.0 behaviour) ---- */
+    /** What the time embedding sees (default NCTMC_TIME_INPUT_LOG_SNR). */
+    nctmc_time_input time_input;
+    /** The exit-rate link (default NCTMC_EXIT_LINK_NOISE_POSTERIOR). */
+    nctmc_exit_link exit_link;
 } nctmc_model_config;
 
 /** Fills *config with a small uniform-process model: S = 256, L = 256,
  *  6 layers, d = 384, 6 heads, c = 128, no classes, linear schedule,
- *  p_u = 0.1, eps = 1e-3, seed 0 (see "Versioned structs"). */
+ *  p_u = 0.1, eps = 1e-3, seed 0, log-SNR time input, noise-posterior exit
+ *  link (see "Versioned structs"). */
 NCTMC_API nctmc_status nctmc_model_config_init_sized(nctmc_model_config *config, size_t size);
 #define nctmc_model_config_init(p) nctmc_model_config_init_sized((p), sizeof *(p))
 

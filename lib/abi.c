@@ -28,7 +28,7 @@
 
 ABI_STRUCT(abi_context_params, nctmc_context_params, alloc_user_data, alloc_user_data);
 ABI_STRUCT(abi_reader, nctmc_reader, user_data, user_data);
-ABI_STRUCT(abi_model_config, nctmc_model_config, seed, seed);
+ABI_STRUCT(abi_model_config, nctmc_model_config, seed, exit_link);
 ABI_STRUCT(abi_tensor_info, nctmc_tensor_info, n_elements, n_elements);
 ABI_STRUCT(abi_forward_params, nctmc_forward_params, jump_logprobs, jump_logprobs);
 ABI_STRUCT(abi_dataset_info, nctmc_dataset_info, n_sequences, n_sequences);

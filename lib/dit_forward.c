@@ -11,19 +11,26 @@ static void upload_inputs(const nctmc_model *m, dit_workspace *ws, const dit_bat
     size_t n = (size_t)b->batch * (size_t)b->length;
     be->ops->upload(be, ws->x_t, b->x_t, n * sizeof(int32_t));
     be->ops->upload(be, ws->times, b->times, (size_t)b->batch * sizeof(float));
+    if (ws->time_input) {
+        for (int32_t i = 0; i < b->batch; i++)
+            ws->host_time_input[i] = (float)fp_log_snr(&m->fp, (double)b->times[i]);
+        be->ops->upload(be, ws->time_input, ws->host_time_input,
+                        (size_t)b->batch * sizeof(float));
+    }
     if (m->dims.n_labels > 0) {
         const int32_t *labels = b->labels ? b->labels : ws->host_labels;
         be->ops->upload(be, ws->labels, labels, (size_t)b->batch * sizeof(int32_t));
     }
 }
 
-/* cond = SiLU(mlp.2(SiLU(mlp.0(sinusoid(t))))) (+ label embedding) */
+/* cond = SiLU(mlp.2(SiLU(mlp.0(sinusoid(t or log-SNR))))) (+ label embedding) */
 static void time_conditioning(const nctmc_model *m, dit_workspace *ws, int32_t B)
 {
     nctmc_backend *be = ws->be;
     const dit_view *w = &m->view;
     int32_t c = m->dims.c;
-    be->ops->timestep_embedding(be, B, NCTMC_TIME_FEATURES, ws->times, ws->tfreq);
+    const float *input = ws->time_input ? ws->time_input : ws->times;
+    be->ops->timestep_embedding(be, B, NCTMC_TIME_FEATURES, input, ws->tfreq);
     be->ops->linear_forward(be, B, NCTMC_TIME_FEATURES, c, ws->tfreq, w->time_w1, w->time_b1,
                             ws->t_a1);
     be->ops->silu_forward(be, (int64_t)B * c, ws->t_a1, ws->t_a2);

@@ -61,6 +61,9 @@ struct dit_workspace {
     int32_t *x_0;      /* [N] */
     int32_t *labels;   /* [B] */
     float *times;      /* [B] */
+    int32_t time_input_kind;  /* the model's nctmc_time_input */
+    float *time_input; /* [B] what the embedding sees (log-SNR); NULL for
+                          NCTMC_TIME_INPUT_T, which embeds `times` itself */
 
     /* time conditioning */
     float *tfreq;      /* [B, 256] */
@@ -89,6 +92,7 @@ struct dit_workspace {
     /* host staging */
     int32_t *host_labels;  /* [B] null labels when the caller passes none */
     float *host_loss;      /* [N] */
+    float *host_time_input;  /* [B] when time_input is not NULL */
 };
 
 /* The activations of block k. */

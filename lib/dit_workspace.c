@@ -94,6 +94,8 @@ static void plan_workspace(arena_plan *p, dit_workspace *ws, const ws_sizes *z)
     plan_i(p, &ws->x_0, z->N, 1);
     plan_i(p, &ws->labels, z->B, 1);
     plan_f(p, &ws->times, z->B, 1);
+    if (ws->time_input_kind != NCTMC_TIME_INPUT_T)
+        plan_f(p, &ws->time_input, z->B, 1);
     plan_f(p, &ws->tfreq, z->B, NCTMC_TIME_FEATURES);
     plan_f(p, &ws->t_a1, z->B, z->c);
     plan_f(p, &ws->t_a2, z->B, z->c);
@@ -169,6 +171,13 @@ static nctmc_status alloc_host_staging(dit_workspace *ws, const nctmc_model *m, 
 {
     ws->host_labels = nctmc_mem_alloc(ws->be->alloc, (size_t)ws->max_batch * sizeof(int32_t));
     ws->host_loss = nctmc_mem_alloc(ws->be->alloc, N * sizeof(float));
+    if (m->config.time_input != NCTMC_TIME_INPUT_T) {
+        ws->host_time_input =
+            nctmc_mem_alloc(ws->be->alloc, (size_t)ws->max_batch * sizeof(float));
+        if (!ws->host_time_input)
+            return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                              "out of host memory for the workspace");
+    }
     if (!ws->host_labels || !ws->host_loss)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of host memory for the workspace");
@@ -195,6 +204,7 @@ nctmc_status dit_workspace_create(const nctmc_model *m, nctmc_backend *be, int32
     ws->training = training;
     ws->max_batch = B;
     ws->max_length = L;
+    ws->time_input_kind = m->config.time_input;
     ws->n_layer_acts = training ? m->dims.n_layers : 1;
     ws->layers = nctmc_mem_calloc(be->alloc, (size_t)ws->n_layer_acts, sizeof *ws->layers);
     if (training)
@@ -238,6 +248,7 @@ void dit_workspace_free(dit_workspace *ws)
     nctmc_mem_free(ws->be->alloc, ws->grad_blocks);
     nctmc_mem_free(ws->be->alloc, ws->host_labels);
     nctmc_mem_free(ws->be->alloc, ws->host_loss);
+    nctmc_mem_free(ws->be->alloc, ws->host_time_input);
     nctmc_mem_free(ws->be->alloc, ws);
 }
 

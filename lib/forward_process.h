@@ -32,10 +32,12 @@ typedef struct nctmc_fp {
     int32_t vocab;           /* S */
     float mixture_uniform;   /* p_u */
     float schedule_eps;      /* eps of the log-linear schedule */
+    int32_t exit_link;       /* nctmc_exit_link: how h becomes lambda_theta */
 } nctmc_fp;
 
 enum { NCTMC_FP_UNIFORM = 0, NCTMC_FP_MASKED = 1, NCTMC_FP_MIXTURE = 2 };
 enum { NCTMC_FP_LINEAR = 0, NCTMC_FP_COSINE = 1, NCTMC_FP_LOGLINEAR = 2 };
+enum { NCTMC_FP_LINK_SIGMA = 0, NCTMC_FP_LINK_NOISE_POSTERIOR = 1 };
 
 /* a_t */
 static inline NCTMC_HD double fp_alpha(const nctmc_fp *fp, double t)
@@ -192,15 +194,136 @@ static inline NCTMC_HD double fp_masked_log_rate(const nctmc_fp *fp, double t, i
     return log(fp_sigma(fp, t) * a / fp_one_minus_alpha(fp, t));
 }
 
-/* log lambda_theta from the exit-rate head's output h: the learned link
- * log lambda = h + log sigma_t, except for the masked process, whose exit
- * rate is exact from the schedule. */
+/* log(1 + exp(x)) without overflow or loss of small values */
+static inline NCTMC_HD double fp_softplus(double x)
+{
+    return x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x));
+}
+
+/* log(exp(a) + exp(b)); a or b may be -inf */
+static inline NCTMC_HD double fp_logaddexp(double a, double b)
+{
+    double hi = a > b ? a : b, lo = a > b ? b : a;
+    if (hi == -INFINITY)
+        return -INFINITY;
+    return hi + log1p(exp(lo - hi));
+}
+
+/* The log signal-to-noise ratio log(a_t / (1 - a_t)), the time input of
+ * NCTMC_TIME_INPUT_LOG_SNR, clamped so that t = 0 and t = 1 stay finite. */
+#define NCTMC_LOG_SNR_LIMIT 30.0
+static inline NCTMC_HD double fp_log_snr(const nctmc_fp *fp, double t)
+{
+    double a = fp_alpha(fp, t), om = fp_one_minus_alpha(fp, t);
+    double v = (a > 0.0 ? log(a) : -INFINITY) - (om > 0.0 ? log(om) : -INFINITY);
+    if (!(v < NCTMC_LOG_SNR_LIMIT))
+        return NCTMC_LOG_SNR_LIMIT;
+    if (!(v > -NCTMC_LOG_SNR_LIMIT))
+        return -NCTMC_LOG_SNR_LIMIT;
+    return v;
+}
+
+/*
+ * The two exact conditional exit rates of a data token i with pi_i > 0
+ * (fp_conditional_rate with x0 = i and with x0 != i), in log space:
+ *   lam_c = sigma pi_i (1 - a)(1 - pi_i) / (a + (1 - a) pi_i)   (i is clean)
+ *   lam_n = sigma (1 - (1 - a) pi_i) / (1 - a)                  (i is noise)
+ * and the logit of pi_n = P(x0 != i | x_t = i) when x0 is uniform over the
+ * n_d data tokens and nothing else is known:
+ *   pi_n = (n_d - 1)(1 - a) pi_i / (a + n_d (1 - a) pi_i),
+ *   logit pi_n = log((n_d - 1)(1 - a) pi_i) - log(a + (1 - a) pi_i)
+ * ((1 - a)(1 - pi_i) for the uniform process, where n_d pi_i = 1).
+ */
+typedef struct fp_noise_rates {
+    double log_lam_c, log_lam_n;
+    double logit_pi_n;   /* -inf when no other data token exists */
+} fp_noise_rates;
+
+static inline NCTMC_HD fp_noise_rates fp_noise_rates_at(const nctmc_fp *fp, double t,
+                                                        int32_t i)
+{
+    fp_noise_rates r;
+    double a = fp_alpha(fp, t), om = fp_one_minus_alpha(fp, t);
+    double log_sigma = log(fp_sigma(fp, t));
+    double pi_i = fp_prior(fp, i);
+    double log_clean_mass = log(a + om * pi_i);
+    r.log_lam_c = log_sigma + log(pi_i) + log(om) + log1p(-pi_i) - log_clean_mass;
+    r.log_lam_n = log_sigma + log1p(-om * pi_i) - log(om);
+    int32_t n_other = fp_n_data(fp) - 1;
+    r.logit_pi_n = n_other > 0 ? log((double)n_other * om * pi_i) - log_clean_mass : -INFINITY;
+    return r;
+}
+
+/* log lambda_theta and d lambda_theta / d h at one position. */
+typedef struct fp_model_rate {
+    double log_rate;   /* -inf for an exact rate of 0 */
+    double dlam_dh;    /* 0 where the rate is not learned */
+} fp_model_rate;
+
+/* The exit rate of the mixture process at its mask token: the same for
+ * every x0 (x0 is never the mask), so it is known exactly:
+ *   sigma (a + (1 - a)(1 - pi_m)) / (1 - a). */
+static inline NCTMC_HD double fp_mixture_mask_log_rate(const nctmc_fp *fp, double t)
+{
+    double a = fp_alpha(fp, t), om = fp_one_minus_alpha(fp, t);
+    return log(fp_sigma(fp, t)) + log(a + om * (1.0 - fp_prior_mask(fp))) - log(om);
+}
+
+/*
+ * NCTMC_EXIT_LINK_NOISE_POSTERIOR:
+ *   lambda = (1 - nu) lam_c + nu lam_n,  nu = sigmoid(h + logit pi_n),
+ * as logaddexp(log(1 - nu) + log lam_c, log nu + log lam_n) with
+ * log nu = -softplus(-g), log(1 - nu) = -softplus(g), g = h + logit pi_n;
+ * d lambda / d h = (lam_n - lam_c) nu (1 - nu).
+ */
+static inline NCTMC_HD fp_model_rate fp_noise_posterior_rate(const nctmc_fp *fp, double t,
+                                                             int32_t i, float h)
+{
+    fp_model_rate m;
+    fp_noise_rates r = fp_noise_rates_at(fp, t, i);
+    if (r.logit_pi_n == -INFINITY) {
+        /* one data token: it is always clean */
+        m.log_rate = r.log_lam_c;
+        m.dlam_dh = 0.0;
+        return m;
+    }
+    double g = (double)h + r.logit_pi_n;
+    double log_nu = -fp_softplus(-g), log_not_nu = -fp_softplus(g);
+    m.log_rate = fp_logaddexp(log_not_nu + r.log_lam_c, log_nu + r.log_lam_n);
+    double log_spread = log_nu + log_not_nu;
+    m.dlam_dh = exp(r.log_lam_n + log_spread) - exp(r.log_lam_c + log_spread);
+    return m;
+}
+
+/* log lambda_theta from the exit-rate head's output h, by the model's link
+ * (the masked process's rate is exact from the schedule; so is the mixture
+ * process's rate out of the mask under the noise-posterior link). */
+static inline NCTMC_HD fp_model_rate fp_model_rate_at(const nctmc_fp *fp, double t, int32_t i,
+                                                      float h)
+{
+    fp_model_rate m;
+    m.dlam_dh = 0.0;
+    if (fp->process == NCTMC_FP_MASKED) {
+        m.log_rate = fp_masked_log_rate(fp, t, i);
+        return m;
+    }
+    if (fp->exit_link == NCTMC_FP_LINK_NOISE_POSTERIOR) {
+        if (i == fp_mask(fp)) {
+            /* p_u = 1 leaves the mask unreachable: no rate out of it */
+            m.log_rate = fp_prior_mask(fp) > 0.0 ? fp_mixture_mask_log_rate(fp, t) : -INFINITY;
+            return m;
+        }
+        return fp_noise_posterior_rate(fp, t, i, h);
+    }
+    m.log_rate = (double)h + log(fp_sigma(fp, t));
+    m.dlam_dh = exp(m.log_rate);
+    return m;
+}
+
 static inline NCTMC_HD double fp_model_log_rate(const nctmc_fp *fp, double t, int32_t i,
                                                 float h)
 {
-    if (fp->process == NCTMC_FP_MASKED)
-        return fp_masked_log_rate(fp, t, i);
-    return (double)h + log(fp_sigma(fp, t));
+    return fp_model_rate_at(fp, t, i, h).log_rate;
 }
 
 #endif /* NCTMC_FORWARD_PROCESS_H */

@@ -15,9 +15,12 @@
  *   sum_j rhat_j log r_j = w_prior (wz - (1 - pi_i)(LSE - m))
  *                          + w_x0 (z_{x0} - LSE)
  * (using sum_{j != i} pi_j = 1 - pi_i).
- * Gradients (h the exit-rate head, log lambda = h + log sigma):
- *   dl/dh = lambda_theta - lam_hat,   dl/dz_j = lam_hat r_j - Rhat_j (j != i),
- *   dl/dz_i = 0.
+ * Gradients (h the exit-rate head): dl/dlambda = 1 - lam_hat / lambda, so
+ *   dl/dh = (1 - lam_hat / lambda) dlambda/dh, which is lambda - lam_hat
+ *   for the sigma link (log lambda = h + log sigma) and
+ *   (1 - lam_hat / lambda)(lam_n - lam_c) nu (1 - nu) for the
+ *   noise-posterior link (forward_process.h);
+ *   dl/dz_j = lam_hat r_j - Rhat_j (j != i),  dl/dz_i = 0.
  * When lam_hat = 0 the loss is lambda_theta itself (f(0, b) = b).
  */
 #ifndef NCTMC_LCOND_MATH_H
@@ -40,6 +43,7 @@ typedef struct lcond_row_stats {
 typedef struct lcond_position {
     fp_reverse_rate rate;
     double log_rate;  /* log lambda_theta (-inf for an exact rate of 0) */
+    double dlam_dh;   /* d lambda_theta / d h (0 where the rate is exact) */
     double pi_i;
     int32_t i;
     int32_t x0;
@@ -50,7 +54,9 @@ static inline NCTMC_HD lcond_position lcond_prepare(const nctmc_fp *fp, double t
 {
     lcond_position p;
     p.rate = fp_conditional_rate(fp, t, i, x0);
-    p.log_rate = fp_model_log_rate(fp, t, i, h);
+    fp_model_rate m = fp_model_rate_at(fp, t, i, h);
+    p.log_rate = m.log_rate;
+    p.dlam_dh = m.dlam_dh;
     p.pi_i = fp_prior(fp, i);
     p.i = i;
     p.x0 = x0;
@@ -84,13 +90,18 @@ static inline NCTMC_HD double lcond_value(const lcond_position *p, lcond_row_sta
     return lam_hat * (phi + kl);
 }
 
-/* d l / d h for the learned link (0 for the masked process, whose rate is
- * not learned). */
+/* d l / d h for the learned link (0 where the rate is exact: the masked
+ * process, and the mixture's mask token under the noise-posterior link). */
 static inline NCTMC_HD double lcond_grad_h(const nctmc_fp *fp, const lcond_position *p)
 {
     if (fp->process == NCTMC_FP_MASKED)
         return 0.0;
-    return exp(p->log_rate) - p->rate.lam_hat;
+    if (fp->exit_link != NCTMC_FP_LINK_NOISE_POSTERIOR)
+        return exp(p->log_rate) - p->rate.lam_hat;
+    if (p->dlam_dh == 0.0)
+        return 0.0;
+    double ratio = p->rate.lam_hat > 0.0 ? exp(log(p->rate.lam_hat) - p->log_rate) : 0.0;
+    return (1.0 - ratio) * p->dlam_dh;
 }
 
 /* d l / d z_j for j < S, given z_j, the row's LSE and pi_j (the definition,

@@ -34,6 +34,8 @@ NCTMC_API nctmc_status nctmc_model_config_init_sized(nctmc_model_config *config,
     d.mixture_uniform = 0.1f;
     d.schedule_eps = 1e-3f;
     d.seed = 0;
+    d.time_input = NCTMC_TIME_INPUT_LOG_SNR;
+    d.exit_link = NCTMC_EXIT_LINK_NOISE_POSTERIOR;
     return abi_init(config, size, &d, &abi_model_config);
 }
 
@@ -61,6 +63,14 @@ static nctmc_status validate_process(const nctmc_model_config *cfg, char *err,
         cfg->schedule != NCTMC_SCHEDULE_LOGLINEAR)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "config.schedule = %d is not an nctmc_schedule", (int)cfg->schedule);
+    if (cfg->time_input != NCTMC_TIME_INPUT_T && cfg->time_input != NCTMC_TIME_INPUT_LOG_SNR)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "config.time_input = %d is not an nctmc_time_input",
+                          (int)cfg->time_input);
+    if (cfg->exit_link != NCTMC_EXIT_LINK_SIGMA &&
+        cfg->exit_link != NCTMC_EXIT_LINK_NOISE_POSTERIOR)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "config.exit_link = %d is not an nctmc_exit_link", (int)cfg->exit_link);
     if (cfg->process == NCTMC_PROCESS_MIXTURE &&
         !(cfg->mixture_uniform > 0.0f && cfg->mixture_uniform <= 1.0f))
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
@@ -121,5 +131,6 @@ nctmc_fp dit_config_fp(const nctmc_model_config *cfg)
     fp.vocab = cfg->vocab_size;
     fp.mixture_uniform = cfg->mixture_uniform;
     fp.schedule_eps = cfg->schedule_eps;
+    fp.exit_link = (int32_t)cfg->exit_link;
     return fp;
 }

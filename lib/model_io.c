@@ -25,7 +25,12 @@
 #define NCTMC_PREFIX "nctmc."
 /* The trainer's metadata namespace, which it checks itself. */
 #define TRAINER_META_PREFIX "nctmc.trainer."
-#define FORMAT_VERSION "1"
+/* Format 1: the 0.2.0 layout. Format 2 adds the configuration fields
+ * time_input and exit_link; a model whose fields all have their 0.2.0
+ * values is still written as format 1, byte for byte what 0.2.0 wrote, so
+ * that older readers keep reading it. */
+#define FORMAT_LEGACY 1
+#define FORMAT_LATEST 2
 #define CONFIG_PREFIX "nctmc.config."
 #define TOKENIZER_PREFIX "nctmc.tokenizer."
 /* Tensors a trainer checkpoint adds (raw weights, optimizer moments). */
@@ -34,30 +39,60 @@
 
 /* ---- the configuration as metadata --------------------------------------- */
 
-typedef enum { CF_I32, CF_U64, CF_F32, CF_PROCESS, CF_SCHEDULE } config_field_kind;
+typedef enum { CF_I32, CF_U64, CF_F32, CF_ENUM } config_field_kind;
+
+/* Enumerations are stored by name, in enum order. */
+static const char *const process_names[] = {"uniform", "masked", "mixture", NULL};
+static const char *const schedule_names[] = {"linear", "cosine", "loglinear", NULL};
+static const char *const time_input_names[] = {"t", "log_snr", NULL};
+static const char *const exit_link_names[] = {"sigma", "noise_posterior", NULL};
 
 typedef struct config_field {
     const char *key;
     config_field_kind kind;
     size_t offset;
+    const char *const *names;  /* CF_ENUM: the values' names, NULL-terminated */
+    int since;                 /* the first format that has the field */
 } config_field;
 
-#define FIELD(name, kind) {CONFIG_PREFIX #name, kind, offsetof(nctmc_model_config, name)}
+#define FIELD(name, kind, names, since) \
+    {CONFIG_PREFIX #name, kind, offsetof(nctmc_model_config, name), names, since}
 static const config_field config_fields[] = {
-    FIELD(vocab_size, CF_I32),      FIELD(vocab_pad_multiple, CF_I32),
-    FIELD(seq_len, CF_I32),         FIELD(n_layers, CF_I32),
-    FIELD(d_model, CF_I32),         FIELD(n_heads, CF_I32),
-    FIELD(cond_dim, CF_I32),        FIELD(n_classes, CF_I32),
-    FIELD(process, CF_PROCESS),     FIELD(schedule, CF_SCHEDULE),
-    FIELD(mixture_uniform, CF_F32), FIELD(schedule_eps, CF_F32),
-    FIELD(seed, CF_U64),
+    FIELD(vocab_size, CF_I32, NULL, 1),
+    FIELD(vocab_pad_multiple, CF_I32, NULL, 1),
+    FIELD(seq_len, CF_I32, NULL, 1),
+    FIELD(n_layers, CF_I32, NULL, 1),
+    FIELD(d_model, CF_I32, NULL, 1),
+    FIELD(n_heads, CF_I32, NULL, 1),
+    FIELD(cond_dim, CF_I32, NULL, 1),
+    FIELD(n_classes, CF_I32, NULL, 1),
+    FIELD(process, CF_ENUM, process_names, 1),
+    FIELD(schedule, CF_ENUM, schedule_names, 1),
+    FIELD(mixture_uniform, CF_F32, NULL, 1),
+    FIELD(schedule_eps, CF_F32, NULL, 1),
+    FIELD(seed, CF_U64, NULL, 1),
+    FIELD(time_input, CF_ENUM, time_input_names, 2),
+    FIELD(exit_link, CF_ENUM, exit_link_names, 2),
 };
 #undef FIELD
 #define N_CONFIG_FIELDS ((int32_t)(sizeof config_fields / sizeof config_fields[0]))
 
-/* Enumerations are stored by name, in enum order. */
-static const char *const process_names[] = {"uniform", "masked", "mixture"};
-static const char *const schedule_names[] = {"linear", "cosine", "loglinear"};
+/* The format a model's configuration needs: fields added by a later
+ * format are 0 in every model an older library could have written. */
+static int format_needed(const nctmc_model_config *cfg)
+{
+    return cfg->time_input != NCTMC_TIME_INPUT_T || cfg->exit_link != NCTMC_EXIT_LINK_SIGMA
+               ? FORMAT_LATEST
+               : FORMAT_LEGACY;
+}
+
+static int n_names(const char *const *names)
+{
+    int n = 0;
+    while (names[n])
+        n++;
+    return n;
+}
 
 static bool format_config_field(const config_field *f, const nctmc_model_config *cfg,
                                 char out[NUMTEXT_MAX])
@@ -69,13 +104,10 @@ static bool format_config_field(const config_field *f, const nctmc_model_config 
         snprintf(out, NUMTEXT_MAX, "%llu", (unsigned long long)*(const uint64_t *)p);
         return true;
     case CF_F32: return numtext_format_f32(*(const float *)p, out);
-    case CF_PROCESS: {
-        int v = (int)*(const nctmc_process *)p;
-        return v >= 0 && v < 3 && snprintf(out, NUMTEXT_MAX, "%s", process_names[v]) > 0;
-    }
-    case CF_SCHEDULE: {
-        int v = (int)*(const nctmc_schedule *)p;
-        return v >= 0 && v < 3 && snprintf(out, NUMTEXT_MAX, "%s", schedule_names[v]) > 0;
+    case CF_ENUM: {
+        int32_t v = *(const int32_t *)p;
+        return v >= 0 && v < n_names(f->names) &&
+               snprintf(out, NUMTEXT_MAX, "%s", f->names[v]) > 0;
     }
     }
     return false;
@@ -101,13 +133,9 @@ static bool parse_config_field(const config_field *f, const char *text, nctmc_mo
         return true;
     case CF_U64: return numtext_parse_u64(text, (uint64_t *)p);
     case CF_F32: return numtext_parse_f32(text, (float *)p);
-    case CF_PROCESS:
-        i = name_index(process_names, 3, text);
-        *(nctmc_process *)p = (nctmc_process)i;
-        return i >= 0;
-    case CF_SCHEDULE:
-        i = name_index(schedule_names, 3, text);
-        *(nctmc_schedule *)p = (nctmc_schedule)i;
+    case CF_ENUM:
+        i = name_index(f->names, n_names(f->names), text);
+        *(int32_t *)p = (int32_t)i;
         return i >= 0;
     }
     return false;
@@ -139,9 +167,12 @@ static nctmc_status build_meta(const nctmc_model *m, const st_meta *extra, int32
     sm->items = nctmc_mem_alloc(sm->alloc, sizeof *sm->items * cap);
     if (!sm->items)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
-    sm->items[sm->n++] = (st_meta){KEY_FORMAT, FORMAT_VERSION};
+    int format = format_needed(&m->config);
+    sm->items[sm->n++] = (st_meta){KEY_FORMAT, format == FORMAT_LEGACY ? "1" : "2"};
     sm->items[sm->n++] = (st_meta){KEY_LIBRARY, nctmc_version()};
     for (int32_t k = 0; k < N_CONFIG_FIELDS; k++) {
+        if (config_fields[k].since > format)
+            continue;
         if (!format_config_field(&config_fields[k], &m->config, sm->values[k]))
             return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "cannot save: %s is not finite", config_fields[k].key);
@@ -259,7 +290,7 @@ static bool has_prefix(const char *s, const char *prefix)
 /* Keys in our own namespace that we do not know mean a file from a newer
  * writer or a damaged one; either way their meaning is not ours to guess.
  * Keys outside "nctmc." belong to whoever added them. */
-static bool known_key(const char *key)
+static bool known_key(const char *key, int format)
 {
     if (!has_prefix(key, NCTMC_PREFIX) || has_prefix(key, TRAINER_META_PREFIX) ||
         strcmp(key, KEY_FORMAT) == 0 || strcmp(key, KEY_LIBRARY) == 0 ||
@@ -269,18 +300,19 @@ static bool known_key(const char *key)
         return tokenizer_is_field(key + strlen(TOKENIZER_PREFIX));
     for (int32_t k = 0; k < N_CONFIG_FIELDS; k++)
         if (strcmp(key, config_fields[k].key) == 0)
-            return true;
+            return config_fields[k].since <= format;
     return false;
 }
 
-static nctmc_status check_known_keys(const st_file *file, char *err, size_t err_size)
+static nctmc_status check_known_keys(const st_file *file, int format, char *err,
+                                     size_t err_size)
 {
     for (int32_t i = 0; i < st_file_n_meta(file); i++) {
         const char *key = st_file_meta_key(file, i);
-        bool known = known_key(key);
-        if (!known)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "unknown metadata key \"%.64s\"",
-                              key);
+        if (!known_key(key, format))
+            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                              "unknown metadata key \"%.64s\" (checkpoint format %d)", key,
+                              format);
     }
     return NCTMC_OK;
 }
@@ -292,18 +324,23 @@ static nctmc_status read_config(const st_file *file, nctmc_model_config *cfg, di
     if (!version)
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                           "not an nctmc checkpoint (no \"" KEY_FORMAT "\" metadata)");
-    if (strcmp(version, FORMAT_VERSION) != 0)
+    int format = strcmp(version, "1") == 0 ? 1 : strcmp(version, "2") == 0 ? 2 : 0;
+    if (format == 0)
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
-                          "checkpoint format \"%.32s\" is not the supported \"" FORMAT_VERSION
-                          "\"",
+                          "checkpoint format \"%.32s\" is not one this library reads (1, 2)",
                           version);
-    nctmc_status st = check_known_keys(file, err, err_size);
+    nctmc_status st = check_known_keys(file, format, err, err_size);
     if (st == NCTMC_OK)
         st = st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size);
     if (st != NCTMC_OK)
         return st;
     nctmc_model_config_init(cfg);
+    /* fields a format-1 file cannot hold have their 0.2.0 meaning */
+    cfg->time_input = NCTMC_TIME_INPUT_T;
+    cfg->exit_link = NCTMC_EXIT_LINK_SIGMA;
     for (int32_t k = 0; k < N_CONFIG_FIELDS; k++) {
+        if (config_fields[k].since > format)
+            continue;
         const char *text = st_file_meta(file, config_fields[k].key);
         if (!text)
             return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "metadata \"%s\" is missing",

@@ -42,7 +42,8 @@
 _Static_assert(sizeof(nctmc_status) == 4 && sizeof(nctmc_log_level) == 4 &&
                    sizeof(nctmc_process) == 4 && sizeof(nctmc_schedule) == 4 &&
                    sizeof(nctmc_tokenizer_kind) == 4 && sizeof(nctmc_sample_method) == 4 &&
-                   sizeof(nctmc_time_grid) == 4,
+                   sizeof(nctmc_time_grid) == 4 && sizeof(nctmc_time_input) == 4 &&
+                   sizeof(nctmc_exit_link) == 4,
                "enumerations are int32_t");
 _Static_assert(sizeof(((nctmc_sample_params *)0)->final_denoise) == 4 &&
                    sizeof(((nctmc_train_stats *)0)->skipped) == 4,
@@ -88,8 +89,12 @@ LAYOUTS(context_params, CONTEXT_PARAMS_HEAD, void *alloc_user_data;, alloc_user_
     nctmc_process process;                                                        \
     nctmc_schedule schedule;                                                      \
     float mixture_uniform;                                                        \
-    float schedule_eps;
-LAYOUTS(model_config, MODEL_CONFIG_HEAD, uint64_t seed;, seed);
+    float schedule_eps;                                                           \
+    uint64_t seed;
+/* 0.3.0 appended two fields: the "old" layout is 0.2.0's, the first
+ * published one (the "last field" named is the first appended). */
+LAYOUTS(model_config, MODEL_CONFIG_HEAD,
+        nctmc_time_input time_input; nctmc_exit_link exit_link;, time_input);
 
 #define TENSOR_INFO_HEAD                                                          \
     size_t struct_size;                                                           \
@@ -752,8 +757,10 @@ static void check_init(const abi_case *c)
     size_t total = c->new_size + GUARD;
     unsigned char *ref = exact_block(c->now_size), *buf = exact_block(total);
     CHECK(c->init(NULL, c->now_size) == NCTMC_ERR_INVALID_ARGUMENT, "%s: init(NULL)", name);
-    size_t small[] = {0, sizeof(size_t), c->old_size, c->d->first_size - 1};
-    for (size_t k = 0; k < sizeof small / sizeof small[0]; k++) {
+    size_t small[] = {0, sizeof(size_t), c->d->first_size - 1, c->old_size};
+    /* the old layout is too small unless it is the first published one */
+    size_t n_small = c->old_size < c->d->first_size ? 4 : 3;
+    for (size_t k = 0; k < n_small; k++) {
         memset(buf, PATTERN, total);
         CHECK(c->init(buf, small[k]) == NCTMC_ERR_INVALID_ARGUMENT &&
                   all_bytes(buf, total, PATTERN),
@@ -825,8 +832,9 @@ static nctmc_status call_at(fixture *f, const abi_case *c, size_t size, bool ini
 static void check_too_small(fixture *f, const abi_case *c)
 {
     char msg[512];
-    size_t sizes[] = {sizeof(size_t), c->old_size, c->d->first_size - 1};
-    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    size_t sizes[] = {sizeof(size_t), c->d->first_size - 1, c->old_size};
+    size_t n_sizes = c->old_size < c->d->first_size ? 3 : 2;
+    for (size_t k = 0; k < n_sizes; k++) {
         nctmc_status st = call_at(f, c, sizes[k], false, NULL, msg, sizeof msg);
         CHECK(st == NCTMC_ERR_INVALID_ARGUMENT, "%s: %s with the old layout (%zu bytes): %d",
               c->d->name, c->call_name, sizes[k], st);
@@ -843,6 +851,12 @@ static void check_current(fixture *f, const abi_case *c)
     nctmc_status st = call_at(f, c, c->now_size, true, NULL, msg, sizeof msg);
     CHECK(st == NCTMC_OK, "%s: %s with the current layout: %d (%s)", c->d->name,
           c->call_name, st, msg);
+    if (c->old_size >= c->d->first_size) {
+        /* a caller built against the first published header still works */
+        st = call_at(f, c, c->old_size, true, NULL, msg, sizeof msg);
+        CHECK(st == NCTMC_OK, "%s: %s with the first published layout (%zu bytes): %d (%s)",
+              c->d->name, c->call_name, c->old_size, st, msg);
+    }
 }
 
 /* An output's fields the library does not know keep what the caller had. */
@@ -946,13 +960,15 @@ static void check_history(const abi_case *c)
     free(full);
 }
 
-/* The first published size of every struct is its whole current layout
- * (this release publishes them), and no field lies past what the library
- * knows. */
+/* The first published size of a struct is its whole current layout, or,
+ * for a struct that has grown since (nctmc_model_config), the "old" layout
+ * of its case; no field lies past what the library knows. */
 static void check_sizes(const abi_case *c)
 {
-    CHECK(c->d->first_size == c->d->known_size && c->d->known_size <= c->now_size &&
-              c->d->known_size > c->last_offset && c->old_size < c->d->first_size &&
+    bool grown = c->d->first_size < c->d->known_size;
+    CHECK((grown ? c->old_size == c->d->first_size
+                 : c->d->first_size == c->d->known_size && c->old_size < c->d->first_size) &&
+              c->d->known_size <= c->now_size && c->d->known_size > c->last_offset &&
               c->new_size > c->now_size,
           "%s: sizes first %zu, known %zu, old %zu, now %zu, new %zu", c->d->name,
           c->d->first_size, c->d->known_size, c->old_size, c->now_size, c->new_size);

@@ -453,18 +453,22 @@ static nctmc_forward_params params_of(forward_io *io)
 
 static double sigma_linear(double t) { return 1.0 / (1.0 - t); }
 
-/* A fresh model has zero output projections: uniform jumps, h = 0. */
-static void test_forward_fresh(void)
+/* A fresh model has zero output projections: uniform jumps, h = 0, which
+ * is lambda = sigma under the sigma link and the context-free optimum
+ * sigma (1 - 1/S) of the uniform process under the noise-posterior link. */
+static void test_forward_fresh(nctmc_exit_link link)
 {
     nctmc_context *ctx = make_context(2);
     nctmc_model_config cfg = tiny_config();
+    cfg.exit_link = link;
     nctmc_model *m = make_model(ctx, &cfg);
     forward_io io = make_io(3, 6, 7, 5);
     nctmc_forward_params p = params_of(&io);
     CHECK(nctmc_model_forward(m, &p) == NCTMC_OK, "forward: %s", nctmc_model_last_error(m));
     int bad = 0;
+    double factor = link == NCTMC_EXIT_LINK_SIGMA ? 1.0 : 1.0 - 1.0 / 7.0;
     for (int32_t r = 0; r < 18; r++) {
-        double want = log(sigma_linear(io.times[r / 6]));
+        double want = log(factor * sigma_linear(io.times[r / 6]));
         bad += fabs(io.log_rate[r] - want) > 1e-5;
         for (int32_t j = 0; j < 7; j++) {
             float lp = io.logp[r * 7 + j];
@@ -474,7 +478,7 @@ static void test_forward_fresh(void)
                 bad += fabs(lp + log(6.0)) > 1e-5;
         }
     }
-    CHECK(bad == 0, "fresh model: %d outputs wrong", bad);
+    CHECK(bad == 0, "fresh model, link %d: %d outputs wrong", (int)link, bad);
     free_io(&io);
     nctmc_model_free(m);
 
@@ -755,7 +759,8 @@ int main(void)
     test_introspection();
     test_tensor_access();
     test_initialisation();
-    test_forward_fresh();
+    test_forward_fresh(NCTMC_EXIT_LINK_SIGMA);
+    test_forward_fresh(NCTMC_EXIT_LINK_NOISE_POSTERIOR);
     test_forward_random();
     test_forward_shared_model();
     test_forward_errors();

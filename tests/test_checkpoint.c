@@ -93,7 +93,8 @@ static bool same_config(const nctmc_model_config *a, const nctmc_model_config *b
            a->process == b->process && a->schedule == b->schedule &&
            memcmp(&a->mixture_uniform, &b->mixture_uniform, sizeof(float)) == 0 &&
            memcmp(&a->schedule_eps, &b->schedule_eps, sizeof(float)) == 0 &&
-           a->seed == b->seed;
+           a->seed == b->seed && a->time_input == b->time_input &&
+           a->exit_link == b->exit_link;
 }
 
 static bool same_weights(const nctmc_model *a, const nctmc_model *b)
@@ -180,6 +181,9 @@ static void test_round_trips(nctmc_context *ctx, test_rng *rng)
     for (int p = 0; p < 3; p++) {
         for (int s = 0; s < 3; s++) {
             nctmc_model_config cfg = tiny_config((nctmc_process)p, (nctmc_schedule)s);
+            /* every combination of time input and exit link, both formats */
+            cfg.time_input = (p + s) % 2;
+            cfg.exit_link = s == 1 ? NCTMC_EXIT_LINK_SIGMA : NCTMC_EXIT_LINK_NOISE_POSTERIOR;
             nctmc_model *m = make_model(ctx, &cfg, rng);
             CHECK(m && nctmc_model_get_tokenizer(m), "process %d schedule %d: model", p, s);
             if (!m)
@@ -500,7 +504,22 @@ static void edit_inf(pieces *p)
 {
     ((float *)p->tensors[find_tensor(p, "output_layer.rate_head.bias")].data)[0] = -INFINITY;
 }
-static void edit_version(pieces *p) { find_meta(p, "nctmc.format")->value = "2"; }
+static void edit_version(pieces *p) { find_meta(p, "nctmc.format")->value = "3"; }
+/* format 1 predates the time input and exit link: their keys are unknown */
+static void edit_format1_new_keys(pieces *p) { find_meta(p, "nctmc.format")->value = "1"; }
+static void edit_no_time_input(pieces *p)
+{
+    find_meta(p, "nctmc.config.time_input")->key = "other.time_input";
+}
+static void edit_bad_exit_link(pieces *p)
+{
+    find_meta(p, "nctmc.config.exit_link")->value = "Sigma";
+}
+static void edit_legacy_values(pieces *p)
+{
+    find_meta(p, "nctmc.config.time_input")->value = "t";
+    find_meta(p, "nctmc.config.exit_link")->value = "sigma";
+}
 static void edit_no_version(pieces *p) { find_meta(p, "nctmc.format")->key = "other.format"; }
 static void edit_heads(pieces *p) { find_meta(p, "nctmc.config.n_heads")->value = "3"; }
 static void edit_junk_int(pieces *p) { find_meta(p, "nctmc.config.seq_len")->value = "4x"; }
@@ -575,7 +594,12 @@ static const crafted crafted_cases[] = {
     {"trainer tensor", edit_trainer_tensor, true, NCTMC_OK},
     {"NaN weight", edit_nan, true, NCTMC_ERR_FORMAT},
     {"infinite weight", edit_inf, true, NCTMC_ERR_FORMAT},
-    {"format 2", edit_version, true, NCTMC_ERR_FORMAT},
+    {"format 3", edit_version, true, NCTMC_ERR_FORMAT},
+    {"format 1 with the time input and exit link", edit_format1_new_keys, true,
+     NCTMC_ERR_FORMAT},
+    {"format 2 without the time input", edit_no_time_input, true, NCTMC_ERR_FORMAT},
+    {"unknown exit link", edit_bad_exit_link, true, NCTMC_ERR_FORMAT},
+    {"format 2 with the 0.2.0 time input and link", edit_legacy_values, true, NCTMC_OK},
     {"no format", edit_no_version, true, NCTMC_ERR_FORMAT},
     {"heads not dividing d", edit_heads, true, NCTMC_ERR_FORMAT},
     {"trailing junk", edit_junk_int, true, NCTMC_ERR_FORMAT},

@@ -934,7 +934,7 @@ static lcond_case lcond_case_make(test_rng *rng, int32_t process, int32_t schedu
                                   int32_t seq_len, int32_t s, int32_t stride)
 {
     lcond_case c;
-    c.fp = (nctmc_fp){process, schedule, s, 0.3f, 1e-3f};
+    c.fp = (nctmc_fp){process, schedule, s, 0.3f, 1e-3f, NCTMC_FP_LINK_SIGMA};
     c.n = n;
     c.seq_len = seq_len;
     c.vocab = s;

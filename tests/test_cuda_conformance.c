@@ -660,12 +660,19 @@ typedef struct loss_case {
 
 static nctmc_fp make_fp(int32_t process, int32_t schedule, int32_t S)
 {
-    nctmc_fp fp = {process, schedule, S, 0.4f, 1e-3f};
+    nctmc_fp fp = {process, schedule, S, 0.4f, 1e-3f, NCTMC_FP_LINK_SIGMA};
     return fp;
 }
 
 /* Clean tokens are data tokens; x_t follows the process: unchanged, a
  * random state, or the mask. */
+/* The same process under the noise-posterior exit link. */
+static nctmc_fp with_link(nctmc_fp fp)
+{
+    fp.exit_link = NCTMC_FP_LINK_NOISE_POSTERIOR;
+    return fp;
+}
+
 static loss_case loss_case_make(test_rng *rng, nctmc_fp fp, int32_t B, int32_t L, int32_t V)
 {
     loss_case c = {fp, B, L, V, NULL, NULL, NULL, NULL, NULL};
@@ -1323,6 +1330,10 @@ int main(void)
     test_loss(&rng, make_fp(NCTMC_FP_MASKED, NCTMC_FP_COSINE, 37), 3, 7, 40, "masked/cosine");
     test_loss(&rng, make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37), 3, 7, 37,
               "mixture/loglinear");
+    test_loss(&rng, with_link(make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 37)), 3, 7, 40,
+              "uniform/linear/noise-posterior link");
+    test_loss(&rng, with_link(make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_COSINE, 37)), 3, 7, 37,
+              "mixture/cosine/noise-posterior link");
     test_loss(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_COSINE, 50304), 2, 3, 50304,
               "uniform/cosine");
 
@@ -1334,6 +1345,10 @@ int main(void)
     test_sample_step(&rng, make_fp(NCTMC_FP_MASKED, NCTMC_FP_COSINE, 37), false, "masked");
     test_sample_step(&rng, make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37), false, "mixture");
     test_sample_step(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_COSINE, 37), true, "uniform cfg");
+    test_sample_step(&rng, with_link(make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 37)), true,
+                     "uniform noise-posterior link cfg");
+    test_sample_step(&rng, with_link(make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37)), false,
+                     "mixture noise-posterior link");
 
     printf("contexts and the whole model\n");
     test_contexts();

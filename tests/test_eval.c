@@ -123,7 +123,7 @@ static long double ref_entropy(const ref_proc *p, long double t, int x0)
 
 static nctmc_fp make_fp(int process, int schedule, int S, float pu, float eps)
 {
-    nctmc_fp fp = {process, schedule, S, pu, eps};
+    nctmc_fp fp = {process, schedule, S, pu, eps, NCTMC_FP_LINK_SIGMA};
     return fp;
 }
 

@@ -107,12 +107,13 @@ static const char *fp_name(const nctmc_fp *fp, char *buf, size_t n)
 {
     static const char *sched[] = {"linear", "cosine", "loglinear"};
     const char *s = fp->schedule >= 0 && fp->schedule < 3 ? sched[fp->schedule] : "?";
+    const char *link = fp->exit_link == NCTMC_FP_LINK_NOISE_POSTERIOR ? "/noise-link" : "";
     if (fp->process == NCTMC_FP_MIXTURE)
-        snprintf(buf, n, "mixture(p_u=%g)/%s/S=%d", (double)fp->mixture_uniform, s,
-                 (int)fp->vocab);
+        snprintf(buf, n, "mixture(p_u=%g)/%s/S=%d%s", (double)fp->mixture_uniform, s,
+                 (int)fp->vocab, link);
     else
-        snprintf(buf, n, "%s/%s/S=%d", fp->process == NCTMC_FP_MASKED ? "masked" : "uniform",
-                 s, (int)fp->vocab);
+        snprintf(buf, n, "%s/%s/S=%d%s", fp->process == NCTMC_FP_MASKED ? "masked" : "uniform",
+                 s, (int)fp->vocab, link);
     return buf;
 }
 
@@ -123,12 +124,13 @@ static const char *fp_name(const nctmc_fp *fp, char *buf, size_t n)
 typedef struct ref_proc {
     int process, schedule, S;
     double p_u, eps;
+    int link;
 } ref_proc;
 
 static ref_proc ref_of(const nctmc_fp *fp)
 {
     ref_proc p = {fp->process, fp->schedule, fp->vocab, (double)fp->mixture_uniform,
-                  (double)fp->schedule_eps};
+                  (double)fp->schedule_eps, fp->exit_link};
     return p;
 }
 
@@ -249,6 +251,62 @@ static double ref_poisson_kl_sum(int S, int i, const double *Rhat, double lam, c
     return l;
 }
 
+/* The conditional exit rate out of i given x0, by brute force. */
+static double ref_lam_hat(const ref_proc *p, double t, int i, int x0)
+{
+    static double gen[MAX_S * MAX_S];
+    double pi[MAX_S], q[MAX_S], Rhat[MAX_S];
+    ref_prior(p, pi);
+    ref_q(p, ref_alpha(p, t), x0, pi, q);
+    ref_generator(p, ref_sigma(p, t), pi, gen);
+    return ref_reverse(p, gen, q, i, Rhat);
+}
+
+/* The model's exit rate from h by the definition of its link, with nothing
+ * shared with forward_process.h: sigma link lambda = exp(h) sigma; noise-
+ * posterior link lambda = (1 - nu) lam_c + nu lam_n, nu = sigmoid(h +
+ * logit pi_n), pi_n = P(x0 != i | x_t = i) by Bayes with x0 uniform over
+ * the data tokens; the mixture's mask and the masked process: exact.
+ * *dlam_dh gets the closed form (1 - nu) nu (lam_n - lam_c) (or lambda, or 0). */
+static double ref_link_lambda(const ref_proc *p, double t, int i, double h, double *dlam_dh)
+{
+    int mask = ref_mask(p);
+    *dlam_dh = 0.0;
+    if (p->process == NCTMC_FP_MASKED) {
+        double a = ref_alpha(p, t);
+        return i == mask ? -ref_dalpha(p, t) / (1.0 - a) : 0.0;
+    }
+    if (p->link == NCTMC_FP_LINK_SIGMA) {
+        *dlam_dh = exp(h) * ref_sigma(p, t);
+        return *dlam_dh;
+    }
+    int other = -1;
+    for (int j = 0; j < p->S && other < 0; j++)
+        if (j != i && j != mask)
+            other = j;
+    if (i == mask)
+        return ref_lam_hat(p, t, i, other);
+    double lam_c = ref_lam_hat(p, t, i, i);
+    if (other < 0)
+        return lam_c;
+    double lam_n = ref_lam_hat(p, t, i, other);
+    double pi[MAX_S], q[MAX_S], p_i_clean = 0.0, p_i_noise = 0.0;
+    ref_prior(p, pi);
+    for (int x0 = 0; x0 < p->S; x0++) {
+        if (x0 == mask)
+            continue;
+        ref_q(p, ref_alpha(p, t), x0, pi, q);
+        if (x0 == i)
+            p_i_clean += q[i];
+        else
+            p_i_noise += q[i];
+    }
+    double g = h + log(p_i_noise / p_i_clean);
+    double nu = 1.0 / (1.0 + exp(-g));
+    *dlam_dh = nu * (1.0 - nu) * (lam_n - lam_c);
+    return (1.0 - nu) * lam_c + nu * lam_n;
+}
+
 typedef struct ref_row {
     double a, sigma, lam_hat, lam, log_lam, loss, kl, d_h, zscale;
     double Rhat[MAX_S], r[MAX_S], d_z[MAX_S], z[MAX_S];
@@ -270,11 +328,9 @@ static void ref_row_eval(const ref_proc *p, double t, int i, int x0, const float
     ref_q(p, o->a, x0, pi, q);
     ref_generator(p, o->sigma, pi, gen);
     o->lam_hat = ref_reverse(p, gen, q, i, o->Rhat);
-    if (p->process == NCTMC_FP_MASKED)
-        o->log_lam = i == ref_mask(p) ? log(-ref_dalpha(p, t) / (1.0 - o->a)) : -INFINITY;
-    else
-        o->log_lam = (double)h + log(o->sigma);
-    o->lam = exp(o->log_lam);
+    double dlam_dh;
+    o->lam = ref_link_lambda(p, t, i, (double)h, &dlam_dh);
+    o->log_lam = log(o->lam);
     o->zscale = 0.0;
     for (int j = 0; j < S; j++) {
         o->z[j] = (double)zf[j];
@@ -291,7 +347,9 @@ static void ref_row_eval(const ref_proc *p, double t, int i, int x0, const float
         }
         o->d_z[j] = j != i ? o->lam_hat * o->r[j] - o->Rhat[j] : 0.0;
     }
-    o->d_h = p->process == NCTMC_FP_MASKED ? 0.0 : o->lam - o->lam_hat;
+    o->d_h = dlam_dh != 0.0 ? (1.0 - o->lam_hat / o->lam) * dlam_dh : 0.0;
+    if (p->process != NCTMC_FP_MASKED && p->link == NCTMC_FP_LINK_SIGMA)
+        o->d_h = o->lam - o->lam_hat;
 }
 
 /* Tolerances for a kernel that hands the closed form float32 row statistics
@@ -820,8 +878,9 @@ static void test_lcond_header(void)
     static const int32_t vocabs[] = {2, 3, 7, 64, 256};
     for (int v = 0; v < 5; v++) {
         for (int pc = 0; pc < N_PROCS; pc++) {
-            for (int s = 0; s < N_SCHEDS; s++) {
-                nctmc_fp fp = make_fp(proc_kind[pc], s, vocabs[v], proc_pu[pc]);
+            for (int s = 0; s < 2 * N_SCHEDS; s++) {
+                nctmc_fp fp = make_fp(proc_kind[pc], s % N_SCHEDS, vocabs[v], proc_pu[pc]);
+                fp.exit_link = s / N_SCHEDS;
                 ref_proc p = ref_of(&fp);
                 char name[96];
                 fp_name(&fp, name, sizeof name);
@@ -866,7 +925,7 @@ static void test_lcond_header(void)
                 snprintf(what, sizeof what, "%s: lcond_value vs brute-force Poisson-KL sum",
                          name);
                 CHECK_WORST(wl, what);
-                snprintf(what, sizeof what, "%s: lcond_grad_h vs lambda - lam_hat", name);
+                snprintf(what, sizeof what, "%s: lcond_grad_h vs (1 - lam_hat / lambda) dlambda/dh", name);
                 CHECK_WORST(wh, what);
                 snprintf(what, sizeof what, "%s: lcond_grad_logit vs lam_hat r_j - Rhat_j", name);
                 CHECK_WORST(wg, what);
@@ -883,8 +942,10 @@ static void test_gradient_formulas(void)
     test_rng rng = test_rng_seed(29);
     static const int32_t vocabs[] = {2, 3, 7, 64};
     for (int v = 0; v < 4; v++) {
-        for (int pc = 0; pc < N_PROCS; pc++) {
+        for (int pl = 0; pl < 2 * N_PROCS; pl++) {
+            int pc = pl % N_PROCS;
             nctmc_fp fp = make_fp(proc_kind[pc], test_randint(&rng, 3), vocabs[v], proc_pu[pc]);
+            fp.exit_link = pl / N_PROCS;
             ref_proc p = ref_of(&fp);
             char name[96];
             fp_name(&fp, name, sizeof name);
@@ -913,8 +974,11 @@ static void test_gradient_formulas(void)
                               "t=%.9g i=%d j=%d fd %.12g formula %.12g", t, i, j, fd, o.d_z[j]);
                 }
                 if (fp.process != NCTMC_FP_MASKED) {
-                    double lp = ref_poisson_kl_sum(fp.vocab, i, o.Rhat, exp(o.log_lam + d), zz);
-                    double lm = ref_poisson_kl_sum(fp.vocab, i, o.Rhat, exp(o.log_lam - d), zz);
+                    double unused, hh = (double)b.h[r];
+                    double lamp = ref_link_lambda(&p, t, i, hh + d, &unused);
+                    double lamm = ref_link_lambda(&p, t, i, hh - d, &unused);
+                    double lp = ref_poisson_kl_sum(fp.vocab, i, o.Rhat, lamp, zz);
+                    double lm = ref_poisson_kl_sum(fp.vocab, i, o.Rhat, lamm, zz);
                     double fd = (lp - lm) / (2 * d);
                     worst_add(&w, fabs(fd - o.d_h), 1e-6 * (o.lam + o.lam_hat),
                               "t=%.9g i=%d d/dh fd %.12g formula %.12g", t, i, fd, o.d_h);

@@ -67,12 +67,14 @@ enum { FX_F32 = 1, FX_I32 = 2 };
 
 enum {
     FI_S, FI_PAD, FI_SEQ_LEN, FI_LAYERS, FI_D, FI_H, FI_C, FI_CLASSES, FI_PROCESS,
-    FI_SCHEDULE, FI_BATCH, FI_LENGTH, FI_HAS_LABELS, FI_V, FI_COUNT
+    FI_SCHEDULE, FI_BATCH, FI_LENGTH, FI_HAS_LABELS, FI_V, FI_TIME_INPUT, FI_EXIT_LINK,
+    FI_COUNT
 };
 
 static const char *const fx_int_names[FI_COUNT] = {
     "vocab_size", "vocab_pad_multiple", "seq_len", "n_layers", "d_model", "n_heads",
-    "cond_dim", "n_classes", "process", "schedule", "batch", "length", "has_labels", "V"};
+    "cond_dim", "n_classes", "process", "schedule", "batch", "length", "has_labels", "V",
+    "time_input", "exit_link"};
 
 typedef struct fx_array {
     char name[FX_NAME_MAX + 1];
@@ -454,6 +456,8 @@ static bool model_from_fixture(const fixture *fx, nctmc_context **ctx_out,
     cfg.schedule = (nctmc_schedule)v[FI_SCHEDULE];
     cfg.mixture_uniform = fx->floats[0];
     cfg.schedule_eps = fx->floats[1];
+    cfg.time_input = (nctmc_time_input)v[FI_TIME_INPUT];
+    cfg.exit_link = (nctmc_exit_link)v[FI_EXIT_LINK];
     st = nctmc_model_create(*ctx_out, &cfg, model_out);
     CHECK(st == NCTMC_OK, "model: %s", nctmc_context_last_error(*ctx_out));
     if (st != NCTMC_OK)
@@ -641,10 +645,12 @@ int main(int argc, char **argv)
     }
     const int32_t *v = fx.ints;
     printf("parity fixture %s: S=%d V=%d seq_len=%d layers=%d d=%d H=%d c=%d classes=%d "
-           "process=%d schedule=%d p_u=%g eps=%g batch=%dx%d labels=%d\n",
+           "process=%d schedule=%d p_u=%g eps=%g batch=%dx%d labels=%d time_input=%d "
+           "exit_link=%d\n",
            argv[1], v[FI_S], v[FI_V], v[FI_SEQ_LEN], v[FI_LAYERS], v[FI_D], v[FI_H], v[FI_C],
            v[FI_CLASSES], v[FI_PROCESS], v[FI_SCHEDULE], (double)fx.floats[0],
-           (double)fx.floats[1], v[FI_BATCH], v[FI_LENGTH], v[FI_HAS_LABELS]);
+           (double)fx.floats[1], v[FI_BATCH], v[FI_LENGTH], v[FI_HAS_LABELS],
+           v[FI_TIME_INPUT], v[FI_EXIT_LINK]);
 
     parity_inputs in = {.B = v[FI_BATCH], .Lb = v[FI_LENGTH], .S = v[FI_S], .V = v[FI_V]};
     int64_t shape2[2] = {in.B, in.Lb};

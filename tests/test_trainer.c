@@ -150,14 +150,22 @@ static void test_bad_params(void)
     nctmc_context_free(ctx);
 }
 
-static void test_schedule_and_learning(nctmc_process process)
+/* With the legacy sigma link most of the early gain is the exit rate
+ * finding its context-free level, which the noise-posterior link starts
+ * at: that run gets the whole cosine schedule (120 steps) so that the jump
+ * distribution and h have time to learn the batch's structure. */
+static void test_schedule_and_learning(nctmc_process process, nctmc_exit_link link)
 {
     nctmc_context *ctx = make_ctx(2);
     nctmc_model_config c = tiny_config(process, 0);
+    c.exit_link = link;
+    c.time_input = link == NCTMC_EXIT_LINK_SIGMA ? NCTMC_TIME_INPUT_T : NCTMC_TIME_INPUT_LOG_SNR;
     int32_t n_data = process == NCTMC_PROCESS_UNIFORM ? S_TOKENS : S_TOKENS - 1;
     nctmc_model *m = NULL;
     nctmc_model_create(ctx, &c, &m);
     nctmc_trainer_params p = tiny_params();
+    if (link != NCTMC_EXIT_LINK_SIGMA)
+        p.total_steps = 120;
     nctmc_trainer *t = NULL;
     CHECK(nctmc_trainer_create(m, &p, &t) == NCTMC_OK, "create");
     int32_t tokens[BATCH * SEQ_LEN];
@@ -188,8 +196,9 @@ static void test_schedule_and_learning(nctmc_process process)
         if (k >= steps - 20)
             last += s.loss / 20.0;
     }
-    printf("  %s: mean loss of the first 20 steps %.4f, of the last 20 %.4f\n",
-           process == NCTMC_PROCESS_UNIFORM ? "uniform" : "masked", first, last);
+    printf("  %s, %s link: mean loss of the first 20 steps %.4f, of the last 20 %.4f\n",
+           process == NCTMC_PROCESS_UNIFORM ? "uniform" : "masked",
+           link == NCTMC_EXIT_LINK_SIGMA ? "sigma" : "noise-posterior", first, last);
     CHECK(last < 0.95 * first, "training lowers the loss: %.4f -> %.4f", first, last);
     nctmc_trainer_free(t);
     nctmc_model_free(m);
@@ -334,11 +343,14 @@ done:
 }
 
 /* A rate head that overflows exp() gives a non-finite loss: the step is
- * reported and skipped with the weights untouched. */
+ * reported and skipped with the weights untouched. (Under the sigma link:
+ * the noise-posterior link keeps lambda between lam_c and lam_n whatever h
+ * is, see test_bounded_noise_link.) */
 static void test_non_finite_skip(void)
 {
     nctmc_context *ctx = make_ctx(1);
     nctmc_model_config c = tiny_config(NCTMC_PROCESS_UNIFORM, 0);
+    c.exit_link = NCTMC_EXIT_LINK_SIGMA;
     nctmc_model *m = NULL;
     nctmc_model_create(ctx, &c, &m);
     float huge = 1e30f;
@@ -369,6 +381,36 @@ static void test_non_finite_skip(void)
     free(after);
     nctmc_trainer_free(t);
     nctmc_model_free(m);
+    nctmc_context_free(ctx);
+}
+
+/* The noise-posterior link bounds lambda by lam_c and lam_n: a rate head at
+ * +-1e30 trains on with a finite loss and gradient. */
+static void test_bounded_noise_link(void)
+{
+    nctmc_context *ctx = make_ctx(1);
+    static const float biases[] = {1e30f, -1e30f};
+    for (int k = 0; k < 2; k++) {
+        nctmc_model_config c = tiny_config(NCTMC_PROCESS_UNIFORM, 0);
+        c.exit_link = NCTMC_EXIT_LINK_NOISE_POSTERIOR;
+        nctmc_model *m = NULL;
+        nctmc_model_create(ctx, &c, &m);
+        nctmc_model_write_tensor(m, "output_layer.rate_head.bias", &biases[k], 1);
+        nctmc_trainer_params p = tiny_params();
+        nctmc_trainer *t = NULL;
+        nctmc_trainer_create(m, &p, &t);
+        int32_t tokens[BATCH * SEQ_LEN];
+        fill_batch(tokens, S_TOKENS);
+        nctmc_train_stats s;
+        nctmc_train_stats_init(&s);
+        nctmc_status st = nctmc_trainer_step(t, tokens, NULL, &s);
+        CHECK(st == NCTMC_OK && !s.skipped && isfinite(s.loss) && isfinite(s.grad_norm) &&
+                  isfinite(s.mean_log_rate),
+              "bias %g: status %d, loss %g, grad norm %g", (double)biases[k], st, s.loss,
+              s.grad_norm);
+        nctmc_trainer_free(t);
+        nctmc_model_free(m);
+    }
     nctmc_context_free(ctx);
 }
 
@@ -563,11 +605,13 @@ int main(void)
         return 1;
     }
     test_bad_params();
-    test_schedule_and_learning(NCTMC_PROCESS_UNIFORM);
-    test_schedule_and_learning(NCTMC_PROCESS_MASKED);
+    test_schedule_and_learning(NCTMC_PROCESS_UNIFORM, NCTMC_EXIT_LINK_SIGMA);
+    test_schedule_and_learning(NCTMC_PROCESS_UNIFORM, NCTMC_EXIT_LINK_NOISE_POSTERIOR);
+    test_schedule_and_learning(NCTMC_PROCESS_MASKED, NCTMC_EXIT_LINK_SIGMA);
     test_determinism();
     test_resume();
     test_non_finite_skip();
+    test_bounded_noise_link();
     test_clipping();
     test_ema();
     test_dataset_steps();

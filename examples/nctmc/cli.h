@@ -35,6 +35,8 @@ int cmd_info(int argc, char **argv);
  * flags and for printing. */
 extern const char *const cli_process_names[];
 extern const char *const cli_schedule_names[];
+extern const char *const cli_time_input_names[];
+extern const char *const cli_exit_link_names[];
 extern const char *const cli_tokenizer_names[];
 
 /** Prints "nctmc CMD: message" to stderr. */

@@ -15,6 +15,8 @@
 
 const char *const cli_process_names[] = {"uniform", "masked", "mixture", NULL};
 const char *const cli_schedule_names[] = {"linear", "cosine", "loglinear", NULL};
+const char *const cli_time_input_names[] = {"t", "log_snr", NULL};
+const char *const cli_exit_link_names[] = {"sigma", "noise_posterior", NULL};
 const char *const cli_tokenizer_names[] = {"bytes", "chars", "image", NULL};
 
 void cli_error(const char *cmd, const char *fmt, ...)

@@ -36,6 +36,8 @@ static void print_model(const nctmc_model *model, const char *path)
     if (c.schedule == NCTMC_SCHEDULE_LOGLINEAR)
         printf(" (eps %g)", (double)c.schedule_eps);
     printf(", init seed %llu\n", (unsigned long long)c.seed);
+    printf("             time input %s, exit link %s\n", cli_time_input_names[c.time_input],
+           cli_exit_link_names[c.exit_link]);
     printf("             %lld parameters in %d tensors\n", (long long)nctmc_model_n_params(model),
            (int)nctmc_model_n_tensors(model));
     char tok[128];

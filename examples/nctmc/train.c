@@ -32,6 +32,8 @@ typedef struct train_options {
     nctmc_model_config model;
     int process;
     int schedule;
+    int time_input;
+    int exit_link;
     nctmc_trainer_params trainer;
 } train_options;
 
@@ -133,6 +135,8 @@ static bool model_config_for_data(const train_run *run, nctmc_model_config *cfg)
     *cfg = o->model;
     cfg->process = (nctmc_process)o->process;
     cfg->schedule = (nctmc_schedule)o->schedule;
+    cfg->time_input = (nctmc_time_input)o->time_input;
+    cfg->exit_link = (nctmc_exit_link)o->exit_link;
     cfg->seed = o->trainer.seed;
     /* the masked and mixture processes add the mask token after the data */
     cfg->vocab_size = info->vocab_size + (cfg->process == NCTMC_PROCESS_UNIFORM ? 0 : 1);
@@ -176,7 +180,8 @@ static bool create_fresh(train_run *run)
 static const char *const model_flags[] = {"--layers",  "--d-model",        "--heads",
                                           "--cond-dim", "--process",       "--schedule",
                                           "--seq-len", "--mixture-uniform", "--schedule-eps",
-                                          "--vocab-pad", NULL};
+                                          "--vocab-pad", "--time-input",   "--exit-link",
+                                          NULL};
 
 static void warn_ignored_model_flags(const cli_command *cmd)
 {
@@ -394,10 +399,11 @@ static void describe_setup(const train_run *run)
     const nctmc_trainer_params *p = &run->params;
     fprintf(stderr,
             "model: %d layers, d %d, %d heads, cond %d, S %d, L %d, %d classes, %s process, "
-            "%s schedule: %lld parameters\n",
+            "%s schedule, %s time input, %s exit link: %lld parameters\n",
             (int)c.n_layers, (int)c.d_model, (int)c.n_heads, (int)c.cond_dim, (int)c.vocab_size,
             (int)c.seq_len, (int)c.n_classes, cli_process_names[c.process],
-            cli_schedule_names[c.schedule], (long long)nctmc_model_n_params(run->model));
+            cli_schedule_names[c.schedule], cli_time_input_names[c.time_input],
+            cli_exit_link_names[c.exit_link], (long long)nctmc_model_n_params(run->model));
     cli_printf(stderr, "data: %lld tokens in %s (%s); tokenizer %s; validation: %s\n",
             (long long)run->data.info.n_tokens, run->o->data_dir,
             run->data.info.seq_len ? "sequences" : "stream", tok,
@@ -495,6 +501,8 @@ static void train_defaults(train_options *o)
     o->model.seq_len = 0;  /* from the data unless given */
     o->process = o->model.process;
     o->schedule = o->model.schedule;
+    o->time_input = o->model.time_input;
+    o->exit_link = o->model.exit_link;
     nctmc_trainer_params_init(&o->trainer);
     nctmc_eval_params eval;
     nctmc_eval_params_init(&eval);
@@ -519,6 +527,10 @@ int cmd_train(int argc, char **argv)
         CLI_OPT_INT("--cond-dim", m->cond_dim, "C", 1, 65536, "time/label conditioning width"),
         CLI_OPT_CHOICE("--process", o.process, cli_process_names, "forward noising process"),
         CLI_OPT_CHOICE("--schedule", o.schedule, cli_schedule_names, "noise schedule alpha_t"),
+        CLI_OPT_CHOICE("--time-input", o.time_input, cli_time_input_names,
+                       "what the time embedding sees: t or log(a_t / (1 - a_t))"),
+        CLI_OPT_CHOICE("--exit-link", o.exit_link, cli_exit_link_names,
+                       "exit rate from the head: h + log sigma_t, or the noise posterior"),
         CLI_OPT_FLOAT("--mixture-uniform", m->mixture_uniform, "P", 1e-6, 1.0,
                       "uniform share p_u of the mixture process"),
         CLI_OPT_FLOAT("--schedule-eps", m->schedule_eps, "E", 1e-9, 0.999999,

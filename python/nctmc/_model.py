@@ -9,6 +9,11 @@ from ._handles import Error, Handle, check
 
 PROCESSES = {"uniform": 0, "masked": 1, "mixture": 2}
 SCHEDULES = {"linear": 0, "cosine": 1, "loglinear": 2}
+TIME_INPUTS = {"t": 0, "log_snr": 1}
+EXIT_LINKS = {"sigma": 0, "noise_posterior": 1}
+# config fields whose values may be given by name
+_NAMED = {"process": PROCESSES, "schedule": SCHEDULES, "time_input": TIME_INPUTS,
+          "exit_link": EXIT_LINKS}
 TOKENIZER_KINDS = {0: "bytes", 1: "chars", 2: "image"}
 
 
@@ -181,15 +186,14 @@ class Model(Handle):
     def create(cls, ctx=None, **config):
         """A freshly initialised model. Keyword arguments set the fields of
         nctmc_model_config (vocab_size, seq_len, n_layers, d_model, n_heads,
-        cond_dim, n_classes, seed, ...); process and schedule take names
-        ("uniform", "masked", "mixture"; "linear", "cosine", "loglinear")."""
+        cond_dim, n_classes, seed, ...); process, schedule, time_input and
+        exit_link take names ("uniform", "masked", "mixture"; "linear",
+        "cosine", "loglinear"; "t", "log_snr"; "sigma", "noise_posterior")."""
         ctx = _default_context(ctx)
         c = N.new(N.ModelConfig)
         for key, value in config.items():
-            if key == "process":
-                value = PROCESSES[value] if isinstance(value, str) else value
-            elif key == "schedule":
-                value = SCHEDULES[value] if isinstance(value, str) else value
+            if key in _NAMED:
+                value = _NAMED[key][value] if isinstance(value, str) else value
             elif key not in dict(N.ModelConfig._fields_) or key == "struct_size":
                 raise TypeError("unknown model setting %r" % key)
             setattr(c, key, value)
@@ -252,8 +256,8 @@ class Model(Handle):
         c = N.new(N.ModelConfig)
         check(N.nctmc_model_get_config(self, ctypes.byref(c)), self._error)
         d = {f: getattr(c, f) for f, _ in N.ModelConfig._fields_[1:]}
-        d["process"] = {v: k for k, v in PROCESSES.items()}[d["process"]]
-        d["schedule"] = {v: k for k, v in SCHEDULES.items()}[d["schedule"]]
+        for key, names in _NAMED.items():
+            d[key] = {v: k for k, v in names.items()}[d[key]]
         return d
 
     seq_len = property(lambda self: N.nctmc_model_seq_len(self))

@@ -83,6 +83,8 @@ class ModelConfig(Structure):
         ("mixture_uniform", c_float),
         ("schedule_eps", c_float),
         ("seed", c_uint64),
+        ("time_input", c_int32),
+        ("exit_link", c_int32),
     ]
 
 

@@ -19,7 +19,7 @@ Fixture format (all little-endian), version 1:
 
     char     magic[8]      "NCTMCPAR"
     uint32   version       1
-    uint32   n_ints        14, then int32 ints[n_ints]:
+    uint32   n_ints        16, then int32 ints[n_ints]:
                              0 vocab_size S      1 vocab_pad_multiple  2 seq_len
                              3 n_layers          4 d_model             5 n_heads
                              6 cond_dim          7 n_classes           8 process (0 uniform,
@@ -27,6 +27,8 @@ Fixture format (all little-endian), version 1:
                              1 cosine, 2 loglinear)                   10 batch B
                             11 length Lb (<= seq_len, the batch's)    12 has_labels
                             13 V (padded vocabulary; a consistency check)
+                            14 time_input (0 t, 1 log_snr)            15 exit_link (0 sigma,
+                               1 noise_posterior)
     uint32   n_floats      2, then float32 floats[n_floats]:
                              0 mixture_uniform p_u   1 schedule_eps
     uint32   n_arrays, then n_arrays records:
@@ -86,6 +88,17 @@ CONFIGS = {
     "uniform_cosine_nolabels": (dict(S=10, L=8, n_layers=2, d=32, H=4, c=16, n_classes=2,
                                      vocab_pad_multiple=4, process="uniform",
                                      schedule="cosine"), 2, 7, "none", 4),
+    # 0.3.0's defaults: log-SNR time input and the noise-posterior exit link
+    "uniform_linear_logsnr_noise": (dict(S=11, L=8, n_layers=2, d=32, H=4, c=16,
+                                         process="uniform", schedule="linear",
+                                         time_input="log_snr",
+                                         exit_link="noise_posterior"), 3, 8, None, 5),
+    # the mixture under the noise-posterior link: learned at data tokens,
+    # exact at the mask
+    "mixture_cosine_noise_labels": (dict(S=9, L=6, n_layers=2, d=32, H=4, c=16, n_classes=2,
+                                         process="mixture", schedule="cosine",
+                                         mixture_uniform=0.4, time_input="log_snr",
+                                         exit_link="noise_posterior"), 3, 6, "given", 6),
 }
 
 # The metric of tests/test_parity.c: per quantity, the largest
@@ -138,7 +151,8 @@ def write_fixture(name, path):
     cfg, (B, Lb, has_labels), params, x_t, x0, t, labels, out, grads = compute(name)
     ints = [cfg.S, cfg.vocab_pad_multiple, cfg.L, cfg.n_layers, cfg.d, cfg.H, cfg.c,
             cfg.n_classes, ref.PROCESSES.index(cfg.process),
-            ref.SCHEDULES.index(cfg.schedule), B, Lb, int(has_labels), cfg.V]
+            ref.SCHEDULES.index(cfg.schedule), B, Lb, int(has_labels), cfg.V,
+            ref.TIME_INPUTS.index(cfg.time_input), ref.EXIT_LINKS.index(cfg.exit_link)]
     floats = [cfg.mixture_uniform, cfg.schedule_eps]
     arrays = [("input.x_t", DT_I32, x_t.numpy()), ("input.x_0", DT_I32, x0.numpy()),
               ("input.times", DT_F32, t.numpy())]

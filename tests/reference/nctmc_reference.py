@@ -25,6 +25,8 @@ import torch.nn.functional as F
 
 PROCESSES = ("uniform", "masked", "mixture")     # nctmc_process values 0, 1, 2
 SCHEDULES = ("linear", "cosine", "loglinear")    # nctmc_schedule values 0, 1, 2
+TIME_INPUTS = ("t", "log_snr")                  # nctmc_time_input values 0, 1
+EXIT_LINKS = ("sigma", "noise_posterior")        # nctmc_exit_link values 0, 1
 TIME_FEATURES = 256
 ROPE_BASE = 10000.0
 LN_EPS = 1e-5
@@ -44,9 +46,12 @@ class Config:
     schedule: str = "linear"
     mixture_uniform: float = 0.1   # p_u
     schedule_eps: float = 1e-3     # eps of the log-linear schedule
+    time_input: str = "t"          # what the time embedding sees: "t" or "log_snr"
+    exit_link: str = "sigma"       # "sigma" or "noise_posterior"
 
     def __post_init__(self):
         assert self.process in PROCESSES and self.schedule in SCHEDULES
+        assert self.time_input in TIME_INPUTS and self.exit_link in EXIT_LINKS
         assert self.d % self.H == 0 and (self.d // self.H) % 2 == 0
         assert self.S >= 2
 
@@ -245,10 +250,23 @@ def attention(qkv, cfg):
     return y.transpose(1, 2).reshape(B, L, H * D)
 
 
+def time_input(cfg, t):
+    """What the time embedding sees: t, or log(a_t / (1 - a_t)) clamped to
+    [-30, 30], computed in float64 and rounded to float32 as the C library
+    hands it to the backend."""
+    if cfg.time_input == "t":
+        return t
+    t64 = t.to(torch.float64)
+    a, _ = schedule(cfg, t64)
+    v = torch.clamp(torch.log(a) - torch.log1p(-a), -30.0, 30.0)
+    return v.to(torch.float32).to(t.dtype)
+
+
 def conditioning(p, cfg, t, labels):
     """cond [B, c] from the time (and the label)."""
     dtype = p["vocab_embed.embedding"].dtype
-    a = linear(timestep_features(t, dtype), p["sigma_map.mlp.0.weight"], p["sigma_map.mlp.0.bias"])
+    a = linear(timestep_features(time_input(cfg, t), dtype), p["sigma_map.mlp.0.weight"],
+               p["sigma_map.mlp.0.bias"])
     a = linear(silu(a), p["sigma_map.mlp.2.weight"], p["sigma_map.mlp.2.bias"])
     cond = silu(a)
     if cfg.n_classes > 0:
@@ -310,9 +328,34 @@ def model_outputs(cfg, logits, h, x_t, t):
         exact = torch.log(sigma * a / (1.0 - a))[:, None].expand_as(h)
         log_rate = torch.where(x_t == cfg.mask, exact,
                                torch.full_like(exact, float("-inf")))
+    elif cfg.exit_link == "noise_posterior":
+        log_rate = torch.log(noise_posterior_rate(cfg, h, x_t, t.to(logits.dtype)))
     else:
         log_rate = h + torch.log(sigma)[:, None]
     return log_rate, jump_logprobs
+
+
+def noise_posterior_rate(cfg, h, x_t, t):
+    """lambda = (1 - nu) lam_c + nu lam_n, nu = sigmoid(h + logit pi_n), by the
+    definitions: lam_c and lam_n are the summed conditional reverse rates
+    with x0 = x_t and with x0 another data token, pi_n = P(x0 != x_t | x_t)
+    by Bayes with x0 uniform over the data tokens; at the mixture's mask
+    token the exact rate (the same for every x0)."""
+    i = x_t.long()
+    n = cfg.n_data
+    other = torch.where(i + 1 < n, i + 1, torch.zeros_like(i))   # a data token != i
+    lam_c = reverse_rates(cfg, x_t, i.clamp(max=n - 1), t).sum(-1)
+    lam_n = reverse_rates(cfg, x_t, other, t).sum(-1)
+    a, _ = schedule(cfg, t)
+    pi = prior(cfg, t.dtype)
+    # q(x_t = i | x0) summed over the data tokens x0 != i, and at x0 = i
+    p_clean = a[:, None] + (1.0 - a)[:, None] * pi[i]
+    p_noise = (n - 1) * (1.0 - a)[:, None] * pi[i]
+    nu = torch.sigmoid(h + torch.log(p_noise) - torch.log(p_clean))
+    lam = (1.0 - nu) * lam_c + nu * lam_n
+    if cfg.mask is not None:
+        lam = torch.where(i == cfg.mask, lam_n, lam)
+    return lam
 
 
 # --------------------------------------------------------------------------
