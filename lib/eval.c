@@ -289,7 +289,7 @@ static nctmc_status eval_alloc_reservoirs(eval_state *e)
             e->res[b][c].values = nctmc_mem_alloc(&e->m->ctx->alloc, (size_t)cap * sizeof(float));
             if (!e->res[b][c].values)
                 return EVAL_FAIL(e->m, NCTMC_ERR_OUT_OF_MEMORY,
-                                 "out of memory for the calibration medians");
+                                 "out of memory for the exit-rate medians");
         }
     return NCTMC_OK;
 }
