@@ -976,12 +976,15 @@ NCTMC_API const char *nctmc_trainer_last_error(const nctmc_trainer *trainer);
  * (paper Thm. 3.2 after the conditional swap, T = t_max), estimated by Monte
  * Carlo over stratified times and x_t; reported in bits per token. */
 
-/** Exit-rate calibration in one time bucket: the median learned rate at
+/** Exit-rate statistics of one time bucket (legacy: the calibration
+ *  measure is nctmc_eval_result.reliability): the median learned rate at
  *  clean positions (x_t = x_0) and at noisy ones, next to the true
  *  conditional rates of a clean and of a noise token at the bucket's centre
- *  (see docs/math.md). NaN where a bucket saw no such position. Medians are
- *  exact over at most 65536 positions per bucket and kind: all of them when
- *  there are fewer, else a reproducible uniform random subset. Not
+ *  (see docs/math.md). The clean rate is only a floor for a good model (its
+ *  target is a mix of the clean and the noise rate), so the two medians are
+ *  not a calibration test. NaN where a bucket saw no such position. Medians
+ *  are exact over at most 65536 positions per bucket and kind: all of them
+ *  when there are fewer, else a reproducible uniform random subset. Not
  *  versioned: an element of an array, its layout never changes. */
 typedef struct nctmc_rate_bucket {
     double t_lo, t_hi;
@@ -991,6 +994,27 @@ typedef struct nctmc_rate_bucket {
 } nctmc_rate_bucket;
 
 #define NCTMC_EVAL_BUCKETS 8
+
+/** One cell of the exit-rate reliability table (nctmc_eval_result): the
+ *  positions of one time bucket whose implied noise probability nu_hat fell
+ *  in one bin. For a data token i at time t with learned rate lambda_theta,
+ *  nu_hat = (lambda_theta - lam_c) / (lam_n - lam_c) clipped to [0, 1],
+ *  lam_c and lam_n being the true conditional exit rates of i if it is
+ *  clean (x_0 = i) and if it is noise (x_0 != i): the model's rate read as
+ *  its probability that the token is noise (docs/math.md, "Reliability
+ *  table"). A calibrated model's mean_nu equals observed_noisy in every
+ *  cell. Not versioned: an element of an array, its layout never
+ *  changes. */
+typedef struct nctmc_reliability_cell {
+    int64_t count;           /**< positions in the cell */
+    int64_t n_noisy;         /**< of them with x_t != x_0 */
+    double mean_nu;          /**< mean nu_hat (NaN when count is 0) */
+    double observed_noisy;   /**< n_noisy / count (NaN when count is 0) */
+} nctmc_reliability_cell;
+
+/** Equal-width bins of nu_hat over [0, 1]: bin k holds [k/10, (k+1)/10),
+ *  the last one also 1. */
+#define NCTMC_EVAL_NU_BINS 10
 
 typedef struct nctmc_eval_params {
     size_t struct_size;
@@ -1045,16 +1069,35 @@ typedef struct nctmc_eval_result {
     double mean_loss;             /**< mean L_cond per position */
     int64_t n_tokens;             /**< tokens of the sequences finished */
     double t_max;                 /**< the T used */
-    nctmc_rate_bucket buckets[NCTMC_EVAL_BUCKETS];  /**< equal-width over [0, T] */
+    /** Equal-width over [0, T]: the time bands of the reliability table,
+     *  with the true rates and legacy median rates (nctmc_rate_bucket). */
+    nctmc_rate_bucket buckets[NCTMC_EVAL_BUCKETS];
+    /* ---- appended after 0.2.0 (a library before it leaves them 0) ---- */
+    /** The reliability table: [time bucket][nu_hat bin]. It covers every
+     *  evaluated position with a learned exit rate: all positions of the
+     *  uniform process, the data-token positions of the mixture process
+     *  (its mask token is noise whatever x_0 is, so nu_hat means nothing
+     *  there), none of the masked process (its exit rate is exact, not
+     *  learned: every count is 0). */
+    nctmc_reliability_cell reliability[NCTMC_EVAL_BUCKETS][NCTMC_EVAL_NU_BINS];
+    /** Expected calibration error of each time bucket: the count-weighted
+     *  mean over its cells of |mean_nu - observed_noisy| (NaN when the
+     *  bucket has no position in the table). */
+    double ece_bucket[NCTMC_EVAL_BUCKETS];
+    /** The same over every cell of the table (NaN when it is empty). */
+    double ece;
+    /** Positions in the table: the sum of the cells' counts (0 for the
+     *  masked process, and from a library that predates the table). */
+    int64_t n_reliability;
 } nctmc_eval_result;
 
 /** Fills *result with zeros and struct_size (see "Versioned structs"). */
 NCTMC_API nctmc_status nctmc_eval_result_init_sized(nctmc_eval_result *result, size_t size);
 #define nctmc_eval_result_init(p) nctmc_eval_result_init_sized((p), sizeof *(p))
 
-/** Estimates the NELBO of held-out data and the exit-rate calibration.
- *  Deterministic: the same model, backend, data and parameters give the
- *  same bits. Errors are stored in the model. */
+/** Estimates the NELBO of held-out data and the exit-rate reliability
+ *  table. Deterministic: the same model, backend, data and parameters give
+ *  the same bits. Errors are stored in the model. */
 NCTMC_API nctmc_status nctmc_eval(nctmc_model *model, const nctmc_eval_params *params,
                                   nctmc_eval_result *result);
 

@@ -1,7 +1,8 @@
 /*
  * eval.c — nctmc_eval(): the NELBO of held-out sequences in bits per token,
- * by Monte Carlo over stratified times and x_t ~ q_{t|0}, and the exit-rate
- * calibration report (docs/math.md, "NELBO").
+ * by Monte Carlo over stratified times and x_t ~ q_{t|0}, the exit-rate
+ * reliability table and the per-bucket rate statistics (docs/math.md,
+ * "NELBO").
  *
  * The work is a list of rows, one per (sequence, time sample), in
  * sequence-major order; a forward pass takes batch_size of them. Every
@@ -18,6 +19,7 @@
 #include "context.h"
 #include "dit.h"
 #include "eval_median.h"
+#include "eval_reliability.h"
 #include "model.h"
 #include "nelbo_math.h"
 #include "philox.h"
@@ -258,6 +260,7 @@ typedef struct eval_state {
     double loss_sum;
     int64_t loss_count;
     eval_reservoir res[NCTMC_EVAL_BUCKETS][2];   /* [bucket][noisy] log rates */
+    eval_reliability rel;
 } eval_state;
 
 static void eval_state_free(eval_state *e)
@@ -286,7 +289,7 @@ static nctmc_status eval_alloc_reservoirs(eval_state *e)
             e->res[b][c].values = nctmc_mem_alloc(&e->m->ctx->alloc, (size_t)cap * sizeof(float));
             if (!e->res[b][c].values)
                 return EVAL_FAIL(e->m, NCTMC_ERR_OUT_OF_MEMORY,
-                                 "out of memory for the calibration medians");
+                                 "out of memory for the exit-rate medians");
         }
     return NCTMC_OK;
 }
@@ -383,7 +386,8 @@ static int eval_bucket(double t, double T)
     return b < 0 ? 0 : (b >= NCTMC_EVAL_BUCKETS ? NCTMC_EVAL_BUCKETS - 1 : b);
 }
 
-/* Records the log exit rate of every position of a row for the medians. */
+/* Records the log exit rate of every position of a row for the medians,
+ * and its implied noise probability for the reliability table. */
 static void eval_collect_rates(eval_state *e, int32_t b, double t)
 {
     int bucket = eval_bucket(t, e->T);
@@ -391,10 +395,13 @@ static void eval_collect_rates(eval_state *e, int32_t b, double t)
         int32_t r = b * e->L + pos;
         int32_t i = e->x_t[r];
         int noisy = i != e->x0[r];
-        float v = (float)fp_model_log_rate(&e->fp, t, i, e->rate_h[r]);
-        eval_reservoir_add(&e->res[bucket][noisy], v, e->p->seed,
+        double log_rate = fp_model_log_rate(&e->fp, t, i, e->rate_h[r]);
+        eval_reservoir_add(&e->res[bucket][noisy], (float)log_rate, e->p->seed,
                            (uint32_t)NCTMC_RNG_EVAL | EVAL_STREAM_RESERVOIR << 8,
                            (uint32_t)(bucket * 2 + noisy));
+        double nu = eval_implied_noise(&e->fp, t, i, log_rate);
+        if (!isnan(nu))
+            eval_reliability_add(&e->rel, bucket, nu, noisy);
     }
 }
 
@@ -503,6 +510,7 @@ static void eval_fill_result(eval_state *e, nctmc_eval_result *caller)
     r->n_tokens = (mo->n + mo->n_infinite) * e->L;
     r->t_max = e->T;
     eval_fill_buckets(e, r);
+    eval_reliability_fill(&e->rel, r);
     abi_write(caller, r, &abi_eval_result);
 }
 

@@ -1,5 +1,5 @@
 /*
- * eval_median.h — medians for nctmc_eval's exit-rate calibration report, in
+ * eval_median.h — medians for nctmc_eval's per-bucket exit-rate statistics, in
  * memory that does not grow with the data: each (time bucket, clean/noisy)
  * keeps at most `cap` values — every value while there are fewer, beyond
  * that a uniform random subset (reservoir sampling, Vitter's algorithm R,

@@ -3,9 +3,12 @@
  * docs/api.md, "Compatibility") proved against the current library in both
  * directions, for every versioned struct and every call that takes one.
  *
- * For each struct this file declares three layouts, as programs built
- * against three headers would have them:
- *   X_old  the struct without its last field (an older, smaller header);
+ * For each struct this file declares four layouts, as programs built
+ * against four headers would have them:
+ *   X_pre  the first published layout without its last field (a header
+ *          that never existed: below the first published size);
+ *   X_old  the struct without its last field (an older, smaller header;
+ *          the same as X_pre until a release appends a field);
  *   X_now  the struct as nctmc.h has it (asserted equal to nctmc_X);
  *   X_new  the struct with fields appended (a newer header).
  * Each layout is put at the very end of a heap block of exactly its size (so
@@ -15,7 +18,7 @@
  *   - nctmc_X_init_sized() writes exactly `size` bytes (the stack-overwrite
  *     bug of a fixed-size init) and refuses NULL and sizes below the first
  *     published size, writing nothing;
- *   - every call rejects the old layout (below the first published size:
+ *   - every call rejects the pre layout (below the first published size:
  *     NCTMC_ERR_INVALID_ARGUMENT, naming the struct), accepts the current
  *     one, accepts the new one when its unknown fields are 0 and rejects it
  *     (NCTMC_ERR_UNSUPPORTED, naming the struct and the library version)
@@ -62,6 +65,20 @@ _Static_assert(sizeof(((nctmc_sample_params *)0)->final_denoise) == 4 &&
 /* HEAD: every field but the last; LAST: the last field, named `last`. */
 #define LAYOUTS(name, head, last_decl, last)                                          \
     typedef struct { head } name##_old;                                                \
+    typedef name##_old name##_pre;                                                     \
+    typedef struct { head last_decl } name##_now;                                      \
+    typedef struct { head last_decl FUTURE_FIELDS } name##_new;                        \
+    _Static_assert(sizeof(name##_now) == sizeof(nctmc_##name) &&                        \
+                       offsetof(name##_now, last) == offsetof(nctmc_##name, last),      \
+                   "the mirror of nctmc_" #name " matches nctmc.h");                     \
+    enum { name##_last_offset = offsetof(nctmc_##name, last) }
+
+/* A struct a release appended fields to: PRE_HEAD is its first published
+ * layout without the last field of that layout. (Written out again rather
+ * than calling LAYOUTS: a HEAD's commas would split the inner call.) */
+#define LAYOUTS_APPENDED(name, pre_head, head, last_decl, last)                       \
+    typedef struct { pre_head } name##_pre;                                            \
+    typedef struct { head } name##_old;                                                \
     typedef struct { head last_decl } name##_now;                                      \
     typedef struct { head last_decl FUTURE_FIELDS } name##_new;                        \
     _Static_assert(sizeof(name##_now) == sizeof(nctmc_##name) &&                        \
@@ -82,19 +99,22 @@ _Static_assert(sizeof(((nctmc_sample_params *)0)->final_denoise) == 4 &&
     void (*free_fn)(void *, void *);
 LAYOUTS(context_params, CONTEXT_PARAMS_HEAD, void *alloc_user_data;, alloc_user_data);
 
-#define MODEL_CONFIG_HEAD                                                         \
+#define MODEL_CONFIG_PRE_HEAD                                                     \
     size_t struct_size;                                                           \
     int32_t vocab_size, vocab_pad_multiple, seq_len, n_layers, d_model, n_heads;  \
     int32_t cond_dim, n_classes;                                                  \
     nctmc_process process;                                                        \
     nctmc_schedule schedule;                                                      \
     float mixture_uniform;                                                        \
-    float schedule_eps;                                                           \
-    uint64_t seed;
-/* 0.3.0 appended two fields: the "old" layout is 0.2.0's, the first
- * published one (the "last field" named is the first appended). */
-LAYOUTS(model_config, MODEL_CONFIG_HEAD,
-        nctmc_time_input time_input; nctmc_exit_link exit_link;, time_input);
+    float schedule_eps;
+/* 0.3.0 appended time_input and exit_link to 0.2.0's layout (which ended
+ * at seed) */
+#define MODEL_CONFIG_HEAD                                                         \
+    MODEL_CONFIG_PRE_HEAD                                                         \
+    uint64_t seed;                                                                \
+    nctmc_time_input time_input;
+LAYOUTS_APPENDED(model_config, MODEL_CONFIG_PRE_HEAD, MODEL_CONFIG_HEAD,
+                 nctmc_exit_link exit_link;, exit_link);
 
 #define TENSOR_INFO_HEAD                                                          \
     size_t struct_size;                                                           \
@@ -156,8 +176,15 @@ LAYOUTS(eval_params, EVAL_PARAMS_HEAD, void *user_data;, user_data);
     double nelbo_bits_per_token, std_error_bits, prior_bits_per_token, mean_loss; \
     int64_t n_tokens;                                                             \
     double t_max;
-LAYOUTS(eval_result, EVAL_RESULT_HEAD, nctmc_rate_bucket buckets[NCTMC_EVAL_BUCKETS];,
-        buckets);
+/* first published (0.2.0) up to `buckets`; the reliability table appended */
+#define EVAL_RESULT_APPENDED_HEAD                                                 \
+    EVAL_RESULT_HEAD                                                              \
+    nctmc_rate_bucket buckets[NCTMC_EVAL_BUCKETS];                                \
+    nctmc_reliability_cell reliability[NCTMC_EVAL_BUCKETS][NCTMC_EVAL_NU_BINS];   \
+    double ece_bucket[NCTMC_EVAL_BUCKETS];                                        \
+    double ece;
+LAYOUTS_APPENDED(eval_result, EVAL_RESULT_HEAD, EVAL_RESULT_APPENDED_HEAD,
+                 int64_t n_reliability;, n_reliability);
 
 #define SAMPLER_PARAMS_HEAD                                                       \
     size_t struct_size;                                                           \
@@ -530,8 +557,9 @@ static nctmc_status call_eval_result(fixture *f, void *p, const char **message)
     const nctmc_eval_result *r = p;
     if (st == NCTMC_OK)
         CHECK(r->n_tokens == BATCH * L && r->nelbo_bits_per_token > 0.0 &&
-                  r->buckets[NCTMC_EVAL_BUCKETS - 1].t_hi == r->t_max,
-              "eval filled the result");
+                  r->buckets[NCTMC_EVAL_BUCKETS - 1].t_hi == r->t_max &&
+                  r->n_reliability == BATCH * L * 2 && r->ece >= 0.0,
+              "eval filled the result, up to its last field");
     return st;
 }
 
@@ -672,7 +700,7 @@ INIT_WRAPPER(reader)
 typedef struct abi_case {
     const char *call_name;
     const abi_struct *d;
-    size_t old_size, now_size, new_size;
+    size_t pre_size, old_size, now_size, new_size;
     size_t last_offset;     /* where the last field of the current layout starts */
     init_fn init;
     prepare_fn prepare;
@@ -682,8 +710,9 @@ typedef struct abi_case {
 } abi_case;
 
 #define CASE(call_name, name, prepare, call, output, old_reports)                      \
-    {call_name, &abi_##name, sizeof(name##_old), sizeof(name##_now), sizeof(name##_new), \
-     name##_last_offset, init_##name, prepare, call, output, old_reports}
+    {call_name, &abi_##name, sizeof(name##_pre), sizeof(name##_old), sizeof(name##_now), \
+     sizeof(name##_new), name##_last_offset, init_##name, prepare, call, output,          \
+     old_reports}
 
 static const abi_case cases[] = {
     CASE("nctmc_context_create", context_params, prep_context, call_context_create, false,
@@ -757,10 +786,8 @@ static void check_init(const abi_case *c)
     size_t total = c->new_size + GUARD;
     unsigned char *ref = exact_block(c->now_size), *buf = exact_block(total);
     CHECK(c->init(NULL, c->now_size) == NCTMC_ERR_INVALID_ARGUMENT, "%s: init(NULL)", name);
-    size_t small[] = {0, sizeof(size_t), c->d->first_size - 1, c->old_size};
-    /* the old layout is too small unless it is the first published one */
-    size_t n_small = c->old_size < c->d->first_size ? 4 : 3;
-    for (size_t k = 0; k < n_small; k++) {
+    size_t small[] = {0, sizeof(size_t), c->pre_size, c->d->first_size - 1};
+    for (size_t k = 0; k < sizeof small / sizeof small[0]; k++) {
         memset(buf, PATTERN, total);
         CHECK(c->init(buf, small[k]) == NCTMC_ERR_INVALID_ARGUMENT &&
                   all_bytes(buf, total, PATTERN),
@@ -832,11 +859,11 @@ static nctmc_status call_at(fixture *f, const abi_case *c, size_t size, bool ini
 static void check_too_small(fixture *f, const abi_case *c)
 {
     char msg[512];
-    size_t sizes[] = {sizeof(size_t), c->d->first_size - 1, c->old_size};
-    size_t n_sizes = c->old_size < c->d->first_size ? 3 : 2;
-    for (size_t k = 0; k < n_sizes; k++) {
+    size_t sizes[] = {sizeof(size_t), c->pre_size, c->d->first_size - 1};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         nctmc_status st = call_at(f, c, sizes[k], false, NULL, msg, sizeof msg);
-        CHECK(st == NCTMC_ERR_INVALID_ARGUMENT, "%s: %s with the old layout (%zu bytes): %d",
+        CHECK(st == NCTMC_ERR_INVALID_ARGUMENT,
+              "%s: %s below the first published layout (%zu bytes): %d",
               c->d->name, c->call_name, sizes[k], st);
         if (c->old_reports)
             CHECK(strstr(msg, c->d->name) && strstr(msg, "struct_size"),
@@ -851,11 +878,13 @@ static void check_current(fixture *f, const abi_case *c)
     nctmc_status st = call_at(f, c, c->now_size, true, NULL, msg, sizeof msg);
     CHECK(st == NCTMC_OK, "%s: %s with the current layout: %d (%s)", c->d->name,
           c->call_name, st, msg);
-    if (c->old_size >= c->d->first_size) {
-        /* a caller built against the first published header still works */
-        st = call_at(f, c, c->old_size, true, NULL, msg, sizeof msg);
+    if (c->d->first_size < c->d->known_size && !c->output) {
+        /* a caller built against the first published header still works
+         * (outputs: check_history covers them; the calls' checks read the
+         * current layout's fields) */
+        st = call_at(f, c, c->d->first_size, true, NULL, msg, sizeof msg);
         CHECK(st == NCTMC_OK, "%s: %s with the first published layout (%zu bytes): %d (%s)",
-              c->d->name, c->call_name, c->old_size, st, msg);
+              c->d->name, c->call_name, c->d->first_size, st, msg);
     }
 }
 
@@ -960,18 +989,22 @@ static void check_history(const abi_case *c)
     free(full);
 }
 
-/* The first published size of a struct is its whole current layout, or,
- * for a struct that has grown since (nctmc_model_config), the "old" layout
- * of its case; no field lies past what the library knows. */
+/* The first published size of a struct is its whole current layout until a
+ * release appends a field, and then what LAYOUTS_APPENDED says it was (the
+ * pre layout plus one field: at most the old layout); no field lies past
+ * what the library knows. */
 static void check_sizes(const abi_case *c)
 {
-    bool grown = c->d->first_size < c->d->known_size;
-    CHECK((grown ? c->old_size == c->d->first_size
-                 : c->d->first_size == c->d->known_size && c->old_size < c->d->first_size) &&
-              c->d->known_size <= c->now_size && c->d->known_size > c->last_offset &&
+    bool appended = c->d->first_size < c->d->known_size;
+    bool pre_ok = appended ? c->pre_size < c->d->first_size && c->d->first_size <= c->old_size
+                           : c->pre_size == c->old_size && c->old_size < c->d->first_size &&
+                                 c->d->first_size == c->d->known_size;
+    CHECK(pre_ok && c->d->known_size <= c->now_size && c->d->known_size > c->last_offset &&
               c->new_size > c->now_size,
-          "%s: sizes first %zu, known %zu, old %zu, now %zu, new %zu", c->d->name,
-          c->d->first_size, c->d->known_size, c->old_size, c->now_size, c->new_size);
+          "%s: sizes pre %zu, first %zu, known %zu, old %zu, now %zu, new %zu (declared with "
+          "%s)",
+          c->d->name, c->pre_size, c->d->first_size, c->d->known_size, c->old_size,
+          c->now_size, c->new_size, appended ? "appended fields" : "its first layout");
 }
 
 int main(void)

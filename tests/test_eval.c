@@ -13,8 +13,9 @@
  *      bound must hold for every x0, be tight where the model is the exact
  *      reverse process, and nctmc_eval()'s Monte Carlo estimate must agree
  *      with the exact NELBO within a few standard errors;
- *  (c) the calibration report, the median selection and reservoir,
- *      cancellation, bad parameters and determinism.
+ *  (c) the per-bucket rate statistics, the median selection and
+ *      reservoir, the reliability table (against a brute-force rebuild
+ *      from the same draws), cancellation, bad parameters and determinism.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -24,8 +25,10 @@
 #include <time.h>
 
 #include "eval_median.h"
+#include "eval_reliability.h"
 #include "nctmc.h"
 #include "nelbo_math.h"
+#include "philox.h"
 #include "test_util.h"
 
 #define REF_PI 3.141592653589793238462643383279502884L
@@ -340,11 +343,14 @@ static void test_median(void)
 
 static nctmc_context *g_ctx;
 
-static nctmc_model *make_model(int process, int schedule, float pu, float eps, int n_classes,
-                               uint64_t seed)
+static nctmc_model *make_model_link(int process, int schedule, float pu, float eps,
+                                    int n_classes, uint64_t seed, nctmc_exit_link link)
 {
     nctmc_model_config c;
     nctmc_model_config_init(&c);
+    /* the 0.2.0 pair, or 0.3.0's defaults */
+    c.exit_link = link;
+    c.time_input = link == NCTMC_EXIT_LINK_SIGMA ? NCTMC_TIME_INPUT_T : NCTMC_TIME_INPUT_LOG_SNR;
     c.vocab_size = S_EX;
     c.vocab_pad_multiple = 0;
     c.seq_len = L_EX;
@@ -362,6 +368,14 @@ static nctmc_model *make_model(int process, int schedule, float pu, float eps, i
     nctmc_status st = nctmc_model_create(g_ctx, &c, &m);
     CHECK(st == NCTMC_OK, "model_create: %s", nctmc_context_last_error(g_ctx));
     return m;
+}
+
+/* Most tests here set the rate head to give chosen rates, written for the
+ * sigma link (log lambda = h + log sigma_t). */
+static nctmc_model *make_model(int process, int schedule, float pu, float eps, int n_classes,
+                               uint64_t seed)
+{
+    return make_model_link(process, schedule, pu, eps, n_classes, seed, NCTMC_EXIT_LINK_SIGMA);
 }
 
 static void write_tensor(nctmc_model *m, const char *name, const float *v, int64_t n)
@@ -408,11 +422,14 @@ static void perturb_output(nctmc_model *m, uint64_t seed, float scale)
  * the bias below it is the exact reverse process of uniform data: rate
  * sigma_t pi_j into every j != i, since q_t = pi at every t. (The masked
  * process needs nothing: its exit rate is exact already.) */
-static void make_exact_for_uniform_data(nctmc_model *m, int process)
+/* Uniform data's exact reverse rate is sigma (1 - 1/S) at every state:
+ * h = log(1 - 1/S) under the sigma link, h = 0 under the noise-posterior
+ * link (its context-free optimum); the jumps are uniform (zero logits). */
+static void make_exact_for_uniform_data(nctmc_model *m, int process, nctmc_exit_link link)
 {
     if (process != NCTMC_FP_UNIFORM)
         return;
-    float b = logf((float)(S_EX - 1) / (float)S_EX);
+    float b = link == NCTMC_EXIT_LINK_SIGMA ? logf((float)(S_EX - 1) / (float)S_EX) : 0.0f;
     write_tensor(m, "output_layer.rate_head.bias", &b, 1);
 }
 
@@ -794,6 +811,7 @@ typedef struct bound_case {
     float t_max;          /* 0: automatic */
     int kind;             /* 0 random weights, 1 exact reverse of uniform data, 2 perturbed */
     float scale;
+    nctmc_exit_link link;
 } bound_case;
 
 static double cpu_seconds(clock_t since)
@@ -804,13 +822,13 @@ static double cpu_seconds(clock_t since)
 static void test_bound_case(const bound_case *bc, int n_grid)
 {
     clock_t t0 = clock();
-    nctmc_model *m = make_model(bc->process, bc->schedule, bc->pu, bc->eps, 0, 3);
+    nctmc_model *m = make_model_link(bc->process, bc->schedule, bc->pu, bc->eps, 0, 3, bc->link);
     if (!m)
         return;
     if (bc->kind == 0)
         randomize(m, 17 + (uint64_t)bc->process, bc->scale);
     else
-        make_exact_for_uniform_data(m, bc->process);
+        make_exact_for_uniform_data(m, bc->process, bc->link);
     if (bc->kind == 2)
         perturb_output(m, 23, bc->scale);
     double T = bc->t_max != 0.0f ? (double)bc->t_max
@@ -973,16 +991,24 @@ static void test_bound(void)
     /* 4 n + 1 model evaluations of all 64 states per case */
     const int n_grid = 500;
     static const bound_case cases[] = {
-        {"uniform linear, random", NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 0, 0, 0, 0, 0.4f},
+        {"uniform linear, random", NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 0, 0, 0, 0, 0.4f, NCTMC_EXIT_LINK_SIGMA},
         {"uniform loglinear eps=.05 T=1, random", NCTMC_FP_UNIFORM, NCTMC_FP_LOGLINEAR, 0,
-         0.05f, 1.0f, 0, 0.4f},
-        {"masked linear, random", NCTMC_FP_MASKED, NCTMC_FP_LINEAR, 0, 0, 0, 0, 0.4f},
-        {"masked cosine, random", NCTMC_FP_MASKED, NCTMC_FP_COSINE, 0, 0, 0, 0, 0.4f},
+         0.05f, 1.0f, 0, 0.4f, NCTMC_EXIT_LINK_SIGMA},
+        {"masked linear, random", NCTMC_FP_MASKED, NCTMC_FP_LINEAR, 0, 0, 0, 0, 0.4f, NCTMC_EXIT_LINK_SIGMA},
+        {"masked cosine, random", NCTMC_FP_MASKED, NCTMC_FP_COSINE, 0, 0, 0, 0, 0.4f, NCTMC_EXIT_LINK_SIGMA},
         {"mixture cosine p_u=.5, random", NCTMC_FP_MIXTURE, NCTMC_FP_COSINE, 0.5f, 0, 0, 0,
-         0.4f},
-        {"uniform linear, exact reverse", NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 0, 0, 0, 1, 0},
-        {"masked linear, exact reverse", NCTMC_FP_MASKED, NCTMC_FP_LINEAR, 0, 0, 0, 1, 0},
-        {"uniform cosine, perturbed", NCTMC_FP_UNIFORM, NCTMC_FP_COSINE, 0, 0, 0, 2, 0.02f},
+         0.4f, NCTMC_EXIT_LINK_SIGMA},
+        {"uniform linear, exact reverse", NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 0, 0, 0, 1, 0, NCTMC_EXIT_LINK_SIGMA},
+        {"masked linear, exact reverse", NCTMC_FP_MASKED, NCTMC_FP_LINEAR, 0, 0, 0, 1, 0, NCTMC_EXIT_LINK_SIGMA},
+        {"uniform cosine, perturbed", NCTMC_FP_UNIFORM, NCTMC_FP_COSINE, 0, 0, 0, 2, 0.02f, NCTMC_EXIT_LINK_SIGMA},
+        {"uniform linear, random, noise link", NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 0, 0, 0, 0,
+         0.4f, NCTMC_EXIT_LINK_NOISE_POSTERIOR},
+        {"mixture cosine p_u=.5, random, noise link", NCTMC_FP_MIXTURE, NCTMC_FP_COSINE, 0.5f,
+         0, 0, 0, 0.4f, NCTMC_EXIT_LINK_NOISE_POSTERIOR},
+        {"uniform linear, exact reverse, noise link", NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 0, 0,
+         0, 1, 0, NCTMC_EXIT_LINK_NOISE_POSTERIOR},
+        {"uniform cosine, perturbed, noise link", NCTMC_FP_UNIFORM, NCTMC_FP_COSINE, 0, 0, 0, 2,
+         0.02f, NCTMC_EXIT_LINK_NOISE_POSTERIOR},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         test_bound_case(&cases[c], n_grid);
@@ -1099,7 +1125,7 @@ static void test_calibration(void)
         nctmc_model *m = make_model(process, NCTMC_FP_LINEAR, 0, 0, 0, 3);
         if (!m)
             continue;
-        make_exact_for_uniform_data(m, process);
+        make_exact_for_uniform_data(m, process, NCTMC_EXIT_LINK_SIGMA);
         nctmc_fp fp = make_fp(process, NCTMC_FP_LINEAR, S_EX, 0, 0);
         ref_proc rp = ref_of(&fp);
         /* small: every value kept; large: past the reservoir's cap */
@@ -1141,6 +1167,253 @@ static void test_calibration(void)
         }
         nctmc_model_free(m);
     }
+}
+
+/* ---- the reliability table ------------------------------------------------ */
+
+/* The eval's draws, re-derived from its documented Philox counter layout
+ * (docs/math.md, NELBO, "Random numbers"), so that the test knows every
+ * row's t, x_t and x0 without asking the library. */
+static philox4x32 rel_draw(uint64_t seed, uint32_t stream, uint32_t k, int64_t s,
+                           uint32_t pos)
+{
+    philox4x32 c = {{(uint32_t)NCTMC_RNG_EVAL | stream << 8 |
+                         (uint32_t)((uint64_t)s >> 32) << 16,
+                     k, (uint32_t)s, pos}};
+    return philox4x32_10(c, seed);
+}
+
+static double rel_u53(uint32_t hi, uint32_t lo)
+{
+    return ((double)((uint64_t)(hi >> 5) << 26 | (uint64_t)(lo >> 6)) + 0.5) /
+           9007199254740992.0;
+}
+
+static float rel_time(uint64_t seed, double T, int32_t n, int32_t k, int64_t s)
+{
+    philox4x32 r = rel_draw(seed, 0, (uint32_t)k, s, 0);
+    float t = (float)(T * ((double)k + rel_u53(r.v[0], r.v[1])) / (double)n);
+    return t < 1.0f ? t : nextafterf(1.0f, 0.0f);
+}
+
+/* x_t: x0 with probability a_t; else the mask (masked; mixture with
+ * probability 1 - p_u), else a uniform data token. */
+static int rel_noise(const ref_proc *rp, uint64_t seed, int32_t k, int64_t s, int32_t pos,
+                     double t, int x0)
+{
+    philox4x32 r = rel_draw(seed, 1, (uint32_t)k, s, (uint32_t)pos);
+    if (!(rel_u53(r.v[0], r.v[1]) < (double)(1 - ref_alpha(rp, t))))
+        return x0;
+    int mask = rp->S - 1;
+    if (rp->process == NCTMC_FP_MASKED)
+        return mask;
+    if (rp->process == NCTMC_FP_MIXTURE &&
+        !(((double)r.v[2] + 0.5) / 4294967296.0 < (double)rp->pu))
+        return mask;
+    philox4x32 d = rel_draw(seed, 2, (uint32_t)k, s, (uint32_t)pos);
+    return (int)(((uint64_t)d.v[0] << 32 | d.v[1]) % (uint64_t)ref_n_data(rp));
+}
+
+/* nu_hat from the definitions: lambda = e^h sigma_t (the exit-rate link
+ * with a rate head that outputs h everywhere) against the true conditional
+ * rates of i clean and i noise (ref_lam_hat sums the reverse rates). */
+static double rel_nu(const ref_proc *rp, double t, int i, float h)
+{
+    double lam = exp((double)h) * (double)ref_sigma(rp, t);
+    double lam_c = ref_lam_hat(rp, t, i, i), lam_n = ref_lam_hat(rp, t, i, i == 0 ? 1 : 0);
+    double nu = (lam - lam_c) / (lam_n - lam_c);
+    return nu < 0 ? 0 : (nu > 1 ? 1 : nu);
+}
+
+typedef struct rel_table {
+    int64_t count[NCTMC_EVAL_BUCKETS][NCTMC_EVAL_NU_BINS];
+    int64_t noisy[NCTMC_EVAL_BUCKETS][NCTMC_EVAL_NU_BINS];
+    double sum_nu[NCTMC_EVAL_BUCKETS][NCTMC_EVAL_NU_BINS];
+    int64_t total;
+    double max_closed_form_error;   /* |nu - (1 - a)(1 - pi)|, see below */
+} rel_table;
+
+/* The table, position by position, as nctmc_eval() should have built it. */
+static void rel_brute_force(const ref_proc *rp, const nctmc_eval_params *p, double T,
+                            float h, rel_table *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int64_t s = 0; s < p->n_sequences; s++)
+        for (int32_t k = 0; k < p->n_time_samples; k++) {
+            double t = rel_time(p->seed, T, p->n_time_samples, k, s);
+            int band = (int)(t / T * NCTMC_EVAL_BUCKETS);
+            band = band >= NCTMC_EVAL_BUCKETS ? NCTMC_EVAL_BUCKETS - 1 : band;
+            for (int32_t pos = 0; pos < p->length; pos++) {
+                int x0 = p->tokens[s * p->length + pos];
+                int xt = rel_noise(rp, p->seed, k, s, pos, t, x0);
+                if (rp->process == NCTMC_FP_MASKED || xt == ref_n_data(rp))
+                    continue;   /* an exact rate, or the mixture's mask */
+                double nu = rel_nu(rp, t, xt, h);
+                int bin = (int)(nu * NCTMC_EVAL_NU_BINS);
+                bin = bin >= NCTMC_EVAL_NU_BINS ? NCTMC_EVAL_NU_BINS - 1 : bin;
+                out->count[band][bin]++;
+                out->noisy[band][bin] += xt != x0;
+                out->sum_nu[band][bin] += nu;
+                out->total++;
+                /* the exact reverse process of uniform data knows nothing
+                 * but t: its nu is the prior noise share (1 - a)(1 - pi) */
+                double closed = (double)((1 - ref_alpha(rp, t)) * (1 - ref_pi(rp, xt)));
+                out->max_closed_form_error = fmax(out->max_closed_form_error, fabs(nu - closed));
+            }
+        }
+}
+
+/* nctmc_eval()'s table against the brute force: the same positions in the
+ * same cells, the same noisy counts, the same mean nu_hat, and ECE = the
+ * count-weighted mean of |mean nu_hat - observed share|. */
+static void rel_compare(const char *name, const nctmc_eval_result *r, const rel_table *want)
+{
+    int bad_cells = 0, filled = 0;
+    double err_all = 0;
+    for (int b = 0; b < NCTMC_EVAL_BUCKETS; b++) {
+        double err = 0;
+        int64_t n = 0;
+        for (int k = 0; k < NCTMC_EVAL_NU_BINS; k++) {
+            const nctmc_reliability_cell *c = &r->reliability[b][k];
+            int64_t wn = want->count[b][k];
+            double mean = wn ? want->sum_nu[b][k] / (double)wn : NAN;
+            double share = wn ? (double)want->noisy[b][k] / (double)wn : NAN;
+            bool ok = c->count == wn && c->n_noisy == want->noisy[b][k] &&
+                      (wn ? fabs(c->mean_nu - mean) <= 1e-9 && c->observed_noisy == share
+                          : isnan(c->mean_nu) && isnan(c->observed_noisy));
+            if (!ok) {
+                bad_cells++;
+                fprintf(stderr, "  %s cell (%d, %d): n %lld/%lld noisy %lld/%lld nu %.12g/%.12g "
+                                "share %g/%g\n",
+                        name, b, k, (long long)c->count, (long long)wn, (long long)c->n_noisy,
+                        (long long)want->noisy[b][k], c->mean_nu, mean, c->observed_noisy,
+                        share);
+            }
+            if (wn) {
+                filled++;
+                err += (double)wn * fabs(mean - share);
+                n += wn;
+            }
+        }
+        double want_band = n ? err / (double)n : NAN;
+        CHECK(n ? fabs(r->ece_bucket[b] - want_band) <= 1e-9 : isnan(r->ece_bucket[b]),
+              "%s: ECE of bucket %d is %.12g, want %.12g", name, b, r->ece_bucket[b], want_band);
+        err_all += err;
+    }
+    double want_ece = want->total ? err_all / (double)want->total : NAN;
+    CHECK(bad_cells == 0, "%s: %d of the table's cells differ from the brute force", name,
+          bad_cells);
+    CHECK(r->n_reliability == want->total, "%s: %lld positions in the table, want %lld", name,
+          (long long)r->n_reliability, (long long)want->total);
+    CHECK(want->total ? fabs(r->ece - want_ece) <= 1e-9 : isnan(r->ece),
+          "%s: ECE %.12g, want %.12g", name, r->ece, want_ece);
+    printf("  reliability (%s): %lld positions in %d cells, ECE %.4f\n", name,
+           (long long)want->total, filled, r->ece);
+}
+
+/* A model whose rate head outputs h at every position (zero weights):
+ * lambda_theta = e^h sigma_t, a known value. */
+static void set_rate_head(nctmc_model *m, float h)
+{
+    float w[16] = {0};   /* d_model of make_model() */
+    write_tensor(m, "output_layer.rate_head.weight", w, 16);
+    write_tensor(m, "output_layer.rate_head.bias", &h, 1);
+}
+
+typedef struct rel_case {
+    const char *name;
+    int process;
+    float pu;
+    float h_offset;   /* h - log((S - 1) / S): 0 is the exact reverse of uniform data */
+} rel_case;
+
+static void rel_run(const rel_case *c, nctmc_eval_result *r)
+{
+    nctmc_model *m = make_model(c->process, NCTMC_FP_LINEAR, c->pu, 0, 0, 3);
+    if (!m)
+        return;
+    randomize(m, 21, 0.3f);   /* everything but the rate head matters nothing */
+    float h = logf((float)(S_EX - 1) / (float)S_EX) + c->h_offset;
+    set_rate_head(m, h);
+    nctmc_fp fp = make_fp(c->process, NCTMC_FP_LINEAR, S_EX, c->pu, 0);
+    ref_proc rp = ref_of(&fp);
+    int64_t n_seq = 1500;
+    int32_t *tok = data_tokens(n_seq, ref_n_data(&rp), 43);
+    nctmc_eval_params p = basic_params(tok, n_seq);
+    p.batch_size = 256;
+    nctmc_eval_result_init(r);
+    nctmc_status st = nctmc_eval(m, &p, r);
+    CHECK(st == NCTMC_OK, "%s: eval: %s", c->name, nctmc_model_last_error(m));
+    rel_table want;
+    rel_brute_force(&rp, &p, r->t_max, h, &want);
+    rel_compare(c->name, r, &want);
+    /* h = log(3/4) rounded to float: e^h is off by ~3e-8 relatively, which
+     * near T (lam_n - lam_c ~ a_T lam_n) moves nu_hat by ~1e-5 */
+    if (c->process == NCTMC_FP_UNIFORM && c->h_offset == 0.0f)
+        CHECK(want.max_closed_form_error < 1e-4,
+              "%s: the reference nu_hat is off the closed form by %g", c->name,
+              want.max_closed_form_error);
+    free(tok);
+    nctmc_model_free(m);
+}
+
+/* nu_hat at its edges: clipping without overflow, and where it means nothing. */
+static void test_implied_noise_edges(void)
+{
+    nctmc_fp un = make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, S_EX, 0, 0);
+    nctmc_fp mx = make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_COSINE, S_EX, 0.5f, 0);
+    nctmc_fp mk = make_fp(NCTMC_FP_MASKED, NCTMC_FP_LINEAR, S_EX, 0, 0);
+    CHECK(eval_implied_noise(&un, 0.3, 1, 800.0) == 1.0 &&
+              eval_implied_noise(&un, 0.3, 1, INFINITY) == 1.0,
+          "a rate past exp's range is noise (1)");
+    CHECK(eval_implied_noise(&un, 0.3, 1, -800.0) == 0.0 &&
+              eval_implied_noise(&un, 0.3, 1, -INFINITY) == 0.0,
+          "a zero rate is clean (0)");
+    CHECK(eval_implied_noise(&un, 1e-20, 2, 5.0) == 0.0,
+          "where a_t rounds to 1 (lam_n infinite) a finite rate is clean");
+    CHECK(isnan(eval_implied_noise(&un, 0.3, 1, NAN)) &&
+              isnan(eval_implied_noise(&mx, 0.3, S_EX - 1, 0.0)) &&
+              isnan(eval_implied_noise(&mk, 0.3, 0, 0.0)) &&
+              isnan(eval_implied_noise(&mk, 0.3, S_EX - 1, 0.0)),
+          "no nu_hat for a NaN rate, the mixture's mask, or the masked process");
+    /* inside: the definition, on the mixture's data token */
+    ref_proc rp = ref_of(&mx);
+    double t = 0.4, lam_c = ref_lam_hat(&rp, t, 1, 1), lam_n = ref_lam_hat(&rp, t, 1, 2);
+    double lam = 0.3 * lam_c + 0.7 * lam_n;
+    CHECK(fabs(eval_implied_noise(&mx, t, 1, log(lam)) - 0.7) < 1e-12,
+          "nu_hat of a rate 30/70 between the clean and the noise rate: %.15g",
+          eval_implied_noise(&mx, t, 1, log(lam)));
+    CHECK(eval_nu_bin(0.0) == 0 && eval_nu_bin(0.0999) == 0 && eval_nu_bin(0.1) == 1 &&
+              eval_nu_bin(0.95) == 9 && eval_nu_bin(1.0) == 9,
+          "nu bins");
+}
+
+static void test_reliability(void)
+{
+    test_implied_noise_edges();
+    static const rel_case cases[] = {
+        {"uniform, exact reverse of uniform data", NCTMC_FP_UNIFORM, 0, 0.0f},
+        {"uniform, rates 4.5x too high", NCTMC_FP_UNIFORM, 0, 1.5f},
+        {"uniform, rates 4.5x too low", NCTMC_FP_UNIFORM, 0, -1.5f},
+        {"mixture p_u = .5", NCTMC_FP_MIXTURE, 0.5f, 0.5f},
+        {"masked", NCTMC_FP_MASKED, 0, 0.0f},
+    };
+    nctmc_eval_result r[5];
+    for (int k = 0; k < 5; k++)
+        rel_run(&cases[k], &r[k]);
+    /* what the table is for: the calibrated model's nu_hat matches the
+     * observed noise share up to sampling error (cells of thousands of
+     * positions: ~0.01), the wrong ones do not; clipping is reached */
+    CHECK(r[0].ece < 0.02 && r[1].ece > 0.1 && r[2].ece > 0.1,
+          "ECE calibrated %.4f, too high %.4f, too low %.4f", r[0].ece, r[1].ece, r[2].ece);
+    CHECK(r[1].reliability[NCTMC_EVAL_BUCKETS - 1][NCTMC_EVAL_NU_BINS - 1].count > 0 &&
+              r[2].reliability[NCTMC_EVAL_BUCKETS - 1][0].count > 0,
+          "rates past lam_n land in the last bin, below lam_c in the first");
+    bool masked_empty = r[4].n_reliability == 0 && isnan(r[4].ece);
+    for (int b = 0; b < NCTMC_EVAL_BUCKETS; b++)
+        for (int k = 0; k < NCTMC_EVAL_NU_BINS; k++)
+            masked_empty = masked_empty && r[4].reliability[b][k].count == 0;
+    CHECK(masked_empty, "the masked process has an empty table");
 }
 
 typedef struct progress_log {
@@ -1396,7 +1669,8 @@ int main(void)
         void (*run)(void);
     } parts[] = {{"closed forms", test_closed_forms}, {"median", test_median},
                  {"swap identity", test_swap_identity}, {"bound", test_bound},
-                 {"calibration", test_calibration}, {"cancel", test_cancel},
+                 {"calibration", test_calibration}, {"reliability", test_reliability},
+                 {"cancel", test_cancel},
                  {"bad parameters", test_bad_params}, {"determinism", test_determinism}};
     for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
         clock_t t0 = clock();

@@ -184,8 +184,9 @@ nctmc_status cli_eval_run(nctmc_model *model, const cli_eval_set *set,
 /** "NELBO 1.234 ± 0.012 bits/token" and its parts, one line. */
 void cli_eval_print_summary(FILE *out, const nctmc_eval_result *result);
 
-/** The exit-rate calibration table, one row per time bucket. */
-void cli_eval_print_calibration(FILE *out, const nctmc_eval_result *result);
+/** The exit-rate reliability table: per time bucket its ECE, then one row
+ *  per nu_hat bin that has positions; the overall ECE first. */
+void cli_eval_print_reliability(FILE *out, const nctmc_eval_result *result);
 
 /* Ctrl-C handling (interrupt.c). The first SIGINT or SIGTERM only sets a
  * flag that long loops check between steps, so they can save and exit

@@ -1,6 +1,6 @@
 /*
  * eval.c — `nctmc eval`: the NELBO of held-out data and the exit-rate
- * calibration table; also the evaluation helpers `train` validates with.
+ * reliability table; also the evaluation helpers `train` validates with.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -147,31 +147,55 @@ void cli_eval_print_summary(FILE *out, const nctmc_eval_result *r)
             r->mean_loss, (long long)r->n_tokens);
 }
 
-static void print_rate(FILE *out, double rate)
+static void print_ece(FILE *out, double ece)
 {
-    if (isnan(rate))
-        fprintf(out, " %11s", "-");
+    if (isnan(ece))
+        fprintf(out, " %8s", "-");
     else
-        fprintf(out, " %11.3e", rate);
+        fprintf(out, " %8.4f", ece);
 }
 
-void cli_eval_print_calibration(FILE *out, const nctmc_eval_result *r)
+/* The bins of one time bucket that have positions, the first on the
+ * bucket's line. */
+static void print_reliability_bucket(FILE *out, const nctmc_eval_result *r, int b)
 {
-    fprintf(out, "exit-rate calibration: median learned rate vs the true conditional rate\n"
-                 "(clean: x_t = x_0; noisy: x_t != x_0; a good model tracks both columns)\n");
-    fprintf(out, "%13s %23s %23s %19s\n", "", "clean positions", "noisy positions",
-            "positions seen");
-    fprintf(out, "%13s %11s %11s %11s %11s %9s %9s\n", "t", "model", "true", "model", "true",
-            "clean", "noisy");
-    for (int b = 0; b < NCTMC_EVAL_BUCKETS; b++) {
-        const nctmc_rate_bucket *k = &r->buckets[b];
-        fprintf(out, "  %.3f-%.3f", k->t_lo, k->t_hi);
-        print_rate(out, k->median_rate_clean);
-        print_rate(out, k->true_rate_clean);
-        print_rate(out, k->median_rate_noisy);
-        print_rate(out, k->true_rate_noisy);
-        fprintf(out, " %9lld %9lld\n", (long long)k->n_clean, (long long)k->n_noisy);
+    const nctmc_rate_bucket *k = &r->buckets[b];
+    fprintf(out, "  %.3f-%.3f", k->t_lo, k->t_hi);
+    print_ece(out, r->ece_bucket[b]);
+    bool first = true;
+    for (int j = 0; j < NCTMC_EVAL_NU_BINS; j++) {
+        const nctmc_reliability_cell *c = &r->reliability[b][j];
+        if (c->count == 0)
+            continue;
+        if (!first)
+            fprintf(out, "%22s", "");
+        fprintf(out, "   %.1f-%.1f %11lld %9.3f %9.3f\n", (double)j / NCTMC_EVAL_NU_BINS,
+                (double)(j + 1) / NCTMC_EVAL_NU_BINS, (long long)c->count, c->mean_nu,
+                c->observed_noisy);
+        first = false;
     }
+    if (first)
+        fprintf(out, "\n");
+}
+
+void cli_eval_print_reliability(FILE *out, const nctmc_eval_result *r)
+{
+    if (r->n_reliability == 0) {
+        fprintf(out, "exit-rate reliability: no position has a learned exit rate "
+                     "(the masked process's rate is exact)\n");
+        return;
+    }
+    fprintf(out, "exit-rate reliability: nu = the model's implied probability that a token is "
+                 "noise,\n(lambda - rate if clean) / (rate if noise - rate if clean); "
+                 "observed = share with x_t != x_0\n"
+                 "(a calibrated model has mean nu = observed in every row)\n");
+    fprintf(out, "ECE %.4f over %lld positions (mean |mean nu - observed|, weighted by "
+                 "positions)\n",
+            r->ece, (long long)r->n_reliability);
+    fprintf(out, "%13s %8s %9s %11s %9s %9s\n", "t", "ECE", "nu", "positions", "mean nu",
+            "observed");
+    for (int b = 0; b < NCTMC_EVAL_BUCKETS; b++)
+        print_reliability_bucket(out, r, b);
 }
 
 typedef struct eval_options {
@@ -212,7 +236,7 @@ static int evaluate(nctmc_context *ctx, const char *checkpoint, const char *shar
         if (st == NCTMC_OK || (st == NCTMC_ERR_CANCELLED && result.n_tokens > 0)) {
             cli_eval_print_summary(stdout, &result);
             printf("\n");
-            cli_eval_print_calibration(stdout, &result);
+            cli_eval_print_reliability(stdout, &result);
         }
         if (st == NCTMC_ERR_CANCELLED)
             rc = CLI_EXIT_INTERRUPTED;
@@ -253,8 +277,9 @@ int cmd_eval(int argc, char **argv)
         "eval", "CHECKPOINT (--data DIR | --shard FILE) [options]",
         "Estimates the NELBO of held-out data in bits per token (an upper bound on\n"
         "the model's negative log-likelihood, with its Monte Carlo standard error)\n"
-        "and prints the exit-rate calibration table: per time bucket, the median\n"
-        "learned exit rate of clean and of noisy positions next to the true rates.",
+        "and prints the exit-rate reliability table: per time bucket, positions\n"
+        "binned by the noise probability their learned exit rate implies, next to\n"
+        "the share of them that is noise, and the expected calibration error.",
         "  nctmc eval build/digits.safetensors --data build/digits\n"
         "  nctmc eval model.safetensors --shard data/val.bin --sequences 200\n",
         1, 1, options, sizeof options / sizeof options[0]};

@@ -18,7 +18,7 @@ static const subcommand subcommands[] = {
     {"prepare", cmd_prepare, "text files or the digits data -> token shards + tokenizer"},
     {"train", cmd_train, "train a model on prepared data -> checkpoint"},
     {"sample", cmd_sample, "draw samples (text, or images as PNG + ASCII) from a checkpoint"},
-    {"eval", cmd_eval, "NELBO in bits/token and exit-rate calibration on held-out data"},
+    {"eval", cmd_eval, "NELBO in bits/token and exit-rate reliability on held-out data"},
     {"info", cmd_info, "what a checkpoint holds"},
 };
 

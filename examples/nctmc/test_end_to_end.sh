@@ -107,7 +107,8 @@ cmp -s "$tmp/d1.txt" "$tmp/d2.txt" && ok || bad "samples change with --batch"
 run eval eval "$tmp/m.safetensors" --data "$tmp/digits" --sequences 16 --time-samples 2 \
     --threads 2
 has eval.out "NELBO"
-has eval.out "exit-rate calibration"
+has eval.out "exit-rate reliability"
+has eval.out "ECE "
 has eval.out "0.000-"
 
 run resume train --data "$tmp/digits" --resume "$tmp/m.safetensors" --out "$tmp/m2.safetensors" \

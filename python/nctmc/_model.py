@@ -173,6 +173,21 @@ class Dataset(Handle):
         return out
 
 
+def _reliability(r):
+    """nctmc_eval_result's reliability table as arrays [bucket, nu bin]."""
+    cells = [[r.reliability[b][k] for k in range(N.EVAL_NU_BINS)]
+             for b in range(N.EVAL_BUCKETS)]
+
+    def table(field, dtype):
+        return np.array([[getattr(c, field) for c in row] for row in cells], dtype)
+
+    return {"t_edges": np.array([r.buckets[0].t_lo] + [b.t_hi for b in r.buckets]),
+            "count": table("count", np.int64), "n_noisy": table("n_noisy", np.int64),
+            "mean_nu": table("mean_nu", np.float64),
+            "observed_noisy": table("observed_noisy", np.float64),
+            "ece_bucket": np.array(r.ece_bucket[:], np.float64)}
+
+
 class Model(Handle):
     """A Neural CTMC: DiT weights, configuration and (optionally) tokenizer."""
 
@@ -318,7 +333,8 @@ class Model(Handle):
 
     def eval(self, tokens, labels=None, time_samples=16, batch_size=8, seed=0):
         """The NELBO of held-out sequences [n, L] in bits per token, with its
-        standard error: returns a dict."""
+        standard error, and the exit-rate reliability table: returns a dict
+        (see docs/python.md)."""
         x = _int32_array(tokens, "tokens")
         if x.ndim == 1:
             x = x[None, :]
@@ -332,4 +348,5 @@ class Model(Handle):
         return {"nelbo_bits_per_token": r.nelbo_bits_per_token,
                 "std_error_bits": r.std_error_bits,
                 "prior_bits_per_token": r.prior_bits_per_token,
-                "mean_loss": r.mean_loss, "n_tokens": r.n_tokens, "t_max": r.t_max}
+                "mean_loss": r.mean_loss, "n_tokens": r.n_tokens, "t_max": r.t_max,
+                "ece": r.ece, "reliability": _reliability(r)}

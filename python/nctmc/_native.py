@@ -180,6 +180,16 @@ class RateBucket(Structure):
 
 
 EVAL_BUCKETS = 8
+EVAL_NU_BINS = 10
+
+
+class ReliabilityCell(Structure):
+    _fields_ = [
+        ("count", c_int64),
+        ("n_noisy", c_int64),
+        ("mean_nu", c_double),
+        ("observed_noisy", c_double),
+    ]
 
 
 class EvalParams(Structure):
@@ -208,6 +218,10 @@ class EvalResult(Structure):
         ("n_tokens", c_int64),
         ("t_max", c_double),
         ("buckets", RateBucket * EVAL_BUCKETS),
+        ("reliability", (ReliabilityCell * EVAL_NU_BINS) * EVAL_BUCKETS),
+        ("ece_bucket", c_double * EVAL_BUCKETS),
+        ("ece", c_double),
+        ("n_reliability", c_int64),
     ]
 
 
@@ -258,6 +272,7 @@ STRUCTS = {
     "nctmc_train_stats": TrainStats,
     "nctmc_trainer_state": TrainerState,
     "nctmc_rate_bucket": RateBucket,
+    "nctmc_reliability_cell": ReliabilityCell,
     "nctmc_eval_params": EvalParams,
     "nctmc_eval_result": EvalResult,
     "nctmc_sampler_params": SamplerParams,

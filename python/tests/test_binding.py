@@ -292,5 +292,14 @@ def test_forward_and_eval(ctx, trained):
     assert np.allclose(p, 1.0, atol=1e-4)
     r = m.eval(trained["data"][:16], time_samples=4)
     assert 0 < r["nelbo_bits_per_token"] < np.log2(S_TOKENS) + 1
+    rel = r["reliability"]
+    assert rel["count"].shape == (N.EVAL_BUCKETS, N.EVAL_NU_BINS)
+    assert rel["count"].sum() == r["n_tokens"] * 4  # uniform: every position, 4 times
+    filled = rel["count"] > 0
+    weights = rel["count"][filled]
+    gap = np.abs(rel["mean_nu"][filled] - rel["observed_noisy"][filled])
+    assert np.isclose(r["ece"], (weights * gap).sum() / weights.sum())
+    assert np.array_equal(rel["observed_noisy"][filled],
+                          rel["n_noisy"][filled] / rel["count"][filled])
     with pytest.raises(nctmc.Error):
         m.forward(np.full((1, SEQ_LEN), 99), [0.5])
