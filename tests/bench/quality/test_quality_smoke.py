@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Checks of the quality benchmark (tests/meson.build: quality_bench_smoke).
+
+1. Each source's forward-algorithm log-likelihood equals brute force on a
+   tiny variant: every hidden clean sequence enumerated with its probability
+   read off the generative definition, the noise channel applied exactly.
+   The probabilities over all sequences sum to 1.
+2. Each tiny source's sampler draws from that distribution (a chi-square
+   test of 200k draws against the exact probabilities).
+3. The statistics mean what they say on hand-made sequences.
+4. The runner trains a tiny model for a few steps through the binding,
+   evaluates and samples it, writes its JSON and the markdown table.
+
+Usage: test_quality_smoke.py [LIBRARY]   (LIBRARY: libnctmc.so.1 to drive)
+Exit 0 when every check passes, 1 otherwise, 77 when numpy is missing.
+"""
+import itertools
+import json
+import os
+import sys
+import tempfile
+
+try:
+    import numpy as np
+except ImportError:
+    print("quality_bench_smoke: skipped (numpy is not installed)")
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+if len(sys.argv) > 1:
+    os.environ["NCTMC_LIBRARY"] = os.path.abspath(sys.argv[1])
+import sources as S  # noqa: E402
+
+FAILED = []
+
+
+def check(cond, what):
+    print("  %s %s" % ("ok  " if cond else "FAIL", what))
+    if not cond:
+        FAILED.append(what)
+
+
+def tiny_copychain():
+    succ = [[(1, 0.7), (2, 0.3)], [(0, 0.4), (2, 0.6)], [(0, 1.0)]]
+    return S.CopyChain(successors=succ, length=5, copy=0.6, eps=0.1)
+
+
+def tiny_brackets(length=6):
+    content = {"top": {0: 0.5, 1: 0.5}, "(": {0: 0.8, 1: 0.2}, "[": {1: 1.0}}
+    return S.Brackets(length=length, max_depth=2, alternate=0.7, eps=0.1, content=content)
+
+
+def clean_prob_copychain(src, z):
+    """P(z) straight from the definition of the clean sequence."""
+    length = len(z)
+    p = src.init[z[0]]
+    for i in range(1, length - 1):
+        p *= src.trans[z[i - 1], z[i]]
+    return p * (src.copy * (z[-1] == z[0]) + (1 - src.copy) * src.trans[z[-2], z[-1]])
+
+
+def clean_prob_brackets(src, z):
+    """P(z) by walking the grammar's definition (clean_step) token by token."""
+    stack, p = (), 1.0
+    for i, tok in enumerate(z):
+        step = {t: (pr, nxt) for t, pr, nxt in
+                _merge(src.clean_step(stack, len(z) - i))}
+        if tok not in step:
+            return 0.0
+        pr, stack = step[tok]
+        p *= pr
+    return p if stack == () else 0.0
+
+
+def _merge(entries):
+    out = {}
+    for t, pr, nxt in entries:
+        old = out.get(t, (0.0, nxt))
+        out[t] = (old[0] + pr, nxt)
+    return [(t, pr, nxt) for t, (pr, nxt) in out.items()]
+
+
+def brute_force(src, clean_prob):
+    """p(x) for every x in vocab^length: sum over clean z of P(z) P(x | z)."""
+    v, n = src.vocab, src.length
+    pz = np.array([clean_prob(src, z) for z in itertools.product(range(v), repeat=n)])
+    pz = pz.reshape((v,) * n)
+    channel = (1 - src.eps) * np.eye(v) + src.eps / v  # channel[z, x]
+    px = pz
+    for axis in range(n):   # apply the channel along every position
+        px = np.moveaxis(np.tensordot(px, channel, axes=([axis], [0])), -1, axis)
+    return pz, px.reshape(-1)
+
+
+def check_likelihood(name, src, clean_prob):
+    pz, px = brute_force(src, clean_prob)
+    xs = np.array(list(itertools.product(range(src.vocab), repeat=src.length)))
+    lp = src.log_prob(xs)
+    check(abs(pz.sum() - 1.0) < 1e-12, "%s: clean probabilities sum to 1 (%.15f)"
+          % (name, pz.sum()))
+    check(abs(px.sum() - 1.0) < 1e-12, "%s: observed probabilities sum to 1" % name)
+    err = np.max(np.abs(lp - np.log(px)))
+    check(err < 1e-10, "%s: forward algorithm = brute force over %d sequences "
+          "(max |log p diff| %.2e)" % (name, len(xs), err))
+    return px
+
+
+def check_sampler(name, src, px, n=200000):
+    x = src.sample(n, np.random.default_rng(1))
+    codes = np.zeros(n, np.int64)
+    for p in range(src.length):
+        codes = codes * src.vocab + x[:, p]
+    counts = np.bincount(codes, minlength=len(px))
+    expected = px * n
+    big = expected >= 5
+    chi2 = ((counts[big] - expected[big]) ** 2 / expected[big]).sum()
+    rest_obs, rest_exp = counts[~big].sum(), expected[~big].sum()
+    if rest_exp > 0:
+        chi2 += (rest_obs - rest_exp) ** 2 / rest_exp
+    df = int(big.sum()) + (1 if rest_exp > 0 else 0) - 1
+    # mean df, sd sqrt(2 df): 5 sd above the mean fails
+    check(chi2 < df + 5 * np.sqrt(2 * df), "%s: sampler matches the likelihood "
+          "(chi2 %.0f, df %d)" % (name, chi2, df))
+
+
+def check_statistics():
+    src = S.make_source("copychain")
+    x = np.array([[0, 10, 1, 6, 8, 2, 0], [0, 11, 5, 4, 5, 6, 3]])
+    src.length = 7
+    bad, checked = src.forbidden(x)
+    # both rows follow the table at positions 1 .. L-2; in x2 the steps 0->1,
+    # 1->2, 2->3 and 3->4 are not in it, 4->5 is (5->6, into the last position,
+    # is not checked)
+    x2 = np.array([[0, 1, 2, 3, 4, 5, 6]])
+    bad2, checked2 = src.forbidden(x2)
+    check(list(bad) == [0, 0] and list(checked) == [5, 5] and bad2[0] == 4,
+          "copychain: forbidden transitions counted (%s, %s)" % (list(bad), bad2[0]))
+    hits, trials = src.statistics(x)["copy_rate"]
+    check(list(hits) == [1, 0] and list(trials) == [1, 1], "copychain: copy rate")
+
+    b = S.make_source("brackets")
+    b.length = 8
+    b._build_tables()
+    # ( [ e ] ) a b c: valid; ) ( ...: the first close is forbidden
+    good = np.array([[0, 2, 8, 3, 1, 4, 5, 6]])
+    bad_seq = np.array([[1, 0, 2, 3, 1, 4, 4, 4]])
+    vb, _ = b.forbidden(np.concatenate([good, bad_seq]))
+    check(list(vb) == [0, 1], "brackets: grammar violations counted (%s)" % list(vb))
+    st = b.statistics(good)
+    check(st["alternation_rate"][0][0] == 1 and st["alternation_rate"][1][0] == 1
+          and st["bracket_share"][0][0] == 4, "brackets: alternation and bracket share")
+    ent = S.bigram_entropy_bits(np.array([[0, 1, 0, 1], [1, 0, 1, 0]]))
+    check(abs(ent - 1.0) < 1e-12, "bigram entropy of two equiprobable pairs is 1 bit")
+
+
+def check_runner():
+    import bench_quality as B
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = []
+        for src, proc in [("copychain", "uniform"), ("brackets", "masked")]:
+            out = os.path.join(tmp, "%s_%s.json" % (src, proc))
+            rc = B.main(["run", "--budget", "smoke", "--source", src, "--process", proc,
+                         "--threads", "1", "--out", out])
+            check(rc == 0 and os.path.exists(out), "runner: %s / %s writes its JSON" % (src, proc))
+            outs.append(out)
+        r = json.load(open(outs[1]))
+        cells = {(s["method"], s["steps"]) for s in r["samples"]}
+        check(cells == {(m, k) for m in ("tau", "euler", "posterior") for k in (4, 8)},
+              "runner: every sampler at every step count")
+        check(r["model_config"]["vocab_size"] == 13 and r["process"] == "masked",
+              "runner: the masked model has the mask token as a 13th state")
+        fin = all(np.isfinite(s[k]) for s in r["samples"] for k in
+                  ("gen_nll_over_entropy", "forbidden_share", "bigram_entropy_ratio"))
+        check(fin and np.isfinite(r["eval"]["nelbo_bits_per_token"]),
+              "runner: NELBO and every sample figure are finite")
+        md = B.table(outs)
+        check("### copychain" in md and "### brackets" in md and "| masked |" in md,
+              "runner: markdown table of both runs")
+        # unknown model settings reach the binding, which refuses them by name
+        try:
+            B.main(["run", "--budget", "smoke", "--source", "copychain", "--threads", "1",
+                    "--config", "no_such_field=1", "--out", os.path.join(tmp, "x.json")])
+            check(False, "runner: an unknown --config key is refused")
+        except TypeError as e:
+            check("no_such_field" in str(e), "runner: an unknown --config key is refused")
+
+
+def main():
+    print("quality benchmark checks")
+    px = check_likelihood("copychain (S=3, L=5)", tiny_copychain(), clean_prob_copychain)
+    check_sampler("copychain (S=3, L=5)", tiny_copychain(), px)
+    px = check_likelihood("brackets (S=6, L=6)", tiny_brackets(), clean_prob_brackets)
+    src4 = tiny_brackets(length=4)
+    _, px4 = brute_force(src4, clean_prob_brackets)
+    check_sampler("brackets (S=6, L=4)", src4, px4)
+    check_statistics()
+    check_runner()
+    print("quality_bench_smoke: %d failed" % len(FAILED))
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
