@@ -193,6 +193,18 @@ def run(args, log=lambda s: print(s, file=sys.stderr, flush=True)):
     }
 
 
+def write_json(path, result):
+    """numpy values (the eval's reliability table) as plain lists and numbers."""
+    def plain(o):
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+        if isinstance(o, np.generic):
+            return o.item()
+        raise TypeError("cannot write %r as JSON" % type(o))
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1, default=plain)
+
+
 # ---------------------------------------------------------------- table
 
 def fmt(v, se=None, digits=3, pct=False):
@@ -308,8 +320,7 @@ def main(argv=None):
     resolve_budget(args)
     if args.cmd == "run":
         result = run(args)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.out, result)
         return 0
     os.makedirs(args.out_dir, exist_ok=True)
     files = []
@@ -319,8 +330,7 @@ def main(argv=None):
             args.label = proc + (" " + " ".join(args.config) if args.config else "")
             result = run(args)
             path = os.path.join(args.out_dir, "%s_%s.json" % (src, proc))
-            with open(path, "w") as f:
-                json.dump(result, f, indent=1)
+            write_json(path, result)
             files.append(path)
     md = table(files)
     with open(os.path.join(args.out_dir, "table.md"), "w") as f:
