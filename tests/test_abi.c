@@ -3,11 +3,15 @@
  * docs/api.md, "Compatibility") proved against the current library in both
  * directions, for every versioned struct and every call that takes one.
  *
- * For each struct this file declares three layouts, as programs built
- * against three headers would have them:
- *   X_old  the struct without its last field (an older, smaller header);
- *   X_now  the struct as nctmc.h has it (asserted equal to nctmc_X);
- *   X_new  the struct with fields appended (a newer header).
+ * For each struct this file declares the layouts programs built against
+ * other headers would have:
+ *   X_old    the first published layout without its last field (below the
+ *            first published size: no header ever had it);
+ *   X_first  the first published layout (an older header, when fields were
+ *            appended since: LAYOUTS_APPENDED);
+ *   X_prev   the current layout without its last field;
+ *   X_now    the struct as nctmc.h has it (asserted equal to nctmc_X);
+ *   X_new    the struct with fields appended (a newer header).
  * Each layout is put at the very end of a heap block of exactly its size (so
  * that an AddressSanitizer build catches any read or write past it) and, a
  * second time, in front of guard bytes (so that any build catches a write
@@ -21,6 +25,8 @@
  *     (NCTMC_ERR_UNSUPPORTED, naming the struct and the library version)
  *     when one is not; an output struct is written only up to the fields
  *     the library knows;
+ *   - a struct that grew since its first release accepts the first
+ *     published layout, whose missing fields take their defaults;
  *   - with a history in which the last field was appended after the first
  *     release (the library's own helper, lib/abi.c, with that first size),
  *     an old caller's missing fields take their defaults and its output is
@@ -58,15 +64,34 @@ _Static_assert(sizeof(((nctmc_sample_params *)0)->final_denoise) == 4 &&
     double future_value;    \
     void *future_pointer;
 
-/* HEAD: every field but the last; LAST: the last field, named `last`. */
+#define LAYOUT_CHECK(name, last)                                                        \
+    _Static_assert(sizeof(name##_now) == sizeof(nctmc_##name) &&                        \
+                       offsetof(name##_now, last) == offsetof(nctmc_##name, last),      \
+                   "the mirror of nctmc_" #name " matches nctmc.h")
+
+/* A struct still at its first published layout. HEAD: every field but the
+ * last; LAST: the last field, named `last`. */
 #define LAYOUTS(name, head, last_decl, last)                                          \
     typedef struct { head } name##_old;                                                \
     typedef struct { head last_decl } name##_now;                                      \
     typedef struct { head last_decl FUTURE_FIELDS } name##_new;                        \
-    _Static_assert(sizeof(name##_now) == sizeof(nctmc_##name) &&                        \
-                       offsetof(name##_now, last) == offsetof(nctmc_##name, last),      \
-                   "the mirror of nctmc_" #name " matches nctmc.h");                     \
-    enum { name##_last_offset = offsetof(nctmc_##name, last) }
+    typedef name##_old name##_prev;                                                    \
+    LAYOUT_CHECK(name, last);                                                          \
+    enum { name##_last_offset = offsetof(nctmc_##name, last),                          \
+           name##_first_end = offsetof(name##_now, last) + sizeof(((name##_now *)0)->last) }
+
+/* A struct that grew: HEAD and FIRST_LAST make its first published layout,
+ * ADDED are the fields appended since but the last, LAST the last one. */
+#define LAYOUTS_APPENDED(name, head, first_last_decl, first_last, added, last_decl, last) \
+    typedef struct { head } name##_old;                                                \
+    typedef struct { head first_last_decl } name##_first;                              \
+    typedef struct { head first_last_decl added } name##_prev;                         \
+    typedef struct { head first_last_decl added last_decl } name##_now;                \
+    typedef struct { head first_last_decl added last_decl FUTURE_FIELDS } name##_new;  \
+    LAYOUT_CHECK(name, last);                                                          \
+    enum { name##_last_offset = offsetof(nctmc_##name, last),                          \
+           name##_first_end = offsetof(name##_first, first_last) +                     \
+                              sizeof(((name##_first *)0)->first_last) }
 
 #define CONTEXT_PARAMS_HEAD                                                       \
     size_t struct_size;                                                           \
@@ -120,7 +145,9 @@ LAYOUTS(dataset_info, DATASET_INFO_HEAD, int64_t n_sequences;, n_sequences);
     int64_t warmup_steps, total_steps;                                            \
     float beta1, beta2, adam_eps, weight_decay, grad_clip, ema_decay, time_eps;   \
     float label_dropout;
-LAYOUTS(trainer_params, TRAINER_PARAMS_HEAD, uint64_t seed;, seed);
+/* 0.2.0 ended at seed; time_sampling came after */
+LAYOUTS_APPENDED(trainer_params, TRAINER_PARAMS_HEAD, uint64_t seed;, seed, ,
+                 nctmc_time_sampling time_sampling;, time_sampling);
 
 #define TRAIN_STATS_HEAD                                                          \
     size_t struct_size;                                                           \
@@ -668,6 +695,8 @@ typedef struct abi_case {
     const char *call_name;
     const abi_struct *d;
     size_t old_size, now_size, new_size;
+    size_t prev_size;       /* the current layout without its last field */
+    size_t first_end;       /* the end of the first published layout's last field */
     size_t last_offset;     /* where the last field of the current layout starts */
     init_fn init;
     prepare_fn prepare;
@@ -678,7 +707,8 @@ typedef struct abi_case {
 
 #define CASE(call_name, name, prepare, call, output, old_reports)                      \
     {call_name, &abi_##name, sizeof(name##_old), sizeof(name##_now), sizeof(name##_new), \
-     name##_last_offset, init_##name, prepare, call, output, old_reports}
+     sizeof(name##_prev), name##_first_end, name##_last_offset, init_##name, prepare, call, \
+     output, old_reports}
 
 static const abi_case cases[] = {
     CASE("nctmc_context_create", context_params, prep_context, call_context_create, false,
@@ -904,7 +934,7 @@ static void check_history(const abi_case *c)
     const char *name = c->d->name;
     abi_struct older = *c->d;
     older.first_size = c->last_offset;
-    size_t old = c->old_size, now = c->now_size;
+    size_t old = c->prev_size, now = c->now_size;
     unsigned char *defaults = exact_block(now);
     c->init(defaults, now);
 
@@ -946,16 +976,30 @@ static void check_history(const abi_case *c)
     free(full);
 }
 
-/* The first published size of every struct is its whole current layout
- * (this release publishes them), and no field lies past what the library
- * knows. */
+/* The library's first published size is the end of the first published
+ * layout as declared here (the whole current layout for a struct that has
+ * not grown), and no field lies past what the library knows. */
 static void check_sizes(const abi_case *c)
 {
-    CHECK(c->d->first_size == c->d->known_size && c->d->known_size <= c->now_size &&
+    CHECK(c->d->first_size == c->first_end && c->d->known_size <= c->now_size &&
               c->d->known_size > c->last_offset && c->old_size < c->d->first_size &&
-              c->new_size > c->now_size,
-          "%s: sizes first %zu, known %zu, old %zu, now %zu, new %zu", c->d->name,
-          c->d->first_size, c->d->known_size, c->old_size, c->now_size, c->new_size);
+              c->prev_size >= c->old_size && c->new_size > c->now_size,
+          "%s: sizes first %zu (declared %zu), known %zu, old %zu, now %zu, new %zu",
+          c->d->name, c->d->first_size, c->first_end, c->d->known_size, c->old_size,
+          c->now_size, c->new_size);
+}
+
+/* A struct that grew since its first release: a caller still at the first
+ * published layout is served, the fields it lacks taking their defaults
+ * (the calls' callbacks check the fields it has). */
+static void check_first_layout(fixture *f, const abi_case *c)
+{
+    if (c->d->first_size == c->d->known_size)
+        return;
+    char msg[512];
+    nctmc_status st = call_at(f, c, c->first_end, true, NULL, msg, sizeof msg);
+    CHECK(st == NCTMC_OK, "%s: %s with the first published layout (%zu bytes): %d (%s)",
+          c->d->name, c->call_name, c->first_end, st, msg);
 }
 
 int main(void)
@@ -974,6 +1018,7 @@ int main(void)
         check_init(c);
         check_too_small(&f, c);
         check_current(&f, c);
+        check_first_layout(&f, c);
         check_newer(&f, c);
         check_history(c);
     }
