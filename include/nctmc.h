@@ -817,12 +817,39 @@ NCTMC_API const char *nctmc_dataset_last_error(const nctmc_dataset *ds);
  * so a run is reproducible bit for bit, also across save and resume. */
 typedef struct nctmc_trainer nctmc_trainer;
 
+/** How the trainer draws the time t of each sequence. Every mode covers
+ *  (eps, 1 - eps) with one stratum per sequence of the batch (a shared
+ *  random offset, so the batch is a low-discrepancy cover) and estimates
+ *  the same objective, the mean of L_cond over t ~ U(eps, 1 - eps): a mode
+ *  other than UNIFORM draws t from a density p(t) through its inverse CDF
+ *  and weights sequence b's loss and gradients by
+ *  w(t_b) = 1 / ((1 - 2 eps) p(t_b)), whose mean under p is 1
+ *  (importance sampling; docs/training.md). */
+typedef int32_t nctmc_time_sampling;
+enum {
+    /** t uniform over (eps, 1 - eps), weight 1 (the paper's). */
+    NCTMC_TIME_SAMPLING_UNIFORM = 0,
+    /** logit t uniform over (logit eps, logit(1 - eps)): p(t) is
+     *  proportional to 1 / (t (1 - t)), which puts 17% of the batch below
+     *  t = 0.01 (uniform: 0.9%) and as much above 0.99. Under the linear
+     *  schedule this is uniform in log-SNR log(a_t / (1 - a_t)). Weights
+     *  from 0.014 at t = eps to 3.46 at t = 1/2 (eps = 1e-3). */
+    NCTMC_TIME_SAMPLING_LOGIT = 1,
+    /** p(t) proportional to 1 / sqrt(t): the density that minimises the
+     *  estimator's variance when the loss's second moment grows like 1 / t
+     *  at small t. 7% of the batch below t = 0.01. Weights from 0.061 at
+     *  t = eps to 1.94 near t = 1 (eps = 1e-3). */
+    NCTMC_TIME_SAMPLING_SQRT = 2
+};
+
 typedef struct nctmc_trainer_params {
     size_t struct_size;
     int32_t batch_size;       /**< sequences per step (default 8) */
     int32_t seq_len;          /**< tokens per sequence; 0 = the model's */
     float learning_rate;      /**< peak rate (default 3e-4) */
-    float min_lr_ratio;       /**< cosine decays to this fraction (default 0.1) */
+    /** The cosine decays to this fraction of the peak (default 0.1); 1
+     *  keeps the rate constant after the warm-up. */
+    float min_lr_ratio;
     int64_t warmup_steps;     /**< linear warm-up from 0 (default 100) */
     int64_t total_steps;      /**< end of the cosine decay (default 10000) */
     float beta1;              /**< AdamW (default 0.9) */
@@ -836,6 +863,11 @@ typedef struct nctmc_trainer_params {
      *  classifier-free guidance (default 0.1; ignored without classes). */
     float label_dropout;
     uint64_t seed;            /**< default 0 */
+    /** How t is drawn (default NCTMC_TIME_SAMPLING_UNIFORM, the same
+     *  draws bit for bit as a library without this field). The loss that
+     *  nctmc_train_stats reports is then the weighted mean, an estimate of
+     *  the same objective. Saved in trainer checkpoints. */
+    nctmc_time_sampling time_sampling;
 } nctmc_trainer_params;
 
 /** Fills *params with the defaults listed above (see "Versioned structs"). */
@@ -962,6 +994,58 @@ NCTMC_API nctmc_status nctmc_trainer_inspect(nctmc_context *ctx, const char *pat
 /** The message of the last failed call on this trainer ("" if none, or if
  *  a later call on it succeeded). */
 NCTMC_API const char *nctmc_trainer_last_error(const nctmc_trainer *trainer);
+
+/* ------------------------------------------------------------------------ */
+/* Presets                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* A preset is a named recipe: a model configuration, trainer parameters and
+ * the backend to run them on. docs/training.md lists every preset and the
+ * fields it sets:
+ *   "paper"      the paper's small model and training recipe (a 12-layer,
+ *                d 768 DiT over the GPT-2 vocabulary, 512 tokens, uniform
+ *                process, linear schedule; AdamW 3e-4, 2500 warm-up steps
+ *                then a constant rate, EMA 0.9999, batch 512), meant for
+ *                "cuda-bf16";
+ *   "cpu-small"  a model and recipe that learn something useful in minutes
+ *                on two CPU cores (chosen by measurement on the digits
+ *                data), meant for "cpu". */
+
+/** The name of preset number index (0, 1, ...), or NULL past the last one
+ *  (and for a negative index): `for (i = 0; nctmc_preset_name(i); i++)`
+ *  lists them. The strings are constants. */
+NCTMC_API const char *nctmc_preset_name(int32_t index);
+
+/** A one-line description of the named preset, or NULL for a name that is
+ *  not a preset (and for NULL). A constant string. */
+NCTMC_API const char *nctmc_preset_description(const char *name);
+
+/** The backend the named preset is meant for, a value for
+ *  nctmc_context_params.backend ("cuda-bf16" for "paper", "cpu" for
+ *  "cpu-small"), or NULL for a name that is not a preset. The backend is
+ *  a context's choice, so nctmc_preset_apply() cannot set it: pass it to
+ *  nctmc_context_create() (the recipe runs on any backend, only slower or
+ *  at another precision). A constant string. */
+NCTMC_API const char *nctmc_preset_backend(const char *name);
+
+/**
+ * Writes the named preset's values into *config and *params, either of
+ * which may be NULL (nothing is written there). Each must have been filled
+ * by its nctmc_X_init() (the versioned-struct rules apply: only struct_size
+ * bytes are read and written). Only the fields the preset defines are
+ * written (docs/training.md lists them); the rest — n_classes, the seed,
+ * and vocab_size and seq_len for presets that leave them to the data —
+ * keep the caller's values, so apply a preset to freshly initialised
+ * structs, then change what you need. Errors: NCTMC_ERR_INVALID_ARGUMENT
+ * for a NULL name or a struct below its first published size;
+ * NCTMC_ERR_NOT_FOUND for a name that is not a preset, the message listing
+ * the presets. The message goes to error_buffer (error_buffer_size bytes,
+ * NUL-terminated and truncated to fit; "" on success) when it is not NULL:
+ * there is no handle to hold it. Nothing is written on failure.
+ */
+NCTMC_API nctmc_status nctmc_preset_apply(const char *name, nctmc_model_config *config,
+                                          nctmc_trainer_params *params, char *error_buffer,
+                                          size_t error_buffer_size);
 
 /* ------------------------------------------------------------------------ */
 /* Evaluation                                                                */

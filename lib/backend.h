@@ -59,6 +59,10 @@ typedef struct nctmc_lcond_args {
      * in the padding; may equal `logits` (computed in place); NULL: skip. */
     float *d_logits;
     float *d_rate_h;       /* out [N] d loss / d h times grad_scale; NULL: skip */
+    /* [B] per-sequence weights: the gradients of row r are multiplied by
+     * grad_scale * seq_weight[r / seq_len] (that product rounded to float
+     * first), the loss is not; NULL: grad_scale alone, bit for bit. */
+    const float *seq_weight;
 } nctmc_lcond_args;
 
 /* The model's per-position outputs for nctmc_model_forward(). */
@@ -320,7 +324,7 @@ nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const struct nctmc_a
  * per-row math it shares (lcond_math.h, sample_math.h, philox.h) is inline
  * in headers.
  */
-#define NCTMC_BACKEND_ABI_VERSION 1u
+#define NCTMC_BACKEND_ABI_VERSION 2u
 #define NCTMC_BACKEND_MODULE_ENTRY "nctmc_backend_module_entry"
 
 typedef struct nctmc_backend_module {

@@ -18,6 +18,10 @@ typedef struct dit_batch {
     const float *times;     /* [B] */
     const int32_t *labels;  /* [B] in [0, n_classes] or NULL (null label) */
     const int32_t *x_0;     /* [B * L] clean tokens, or NULL */
+    /* [B] weights of each sequence's loss and gradients (importance
+     * sampling of t), or NULL for all 1 — the unweighted computation, bit
+     * for bit. Used only by dit_loss. */
+    const float *weights;
 } dit_batch;
 
 typedef struct dit_workspace dit_workspace;
@@ -52,7 +56,8 @@ float *dit_ws_times(const dit_workspace *ws);
 
 /*
  * The L_cond training loss of a validated batch (x_0 required): the mean over
- * its B * L positions, returned in *mean_loss. When grads is not NULL (a
+ * its B * L positions, each position's loss multiplied by its sequence's
+ * weight when batch->weights is given, returned in *mean_loss. When grads is not NULL (a
  * backend slab with the model's layout; the workspace must be a training
  * one) the gradient of that mean is written into it (added when
  * accumulate). Per-position losses remain in dit_ws_loss().
@@ -61,7 +66,8 @@ nctmc_status dit_loss(const nctmc_model *model, dit_workspace *ws, const dit_bat
                       float *grads, bool accumulate, double *mean_loss, char *err,
                       size_t err_size);
 
-/* Backend pointer to the last dit_loss's per-position losses [N]. */
+/* Backend pointer to the last dit_loss's per-position losses [N]
+ * (unweighted). */
 float *dit_ws_loss(const dit_workspace *ws);
 
 #endif /* NCTMC_DIT_H */

@@ -84,6 +84,7 @@ struct dit_workspace {
     float *logits;     /* [N, V] (gradients overwrite them in place) */
     float *rate_h;     /* [N] */
     float *loss;       /* [N] */
+    float *seq_weight; /* [B] the loss weights of the last weighted dit_loss */
 
     float *att_workspace;
     dit_grad_scratch grad;

@@ -23,17 +23,24 @@ static void run_loss_op(const nctmc_model *m, dit_workspace *ws, const dit_batch
         .loss = ws->loss,
         .d_logits = with_grads ? ws->logits : NULL,
         .d_rate_h = with_grads ? ws->grad.d_rate_h : NULL,
+        .seq_weight = b->weights ? ws->seq_weight : NULL,
     };
     ws->be->ops->lcond(ws->be, &a);
 }
 
-/* Mean of the per-position losses, summed in a fixed order on the host. */
-static double mean_loss(dit_workspace *ws, int64_t N)
+/* Mean of the per-position losses (each times its sequence's weight, when
+ * the batch has weights), summed in a fixed order on the host. */
+static double mean_loss(dit_workspace *ws, const dit_batch *b)
 {
+    int64_t N = (int64_t)b->batch * b->length;
     ws->be->ops->download(ws->be, ws->host_loss, ws->loss, (size_t)N * sizeof(float));
     double sum = 0.0;
-    for (int64_t r = 0; r < N; r++)
-        sum += (double)ws->host_loss[r];
+    if (b->weights)
+        for (int64_t r = 0; r < N; r++)
+            sum += (double)b->weights[r / b->length] * (double)ws->host_loss[r];
+    else
+        for (int64_t r = 0; r < N; r++)
+            sum += (double)ws->host_loss[r];
     return sum / (double)N;
 }
 
@@ -50,13 +57,15 @@ nctmc_status dit_loss(const nctmc_model *m, dit_workspace *ws, const dit_batch *
     int64_t N = (int64_t)b->batch * b->length;
     dit_forward(m, ws, b);
     be->ops->upload(be, ws->x_0, b->x_0, (size_t)N * sizeof(int32_t));
+    if (b->weights)
+        be->ops->upload(be, ws->seq_weight, b->weights, (size_t)b->batch * sizeof(float));
     run_loss_op(m, ws, b, grads != NULL);
     if (grads) {
         dit_view g;
         dit_view_bind(m, grads, ws->grad_blocks, &g);
         dit_backward(m, ws, b, &g, accumulate);
     }
-    double mean = mean_loss(ws, N);
+    double mean = mean_loss(ws, b);
     nctmc_status st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
         return nctmc_fail(err, err_size, st, "loss: %s", be->error);

@@ -111,6 +111,7 @@ static void plan_workspace(arena_plan *p, dit_workspace *ws, const ws_sizes *z)
     plan_f(p, &ws->logits, z->N, z->V);
     plan_f(p, &ws->rate_h, z->N, 1);
     plan_f(p, &ws->loss, z->N, 1);
+    plan_f(p, &ws->seq_weight, z->B, 1);
     plan_f(p, &ws->att_workspace, z->att_work, 1);
     if (ws->training)
         plan_grads(p, &ws->grad, z);

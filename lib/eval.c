@@ -361,7 +361,7 @@ static void eval_fill_rows(eval_state *e, int64_t g0, int32_t nb)
 static nctmc_status eval_run_model(eval_state *e, int32_t nb)
 {
     nctmc_model *m = e->m;
-    dit_batch batch = {nb, e->L, e->x_t, e->times, e->p->labels ? e->labels : NULL, e->x0};
+    dit_batch batch = {nb, e->L, e->x_t, e->times, e->p->labels ? e->labels : NULL, e->x0, NULL};
     nctmc_status st =
         dit_batch_validate(m, e->ws, &batch, true, m->last_error, sizeof m->last_error);
     double mean;

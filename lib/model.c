@@ -381,7 +381,7 @@ static nctmc_status run_forward(const nctmc_model *m, nctmc_backend *be,
     nctmc_status st = dit_workspace_create(m, be, p->batch, p->length, false, &ws, err, err_size);
     if (st != NCTMC_OK)
         return st;
-    dit_batch batch = {p->batch, p->length, p->tokens, p->times, p->labels, NULL};
+    dit_batch batch = {p->batch, p->length, p->tokens, p->times, p->labels, NULL, NULL};
     st = dit_batch_validate(m, ws, &batch, false, err, err_size);
     forward_outputs o;
     if (st == NCTMC_OK)

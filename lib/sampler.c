@@ -237,7 +237,7 @@ static nctmc_status evaluate(nctmc_sampler *s, const sample_run *run, float t)
         s->h_labels[b] = b < B && p->labels ? p->labels[b] : n_classes;
     }
     dit_batch batch = {model_batch, run->length, s->h_tokens, s->h_times,
-                       n_classes > 0 ? s->h_labels : NULL, NULL};
+                       n_classes > 0 ? s->h_labels : NULL, NULL, NULL};
     nctmc_status st = dit_batch_validate(s->model, s->ws, &batch, false, s->last_error,
                                          sizeof s->last_error);
     if (st != NCTMC_OK)

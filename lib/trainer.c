@@ -11,6 +11,7 @@
 #include "abi.h"
 #include "checked.h"
 #include "philox.h"
+#include "time_sampling.h"
 #include "trainer.h"
 
 #define TRAINER_FAIL(t, status, ...) \
@@ -100,6 +101,9 @@ nctmc_status trainer_params_validate(const nctmc_trainer_params *p, int32_t mode
         return BAD("time_eps %g is outside (0, 0.5)", (double)p->time_eps);
     if (!in_range(p->label_dropout, 0.0, 1.0))
         return BAD("label_dropout %g is outside [0, 1]", (double)p->label_dropout);
+    if (!ts_mode_valid(p->time_sampling))
+        return BAD("time_sampling %d is not one of 0 (uniform), 1 (logit), 2 (sqrt)",
+                   (int)p->time_sampling);
     return NCTMC_OK;
 #undef BAD
 }
@@ -125,6 +129,7 @@ NCTMC_API void nctmc_trainer_free(nctmc_trainer *t)
     nctmc_mem_free(&alloc, t->host_xt);
     nctmc_mem_free(&alloc, t->host_labels);
     nctmc_mem_free(&alloc, t->host_times);
+    nctmc_mem_free(&alloc, t->host_weights);
     nctmc_mem_free(&alloc, t->host_rate_h);
     model_release(t->model);
     nctmc_mem_free(&alloc, t);
@@ -150,10 +155,11 @@ static nctmc_status allocate_buffers(nctmc_trainer *t)
     t->host_x0 = nctmc_mem_alloc(be->alloc, N * sizeof(int32_t));
     t->host_xt = nctmc_mem_alloc(be->alloc, N * sizeof(int32_t));
     t->host_times = nctmc_mem_alloc(be->alloc, B * sizeof(float));
+    t->host_weights = nctmc_mem_alloc(be->alloc, B * sizeof(float));
     t->host_rate_h = nctmc_mem_alloc(be->alloc, N * sizeof(float));
     if (t->model->dims.n_labels > 0)
         t->host_labels = nctmc_mem_alloc(be->alloc, B * sizeof(int32_t));
-    if (!t->host_x0 || !t->host_xt || !t->host_times || !t->host_rate_h ||
+    if (!t->host_x0 || !t->host_xt || !t->host_times || !t->host_weights || !t->host_rate_h ||
         (t->model->dims.n_labels > 0 && !t->host_labels))
         return NCTMC_ERR_OUT_OF_MEMORY;
     return NCTMC_OK;
@@ -235,16 +241,22 @@ static philox4x32 draw(const nctmc_trainer *t, uint32_t purpose, uint32_t a, uin
 }
 
 /* Stratified times: one offset u per step, sequence b gets the stratum
- * (b + u) / B of (eps, 1 - eps) — low discrepancy across the batch. */
+ * v = (b + u) / B of [0, 1) — low discrepancy across the batch — mapped to
+ * (eps, 1 - eps) through the inverse CDF of the time_sampling density, and
+ * the importance weight of the time it gets (1 for the uniform mode, whose
+ * map is the affine one the trainer always used). */
 static void draw_times(nctmc_trainer *t)
 {
     int32_t B = t->params.batch_size;
     double eps = t->params.time_eps;
+    nctmc_time_sampling mode = t->params.time_sampling;
     philox4x32 r = draw(t, NCTMC_RNG_TRAIN_TIME, (uint32_t)t->state.step, 0, 0);
     double u = philox_uniform(r.v[0]);
     for (int32_t b = 0; b < B; b++) {
-        double t_b = eps + (1.0 - 2.0 * eps) * (((double)b + u) / (double)B);
+        double t_b = ts_inverse_cdf(mode, eps, ((double)b + u) / (double)B);
         t->host_times[b] = (float)t_b;
+        /* the weight of the time the model actually sees */
+        t->host_weights[b] = (float)ts_weight(mode, eps, (double)t->host_times[b]);
     }
 }
 
@@ -297,7 +309,9 @@ static void drop_labels(nctmc_trainer *t)
 /* ---- the update ------------------------------------------------------- */
 
 /* Linear warm-up to the peak, then cosine decay to min_lr_ratio * peak at
- * total_steps, flat after. `step` counts from 0. */
+ * total_steps, flat after. `step` counts from 0. min_lr_ratio = 1 gives a
+ * constant rate after the warm-up, exactly the peak: the floor is then the
+ * peak and the cosine term is multiplied by 0. */
 static double learning_rate_at(const nctmc_trainer_params *p, int64_t step)
 {
     double peak = p->learning_rate;
@@ -411,6 +425,9 @@ static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
         .times = t->host_times,
         .labels = t->host_labels,
         .x_0 = t->host_x0,
+        /* NULL keeps the uniform mode's loss unweighted, bit for bit */
+        .weights = t->params.time_sampling != NCTMC_TIME_SAMPLING_UNIFORM ? t->host_weights
+                                                                           : NULL,
     };
     double loss = 0.0;
     nctmc_status st = dit_loss(m, t->ws, &batch, t->grads, false, &loss, t->last_error,

@@ -24,6 +24,7 @@ struct nctmc_trainer {
     int32_t *host_xt;           /* [B * L] */
     int32_t *host_labels;       /* [B], or NULL for an unconditional model */
     float *host_times;          /* [B] */
+    float *host_weights;        /* [B] importance weights of the times */
     float *host_rate_h;         /* [B * L] for the mean log rate */
     nctmc_trainer_state state;
     char last_error[512];

@@ -41,10 +41,17 @@ typedef struct trainer_field {
     field_kind kind;
     size_t params_offset;   /* offset in nctmc_trainer_params, or SIZE_MAX */
     size_t state_offset;    /* offset in nctmc_trainer_state, or SIZE_MAX */
+    /* added after the first format: a checkpoint without the key was
+     * written before the field existed and means its default, 0 */
+    bool optional;
 } trainer_field;
 
-#define PARAM(key, kind, member) {key, kind, offsetof(nctmc_trainer_params, member), SIZE_MAX}
-#define STATE(key, kind, member) {key, kind, SIZE_MAX, offsetof(nctmc_trainer_state, member)}
+#define PARAM(key, kind, member) \
+    {key, kind, offsetof(nctmc_trainer_params, member), SIZE_MAX, false}
+#define PARAM_ADDED(key, kind, member) \
+    {key, kind, offsetof(nctmc_trainer_params, member), SIZE_MAX, true}
+#define STATE(key, kind, member) \
+    {key, kind, SIZE_MAX, offsetof(nctmc_trainer_state, member), false}
 
 static const trainer_field trainer_fields[] = {
     PARAM("nctmc.trainer.batch_size", FIELD_I32, batch_size),
@@ -62,6 +69,7 @@ static const trainer_field trainer_fields[] = {
     PARAM("nctmc.trainer.time_eps", FIELD_F32, time_eps),
     PARAM("nctmc.trainer.label_dropout", FIELD_F32, label_dropout),
     PARAM("nctmc.trainer.seed", FIELD_U64, seed),
+    PARAM_ADDED("nctmc.trainer.time_sampling", FIELD_I32, time_sampling),
     STATE("nctmc.trainer.state.step", FIELD_I64, step),
     STATE("nctmc.trainer.state.optimizer_steps", FIELD_I64, optimizer_steps),
     STATE("nctmc.trainer.state.data_position", FIELD_I64, data_position),
@@ -246,6 +254,8 @@ static nctmc_status read_trainer_meta(const st_file *file, nctmc_trainer_params 
     for (int32_t k = 0; k < N_TRAINER_FIELDS; k++) {
         const trainer_field *f = &trainer_fields[k];
         const char *text = st_file_meta(file, f->key);
+        if (!text && f->optional)
+            continue; /* the default nctmc_trainer_params_init() left */
         if (!text)
             return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                               "not a trainer checkpoint: metadata \"%s\" is missing", f->key);

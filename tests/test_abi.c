@@ -46,7 +46,7 @@ _Static_assert(sizeof(nctmc_status) == 4 && sizeof(nctmc_log_level) == 4 &&
                    sizeof(nctmc_process) == 4 && sizeof(nctmc_schedule) == 4 &&
                    sizeof(nctmc_tokenizer_kind) == 4 && sizeof(nctmc_sample_method) == 4 &&
                    sizeof(nctmc_time_grid) == 4 && sizeof(nctmc_time_input) == 4 &&
-                   sizeof(nctmc_exit_link) == 4,
+                   sizeof(nctmc_exit_link) == 4 && sizeof(nctmc_time_sampling) == 4,
                "enumerations are int32_t");
 _Static_assert(sizeof(((nctmc_sample_params *)0)->final_denoise) == 4 &&
                    sizeof(((nctmc_train_stats *)0)->skipped) == 4,
@@ -145,7 +145,10 @@ LAYOUTS(dataset_info, DATASET_INFO_HEAD, int64_t n_sequences;, n_sequences);
     int64_t warmup_steps, total_steps;                                            \
     float beta1, beta2, adam_eps, weight_decay, grad_clip, ema_decay, time_eps;   \
     float label_dropout;
-LAYOUTS(trainer_params, TRAINER_PARAMS_HEAD, uint64_t seed;, seed);
+/* 0.2.0 ended at seed; 0.3.0 appended time_sampling */
+#define TRAINER_PARAMS_HEAD_030 TRAINER_PARAMS_HEAD uint64_t seed;
+LAYOUTS_APPENDED(trainer_params, TRAINER_PARAMS_HEAD, TRAINER_PARAMS_HEAD_030,
+                 nctmc_time_sampling time_sampling;, time_sampling);
 
 #define TRAIN_STATS_HEAD                                                          \
     size_t struct_size;                                                           \

@@ -973,8 +973,9 @@ static nctmc_lcond_args lcond_args(const lcond_case *c, const float *logits,
                                    const float *rate_h, float *loss, float *d_logits,
                                    float *d_rate_h)
 {
-    nctmc_lcond_args a = {c->n, c->seq_len, c->stride, logits, rate_h, c->x_t,
-                          c->x_0, c->times, c->fp, c->grad_scale, loss, d_logits, d_rate_h};
+    nctmc_lcond_args a = {c->n,        c->seq_len, c->stride, logits,   rate_h,
+                          c->x_t,      c->x_0,     c->times,  c->fp,    c->grad_scale,
+                          loss,        d_logits,   d_rate_h,  NULL};
     return a;
 }
 
@@ -1126,6 +1127,46 @@ static void lcond_check_variants(const backends *bs, const lcond_case *c, const 
     free(d_h);
 }
 
+/* Per-sequence weights (importance sampling of t): each row's gradients
+ * are bit for bit those of an unweighted pass with grad_scale times its
+ * sequence's weight (0 included), and the loss is untouched. */
+static void lcond_check_seq_weight(nctmc_backend *be, const lcond_case *c, const lcond_out *o,
+                                   const char *tag)
+{
+    size_t n = (size_t)c->n, n_logits = n * (size_t)c->stride;
+    float *w = vec_new((size_t)c->n_seq);
+    for (int32_t b = 0; b < c->n_seq; b++)
+        w[b] = b % 3 == 1 ? 0.0f : 0.3f + 0.55f * (float)b;
+    float *loss = vec_new(n), *dz = vec_new(n_logits), *dh = vec_new(n);
+    nctmc_lcond_args a = lcond_args(c, c->logits, c->rate_h, loss, dz, dh);
+    a.seq_weight = w;
+    be->ops->lcond(be, &a);
+    CHECK(same_bits(loss, o->loss, n), "%s: weights changed the per-position loss", tag);
+    float *rl = vec_new(n), *rz = vec_new(n_logits), *rh = vec_new(n);
+    bool same = true, weighted = false;
+    for (int32_t b = 0; b < c->n_seq; b++) {
+        lcond_case scaled = *c;
+        scaled.grad_scale = c->grad_scale * w[b];
+        a = lcond_args(&scaled, c->logits, c->rate_h, rl, rz, rh);
+        be->ops->lcond(be, &a);
+        size_t r0 = (size_t)b * (size_t)c->seq_len;
+        size_t rows = n - r0 < (size_t)c->seq_len ? n - r0 : (size_t)c->seq_len;
+        size_t at = r0 * (size_t)c->stride, len = rows * (size_t)c->stride;
+        same = same && same_bits(dz + at, rz + at, len) && same_bits(dh + r0, rh + r0, rows);
+        /* the weights did something: a weight other than 1 moved a gradient */
+        weighted = weighted || (w[b] != 1.0f && !same_bits(dz + at, o->d_logits + at, len));
+    }
+    CHECK(same, "%s: weighted gradients differ from grad_scale x weight", tag);
+    CHECK(weighted, "%s: the weights left every gradient as it was", tag);
+    free(w);
+    free(loss);
+    free(dz);
+    free(dh);
+    free(rl);
+    free(rz);
+    free(rh);
+}
+
 static void test_lcond_case(const backends *bs, test_rng *rng, int32_t process,
                             int32_t schedule, int64_t n, int32_t seq_len, int32_t s,
                             int32_t stride, bool kernel_fd)
@@ -1141,6 +1182,7 @@ static void test_lcond_case(const backends *bs, test_rng *rng, int32_t process,
     if (kernel_fd)
         lcond_check_kernel_fd(bs->be[0], &c, &o[0], tag);
     lcond_check_variants(bs, &c, &o[0], tag);
+    lcond_check_seq_weight(bs->be[1], &c, &o[0], tag);
     size_t n_logits = (size_t)n * (size_t)stride;
     for (int t = 1; t < N_BACKENDS; t++)
         CHECK(same_bits(o[t].loss, o[0].loss, (size_t)n) &&

@@ -706,7 +706,7 @@ static void loss_case_free(loss_case *c)
 }
 
 enum { LC_LOSS, LC_DLOGITS, LC_DRATE, LC_DLOGITS_INPLACE, LC_LOSS_ONLY, LC_LOGRATE,
-       LC_JUMP, LC_COUNT };
+       LC_JUMP, LC_DLOGITS_WEIGHTED, LC_DRATE_WEIGHTED, LC_COUNT };
 
 static void run_loss(nctmc_backend *be, const loss_case *c, float *out[LC_COUNT])
 {
@@ -719,8 +719,23 @@ static void run_loss(nctmc_backend *be, const loss_case *c, float *out[LC_COUNT]
     float *dlog = be->ops->alloc(be, N * c->V * 4), *drate = be->ops->alloc(be, N * 4);
     float *log_rate = be->ops->alloc(be, N * 4), *jump = be->ops->alloc(be, N * S * 4);
     nctmc_lcond_args a = {(int64_t)N, c->L, c->V, logits, masked ? NULL : rate_h, x_t, x_0,
-                          times, c->fp, 1.0f / (float)N, loss, dlog, masked ? NULL : drate};
+                          times, c->fp, 1.0f / (float)N, loss, dlog, masked ? NULL : drate,
+                          NULL};
     be->ops->lcond(be, &a);
+    /* per-sequence weights (importance sampling of t), a zero among them */
+    float *host_w = xcalloc((size_t)c->B, sizeof(float));
+    for (int32_t b = 0; b < c->B; b++)
+        host_w[b] = b % 3 == 1 ? 0.0f : 0.4f + 0.7f * (float)b;
+    float *seq_w = dputf(be, host_w, (size_t)c->B);
+    free(host_w);
+    float *wlog = be->ops->alloc(be, N * c->V * 4), *wrate = be->ops->alloc(be, N * 4);
+    float *wloss = be->ops->alloc(be, N * 4);
+    nctmc_lcond_args w = a;
+    w.seq_weight = seq_w;
+    w.loss = wloss;
+    w.d_logits = wlog;
+    w.d_rate_h = masked ? NULL : wrate;
+    be->ops->lcond(be, &w);
     a.logits = inplace;
     a.d_logits = inplace;
     a.d_rate_h = NULL;
@@ -741,8 +756,10 @@ static void run_loss(nctmc_backend *be, const loss_case *c, float *out[LC_COUNT]
     out[LC_LOSS_ONLY] = dget(be, loss2, N);
     out[LC_LOGRATE] = dget(be, log_rate, N);
     out[LC_JUMP] = dget(be, jump, N * S);
+    out[LC_DLOGITS_WEIGHTED] = dget(be, wlog, N * c->V);
+    out[LC_DRATE_WEIGHTED] = masked ? xcalloc(N, sizeof(float)) : dget(be, wrate, N);
     void *bufs[] = {logits, inplace, rate_h, times, x_t, x_0, loss, loss2, dlog, drate,
-                    log_rate, jump};
+                    log_rate, jump, seq_w, wlog, wrate, wloss};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         dfree(be, bufs[i]);
 }
@@ -756,10 +773,11 @@ static void test_loss(test_rng *rng, nctmc_fp fp, int32_t B, int32_t L, int32_t 
     run_loss(GPU, &c, got);
     run_loss(GPU, &c, again);
     size_t N = (size_t)B * L;
-    size_t sizes[LC_COUNT] = {N, N * V, N, N * V, N, N, N * (size_t)fp.vocab};
+    size_t sizes[LC_COUNT] = {N, N * V, N, N * V, N, N, N * (size_t)fp.vocab, N * V, N};
     static const char *const names[LC_COUNT] = {"loss", "d_logits", "d_rate_h",
                                                 "d_logits in place", "loss without grads",
-                                                "log_rate", "jump_logprobs"};
+                                                "log_rate", "jump_logprobs",
+                                                "d_logits weighted", "d_rate_h weighted"};
     for (int k = 0; k < LC_COUNT; k++) {
         char what[128];
         snprintf(what, sizeof what, "%s %s S%d", label, names[k], fp.vocab);
@@ -1075,7 +1093,7 @@ static dit_batch model_batch(test_rng *rng, const nctmc_model_config *cfg, int32
                     : cfg->process == NCTMC_PROCESS_UNIFORM ? test_randint(rng, S)
                                                             : S - 1;
     }
-    dit_batch b = {B, cfg->seq_len, *x_t, *times, *labels, *x_0};
+    dit_batch b = {B, cfg->seq_len, *x_t, *times, *labels, *x_0, NULL};
     return b;
 }
 

@@ -2,8 +2,9 @@
  * test_model_grad.c — the whole model + L_cond loss: gradients against
  * central finite differences (per element for a sample of every tensor, and
  * along random directions through all parameters at once), for every forward
- * process; gradient accumulation; and bitwise determinism run after run and
- * across thread counts.
+ * process; per-sequence loss weights (importance sampling of t); gradient
+ * accumulation; and bitwise determinism run after run and across thread
+ * counts.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@ typedef struct grad_fixture {
     int32_t B, L;
     int32_t *x_t, *x_0, *labels;
     float *times;
+    float *weights;      /* [B] loss weights, or NULL */
 } grad_fixture;
 
 static nctmc_model_config small_config(nctmc_process process, int32_t n_classes)
@@ -119,7 +121,7 @@ static void fixture_free(grad_fixture *f)
 
 static dit_batch fixture_batch(const grad_fixture *f)
 {
-    dit_batch b = {f->B, f->L, f->x_t, f->times, f->labels, f->x_0};
+    dit_batch b = {f->B, f->L, f->x_t, f->times, f->labels, f->x_0, f->weights};
     return b;
 }
 
@@ -239,6 +241,38 @@ static void test_gradients(nctmc_process process, int32_t n_classes, const char 
     fixture_free(&f);
 }
 
+/* Per-sequence weights: the mean loss is the weighted mean of the
+ * (unchanged) per-position losses, and the gradients are the gradients of
+ * that weighted mean (finite differences of it), a zero weight included. */
+static void test_weighted(void)
+{
+    grad_fixture f;
+    fixture_init(&f, NCTMC_PROCESS_UNIFORM, 0, 2, 77);
+    nctmc_backend *be = f.ctx->backend;
+    size_t N = (size_t)f.B * (size_t)f.L;
+    float *plain_rows = malloc(N * sizeof(float)), *weighted_rows = malloc(N * sizeof(float));
+    double plain = eval_loss(&f, false);
+    be->ops->download(be, plain_rows, dit_ws_loss(f.ws), N * sizeof(float));
+    float w[3] = {0.5f, 2.25f, 0.0f};
+    f.weights = w;
+    double weighted = eval_loss(&f, false);
+    be->ops->download(be, weighted_rows, dit_ws_loss(f.ws), N * sizeof(float));
+    double want = 0.0;
+    for (size_t r = 0; r < N; r++)
+        want += (double)w[r / (size_t)f.L] * (double)plain_rows[r];
+    want /= (double)N;
+    CHECK(memcmp(plain_rows, weighted_rows, N * sizeof(float)) == 0,
+          "weights change the per-position losses");
+    CHECK_CLOSE(weighted, want, 1e-12, 1e-12, "weighted mean loss");
+    CHECK(fabs(weighted - plain) > 1e-3 * plain, "weights leave the loss at %g (weighted %g)",
+          plain, weighted);
+    check_elements(&f, "uniform, weighted");
+    check_directions(&f, "uniform, weighted");
+    free(plain_rows);
+    free(weighted_rows);
+    fixture_free(&f);
+}
+
 /* accumulate = true adds to the slab: two passes give twice one pass (to
  * rounding). */
 static void test_accumulation(void)
@@ -308,6 +342,7 @@ int main(void)
     test_gradients(NCTMC_PROCESS_UNIFORM, 0, "uniform");
     test_gradients(NCTMC_PROCESS_MASKED, 0, "masked");
     test_gradients(NCTMC_PROCESS_MIXTURE, 3, "mixture+labels");
+    test_weighted();
     test_accumulation();
     test_determinism();
     return test_finish("model_grad");

@@ -1,8 +1,9 @@
 /*
  * test_trainer.c — the trainer: parameter checks, the learning-rate
- * schedule, that training lowers the loss, determinism across runs and
- * thread counts, bit-exact resume (20 steps = 10 + save + resume + 10),
- * skipped non-finite steps, clipping, the EMA, and dataset batches.
+ * schedule (and its constant mode), that training lowers the loss,
+ * determinism across runs and thread counts, bit-exact resume (20 steps =
+ * 10 + save + resume + 10), skipped non-finite steps, clipping, the EMA,
+ * and dataset batches.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -200,6 +201,40 @@ static void test_schedule_and_learning(nctmc_process process, nctmc_exit_link li
            process == NCTMC_PROCESS_UNIFORM ? "uniform" : "masked",
            link == NCTMC_EXIT_LINK_SIGMA ? "sigma" : "noise-posterior", first, last);
     CHECK(last < 0.95 * first, "training lowers the loss: %.4f -> %.4f", first, last);
+    nctmc_trainer_free(t);
+    nctmc_model_free(m);
+    nctmc_context_free(ctx);
+}
+
+/* min_lr_ratio = 1: after the warm-up the rate is the peak exactly, at
+ * every step up to total_steps and past it (the paper's constant rate). */
+static void test_constant_rate(void)
+{
+    nctmc_context *ctx = make_ctx(1);
+    nctmc_model_config c = tiny_config(NCTMC_PROCESS_UNIFORM, 0);
+    nctmc_model *m = NULL;
+    nctmc_model_create(ctx, &c, &m);
+    nctmc_trainer_params p = tiny_params();
+    p.min_lr_ratio = 1.0f;
+    p.warmup_steps = 4;
+    p.total_steps = 12;
+    nctmc_trainer *t = NULL;
+    CHECK(nctmc_trainer_create(m, &p, &t) == NCTMC_OK, "create");
+    int32_t tokens[BATCH * SEQ_LEN];
+    fill_batch(tokens, S_TOKENS);
+    nctmc_train_stats s;
+    nctmc_train_stats_init(&s);
+    bool warm = true, flat = true;
+    for (int k = 0; k < 20 && t; k++) {
+        nctmc_trainer_step(t, tokens, NULL, &s);
+        if (k < p.warmup_steps)
+            warm = warm && s.learning_rate == (double)p.learning_rate * (k + 1) / 4.0;
+        else
+            flat = flat && s.learning_rate == (double)p.learning_rate;
+    }
+    CHECK(warm, "the warm-up still rises linearly");
+    CHECK(flat, "min_lr_ratio 1 keeps the peak rate exactly after the warm-up (last %.17g)",
+          s.learning_rate);
     nctmc_trainer_free(t);
     nctmc_model_free(m);
     nctmc_context_free(ctx);
@@ -607,6 +642,7 @@ int main(void)
     test_bad_params();
     test_schedule_and_learning(NCTMC_PROCESS_UNIFORM, NCTMC_EXIT_LINK_SIGMA);
     test_schedule_and_learning(NCTMC_PROCESS_UNIFORM, NCTMC_EXIT_LINK_NOISE_POSTERIOR);
+    test_constant_rate();
     test_schedule_and_learning(NCTMC_PROCESS_MASKED, NCTMC_EXIT_LINK_SIGMA);
     test_determinism();
     test_resume();

@@ -150,12 +150,13 @@ static void lcond_row(const nctmc_lcond_args *a, int64_t r)
     float h = a->rate_h ? a->rate_h[r] : 0.0f;
     lcond_position p = lcond_prepare(&a->fp, t, i, x0, h);
     lcond_row_stats st = row_stats(&a->fp, z, i);
+    float scale = a->seq_weight ? a->grad_scale * a->seq_weight[r / a->seq_len] : a->grad_scale;
     if (a->loss)
         a->loss[r] = (float)lcond_value(&p, st, logit_at(z, x0, a->fp.vocab));
     if (a->d_rate_h)
-        a->d_rate_h[r] = (float)(lcond_grad_h(&a->fp, &p) * (double)a->grad_scale);
+        a->d_rate_h[r] = (float)(lcond_grad_h(&a->fp, &p) * (double)scale);
     if (a->d_logits) {
-        lcond_grad_coef g = lcond_grad_coefficients(&a->fp, &p, st, a->grad_scale);
+        lcond_grad_coef g = lcond_grad_coefficients(&a->fp, &p, st, scale);
         lcond_write_grads(&g, &p, &a->fp, z, a->d_logits + r * a->row_stride, a->row_stride);
     }
 }

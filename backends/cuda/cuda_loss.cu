@@ -125,12 +125,14 @@ __global__ void lcond_kernel(nctmc_lcond_args a)
         stats.sum_exp = st.sum;
         stats.prior_dot = prior_dot;
         float z_x0 = x0 >= 0 && x0 < S ? z[x0] : 0.0f;
+        /* the product rounded to float, as on the CPU */
+        float scale = a.seq_weight ? a.grad_scale * a.seq_weight[r / a.seq_len] : a.grad_scale;
         if (a.loss)
             a.loss[r] = (float)lcond_value(&p, stats, z_x0);
         if (a.d_rate_h)
-            a.d_rate_h[r] = (float)(lcond_grad_h(&fp, &p) * (double)a.grad_scale);
+            a.d_rate_h[r] = (float)(lcond_grad_h(&fp, &p) * (double)scale);
         if (a.d_logits)
-            coef = lcond_grad_coefficients(&fp, &p, stats, a.grad_scale);
+            coef = lcond_grad_coefficients(&fp, &p, stats, scale);
     }
     if (!a.d_logits)
         return;

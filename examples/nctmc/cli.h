@@ -37,6 +37,7 @@ extern const char *const cli_process_names[];
 extern const char *const cli_schedule_names[];
 extern const char *const cli_time_input_names[];
 extern const char *const cli_exit_link_names[];
+extern const char *const cli_time_sampling_names[];
 extern const char *const cli_tokenizer_names[];
 
 /** Prints "nctmc CMD: message" to stderr. */
@@ -135,6 +136,13 @@ nctmc_tokenizer *cli_model_tokenizer(const nctmc_model *model);
 
 /** One line describing a tokenizer ("bytes, 256 tokens"), into buf. */
 void cli_describe_tokenizer(const nctmc_tokenizer *tok, char *buf, size_t size);
+
+/** The learning-rate schedule of trainer parameters in words ("warm-up 100,
+ *  cosine to 0.1 x over 1000 steps", "warm-up 2500, then constant"). */
+void cli_describe_lr_schedule(const nctmc_trainer_params *p, char *buf, size_t size);
+
+/** The name of a time_sampling value ("uniform", ...; "unknown" otherwise). */
+const char *cli_time_sampling_name(nctmc_time_sampling mode);
 
 /** Seconds on a monotonic clock. */
 double cli_now(void);

@@ -17,6 +17,7 @@ const char *const cli_process_names[] = {"uniform", "masked", "mixture", NULL};
 const char *const cli_schedule_names[] = {"linear", "cosine", "loglinear", NULL};
 const char *const cli_time_input_names[] = {"t", "log_snr", NULL};
 const char *const cli_exit_link_names[] = {"sigma", "noise_posterior", NULL};
+const char *const cli_time_sampling_names[] = {"uniform", "logit", "sqrt", NULL};
 const char *const cli_tokenizer_names[] = {"bytes", "chars", "image", NULL};
 
 void cli_error(const char *cmd, const char *fmt, ...)
@@ -306,6 +307,21 @@ void cli_describe_tokenizer(const nctmc_tokenizer *tok, char *buf, size_t size)
     }
     const char *name = (unsigned)kind < 3 ? cli_tokenizer_names[kind] : "unknown";
     snprintf(buf, size, "%s, %d tokens", name, (int)nctmc_tokenizer_vocab_size(tok));
+}
+
+void cli_describe_lr_schedule(const nctmc_trainer_params *p, char *buf, size_t size)
+{
+    if (p->min_lr_ratio == 1.0f)
+        snprintf(buf, size, "warm-up %lld, then constant", (long long)p->warmup_steps);
+    else
+        snprintf(buf, size, "warm-up %lld, cosine to %g x over %lld steps",
+                 (long long)p->warmup_steps, (double)p->min_lr_ratio,
+                 (long long)p->total_steps);
+}
+
+const char *cli_time_sampling_name(nctmc_time_sampling mode)
+{
+    return mode >= 0 && mode < 3 ? cli_time_sampling_names[mode] : "unknown";
 }
 
 double cli_now(void)

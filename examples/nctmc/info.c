@@ -78,12 +78,14 @@ static void print_training(nctmc_context *ctx, const char *path)
                "drawn, seed %llu\n",
                (long long)s.step, (long long)p.total_steps, (long long)s.optimizer_steps,
                (long long)s.n_skipped, (long long)s.data_position, (unsigned long long)s.seed);
-        printf("             batch %d, lr %g (warm-up %lld, cosine to %g x), AdamW (%g, %g, "
-               "eps %g, decay %g), clip %g, EMA %g, label dropout %g\n",
-               (int)p.batch_size, (double)p.learning_rate, (long long)p.warmup_steps,
-               (double)p.min_lr_ratio, (double)p.beta1, (double)p.beta2, (double)p.adam_eps,
-               (double)p.weight_decay, (double)p.grad_clip, (double)p.ema_decay,
-               (double)p.label_dropout);
+        char schedule[64];
+        cli_describe_lr_schedule(&p, schedule, sizeof schedule);
+        printf("             batch %d, lr %g (%s), AdamW (%g, %g, eps %g, decay %g), clip %g, "
+               "EMA %g, label dropout %g, t ~ %s (eps %g)\n",
+               (int)p.batch_size, (double)p.learning_rate, schedule, (double)p.beta1,
+               (double)p.beta2, (double)p.adam_eps, (double)p.weight_decay,
+               (double)p.grad_clip, (double)p.ema_decay, (double)p.label_dropout,
+               cli_time_sampling_name(p.time_sampling), (double)p.time_eps);
     }
 }
 

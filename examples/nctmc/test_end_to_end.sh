@@ -55,6 +55,18 @@ has train.err "validation"
 has train.err "train 20/20"
 has train.err "10 classes"
 
+# a preset sets the defaults; the flags given override it, before or after it
+run preset train --data "$tmp/digits" --out "$tmp/p.safetensors" --layers 1 --preset cpu-small \
+    --d-model 32 --heads 2 --batch 4 --steps 3 --threads 2 --time-sampling logit \
+    --eval-sequences 8 --eval-time-samples 2
+has preset.err "preset: cpu-small"
+has preset.err "model: 1 layers, d 32, 2 heads, cond 64, S 17, L 64, 10 classes, uniform process"
+has preset.err "trainer: batch 4, lr 0.002 (warm-up 100, cosine to 0.1 x over 3 steps), clip 1, EMA 0.99"
+has preset.err "t ~ logit"
+has preset.err "cpu backend"
+run info_preset info "$tmp/p.safetensors"
+has info_preset.out "t ~ logit (eps 0.001)"
+
 run info info "$tmp/m.safetensors" --tensors
 has info.out "10 classes"
 has info.out "image 8x8, 17 grey levels"

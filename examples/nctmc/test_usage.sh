@@ -42,6 +42,12 @@ expect 2 err "bad value 'many'" -- train --data d --steps many
 expect 2 err "bad value '0'" -- train --data d --layers 0
 expect 2 err "one of uniform, masked, mixture" -- train --data d --process gaussian
 expect 2 err "--data DIR is required" -- train
+expect 0 out "--preset none|paper|cpu-small" -- train --help
+expect 0 out "cpu-small = " -- train --help
+expect 0 out "--time-sampling uniform|logit|sqrt" -- train --help
+expect 2 err "one of none, paper, cpu-small" -- train --data d --preset tiny
+expect 2 err "one of uniform, logit, sqrt" -- train --data d --time-sampling gamma
+expect 2 err "--preset starts a new run" -- train --data d --preset cpu-small --resume m.safetensors
 expect 2 err "missing argument" -- sample
 expect 2 err "unexpected argument" -- info a.safetensors b.safetensors
 expect 2 err "either --data DIR or --shard FILE" -- eval model.safetensors

@@ -35,6 +35,11 @@ typedef struct train_options {
     int time_input;
     int exit_link;
     nctmc_trainer_params trainer;
+    int preset;               /* index into the --preset choices; 0 = none */
+    const char *preset_name;  /* NULL without a preset */
+    /* --seq-len was given: it must match a shard of fixed-length sequences
+     * (a preset's length only sets a stream's window) */
+    bool seq_len_given;
 } train_options;
 
 /* What the data directory holds. */
@@ -141,7 +146,8 @@ static bool model_config_for_data(const train_run *run, nctmc_model_config *cfg)
     /* the masked and mixture processes add the mask token after the data */
     cfg->vocab_size = info->vocab_size + (cfg->process == NCTMC_PROCESS_UNIFORM ? 0 : 1);
     cfg->n_classes = info->n_classes;
-    if (info->seq_len > 0 && o->model.seq_len > 0 && o->model.seq_len != info->seq_len) {
+    if (info->seq_len > 0 && o->seq_len_given && o->model.seq_len > 0 &&
+        o->model.seq_len != info->seq_len) {
         cli_error("train", "--seq-len %d differs from the shard's sequences of %d tokens",
                   (int)o->model.seq_len, (int)info->seq_len);
         return false;
@@ -408,12 +414,16 @@ static void describe_setup(const train_run *run)
             (long long)run->data.info.n_tokens, run->o->data_dir,
             run->data.info.seq_len ? "sequences" : "stream", tok,
             run->data.val_path ? run->data.val_path : "none");
+    char schedule[96];
+    cli_describe_lr_schedule(p, schedule, sizeof schedule);
+    if (run->o->preset_name)
+        fprintf(stderr, "preset: %s (the flags given override it)\n", run->o->preset_name);
     fprintf(stderr,
-            "trainer: batch %d, lr %g (warm-up %lld, cosine to %g x over %lld steps), clip %g, "
-            "EMA %g, label dropout %g, seed %llu; %s backend, %d threads\n",
-            (int)p->batch_size, (double)p->learning_rate, (long long)p->warmup_steps,
-            (double)p->min_lr_ratio, (long long)p->total_steps, (double)p->grad_clip,
-            (double)p->ema_decay, (double)p->label_dropout, (unsigned long long)p->seed,
+            "trainer: batch %d, lr %g (%s), clip %g, EMA %g, label dropout %g, t ~ %s, "
+            "seed %llu; %s backend, %d threads\n",
+            (int)p->batch_size, (double)p->learning_rate, schedule, (double)p->grad_clip,
+            (double)p->ema_decay, (double)p->label_dropout,
+            cli_time_sampling_name(p->time_sampling), (unsigned long long)p->seed,
             nctmc_context_backend(run->ctx), nctmc_context_n_threads(run->ctx));
 }
 
@@ -489,6 +499,54 @@ static bool check_paths(const train_options *o)
     return ok;
 }
 
+static void train_defaults(train_options *o);
+
+/* The --preset choices: "none", then the library's presets; and the
+ * flag's help, which describes each. */
+enum { MAX_PRESET_CHOICES = 16 };
+typedef struct preset_menu {
+    const char *names[MAX_PRESET_CHOICES + 2];
+    char help[1024];
+} preset_menu;
+
+static void preset_menu_init(preset_menu *menu)
+{
+    int n = 0;
+    menu->names[n++] = "none";
+    int len = snprintf(menu->help, sizeof menu->help,
+                       "a named recipe (model, trainer, backend) whose values the other flags "
+                       "override:");
+    for (int32_t i = 0; n < MAX_PRESET_CHOICES + 1 && nctmc_preset_name(i) != NULL; i++) {
+        const char *name = nctmc_preset_name(i);
+        menu->names[n++] = name;
+        if (len > 0 && (size_t)len < sizeof menu->help)
+            len += snprintf(menu->help + len, sizeof menu->help - (size_t)len,
+                            "%s %s = %s, backend %s", i ? ";" : "", name,
+                            nctmc_preset_description(name), nctmc_preset_backend(name));
+    }
+    menu->names[n] = NULL;
+}
+
+/* A preset's values under the flags given: the defaults, the preset over
+ * them, then every flag the command line named (wherever it stands). */
+static bool apply_preset(const cli_command *cmd, const char *name, train_options *o)
+{
+    train_options p;
+    train_defaults(&p);
+    char err[512];
+    if (nctmc_preset_apply(name, &p.model, &p.trainer, err, sizeof err) != NCTMC_OK) {
+        cli_error("train", "--preset %s: %s", name, err);
+        return false;
+    }
+    p.process = p.model.process;
+    p.schedule = p.model.schedule;
+    p.backend = nctmc_preset_backend(name);
+    cli_copy_given_fields(cmd, o, &p, sizeof p);
+    p.preset_name = name;
+    *o = p;
+    return true;
+}
+
 static void train_defaults(train_options *o)
 {
     memset(o, 0, sizeof *o);
@@ -515,7 +573,13 @@ int cmd_train(int argc, char **argv)
     train_defaults(&o);
     nctmc_model_config *m = &o.model;
     nctmc_trainer_params *t = &o.trainer;
+    preset_menu presets;
+    preset_menu_init(&presets);
+    /* the choice writes an int into the trainer's int32_t field */
+    _Static_assert(sizeof(int) == sizeof(nctmc_time_sampling), "int is int32_t");
     cli_option options[] = {
+        CLI_OPT_SECTION("recipe"),
+        CLI_OPT_CHOICE("--preset", o.preset, presets.names, presets.help),
         CLI_OPT_SECTION("data and output"),
         CLI_OPT_STRING("--data", o.data_dir, "DIR", "a directory written by `nctmc prepare`"),
         CLI_OPT_STRING("--out", o.out, "FILE", "checkpoint to write (resumable)"),
@@ -552,6 +616,9 @@ int cmd_train(int argc, char **argv)
                       "EMA decay of the weights (saved for sampling); 0 = none"),
         CLI_OPT_FLOAT("--label-dropout", t->label_dropout, "P", 0.0, 1.0,
                       "share of null labels, for classifier-free guidance"),
+        CLI_OPT_CHOICE("--time-sampling", t->time_sampling, cli_time_sampling_names,
+                       "how t is drawn: uniform (the paper's), or importance-sampled and "
+                       "reweighted (logit: uniform in logit t; sqrt: density ~ 1/sqrt t)"),
         CLI_OPT_UINT64("--seed", t->seed, "S", "seed of the initial weights and every draw"),
         CLI_OPT_SECTION("run"),
         CLI_OPT_FLOAT("--minutes", o.minutes, "M", 0.0, 1e9,
@@ -567,7 +634,8 @@ int cmd_train(int argc, char **argv)
         CLI_OPT_INT64("--log-every", o.log_every, "N", 1, 1e15,
                       "log line interval when stderr is not a terminal"),
         CLI_OPT_INT("--threads", o.threads, "N", 0, 4096, "CPU threads; 0 = all cores"),
-        CLI_OPT_STRING("--backend", o.backend, "NAME", "compute backend: auto or cpu"),
+        CLI_OPT_STRING("--backend", o.backend, "NAME",
+                       "compute backend: auto, cpu, cuda or cuda-bf16 (a preset's by default)"),
         CLI_OPT_FLAG("--verbose", o.verbose, "print the library's informational messages"),
     };
     cli_command cmd = {
@@ -589,6 +657,12 @@ int cmd_train(int argc, char **argv)
         return parsed == CLI_PARSE_HELP ? 0 : CLI_EXIT_USAGE;
     if (o.data_dir == NULL)
         return cli_usage_error(&cmd, "--data DIR is required");
+    if (o.preset > 0 && o.resume)
+        return cli_usage_error(&cmd, "--preset starts a new run; with --resume the checkpoint's "
+                                     "recipe goes on (the flags given change it)");
+    if (o.preset > 0 && !apply_preset(&cmd, presets.names[o.preset], &o))
+        return 1;
+    o.seq_len_given = cli_option_given(&cmd, "--seq-len");
     if (!check_paths(&o))
         return 1;
     cli_interrupt_install();

@@ -5,6 +5,7 @@ import os
 import numpy as np
 
 from . import _native as N
+from . import _preset
 from ._handles import Error, Handle, check
 
 PROCESSES = {"uniform": 0, "masked": 1, "mixture": 2}
@@ -198,14 +199,18 @@ class Model(Handle):
         self.context = ctx
 
     @classmethod
-    def create(cls, ctx=None, **config):
+    def create(cls, ctx=None, preset=None, **config):
         """A freshly initialised model. Keyword arguments set the fields of
         nctmc_model_config (vocab_size, seq_len, n_layers, d_model, n_heads,
         cond_dim, n_classes, seed, ...); process, schedule, time_input and
         exit_link take names ("uniform", "masked", "mixture"; "linear",
-        "cosine", "loglinear"; "t", "log_snr"; "sigma", "noise_posterior")."""
+        "cosine", "loglinear"; "t", "log_snr"; "sigma", "noise_posterior").
+        preset names a recipe (nctmc.presets()) whose configuration the
+        keyword arguments then override."""
         ctx = _default_context(ctx)
         c = N.new(N.ModelConfig)
+        if preset is not None:
+            _preset.apply(preset, config=c)
         for key, value in config.items():
             if key in _NAMED:
                 value = _NAMED[key][value] if isinstance(value, str) else value

@@ -139,6 +139,7 @@ class TrainerParams(Structure):
         ("time_eps", c_float),
         ("label_dropout", c_float),
         ("seed", c_uint64),
+        ("time_sampling", c_int32),
     ]
 
 
@@ -357,9 +358,16 @@ _fn("nctmc_trainer_free", None, H)
 _fn("nctmc_trainer_step", STATUS, H, POINTER(c_int32), POINTER(c_int32), POINTER(TrainStats))
 _fn("nctmc_trainer_step_dataset", STATUS, H, H, POINTER(TrainStats))
 _fn("nctmc_trainer_get_state", STATUS, H, POINTER(TrainerState))
+_fn("nctmc_trainer_get_params", STATUS, H, POINTER(TrainerParams))
 _fn("nctmc_trainer_copy_weights", STATUS, H, H, c_int32)
 _fn("nctmc_trainer_save", STATUS, H, c_char_p)
 _fn("nctmc_trainer_last_error", c_char_p, H)
+
+_fn("nctmc_preset_name", c_char_p, c_int32)
+_fn("nctmc_preset_description", c_char_p, c_char_p)
+_fn("nctmc_preset_backend", c_char_p, c_char_p)
+_fn("nctmc_preset_apply", STATUS, c_char_p, POINTER(ModelConfig), POINTER(TrainerParams),
+    POINTER(c_char), c_size_t)
 
 _fn("nctmc_eval", STATUS, H, POINTER(EvalParams), POINTER(EvalResult))
 

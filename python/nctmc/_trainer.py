@@ -5,6 +5,7 @@ import sys
 import time
 
 from . import _native as N
+from . import _preset
 from ._handles import Handle, check
 from ._model import Dataset, _int32_array, _ptr
 
@@ -13,14 +14,24 @@ class Trainer(Handle):
     """Updates a model's weights in place with L_cond and AdamW.
 
     Keyword arguments set nctmc_trainer_params fields (batch_size, seq_len,
-    learning_rate, warmup_steps, total_steps, ema_decay, seed, ...)."""
+    learning_rate, warmup_steps, total_steps, ema_decay, seed, ...);
+    time_sampling takes a name ("uniform", "logit", "sqrt"). preset names a
+    recipe (nctmc.presets()) whose trainer parameters the keyword arguments
+    then override."""
 
     _free = N.nctmc_trainer_free
 
-    def __init__(self, model, **params):
+    def __init__(self, model, preset=None, **params):
         p = N.new(N.TrainerParams)
+        if preset is not None:
+            _preset.apply(preset, params=p)
         for key, value in params.items():
-            if key not in dict(N.TrainerParams._fields_) or key == "struct_size":
+            if key == "time_sampling" and isinstance(value, str):
+                if value not in _preset.TIME_SAMPLINGS:
+                    raise ValueError("time_sampling must be one of %s"
+                                     % ", ".join(_preset.TIME_SAMPLINGS))
+                value = _preset.TIME_SAMPLINGS[value]
+            elif key not in dict(N.TrainerParams._fields_) or key == "struct_size":
                 raise TypeError("unknown trainer setting %r" % key)
             setattr(p, key, value)
         out = ctypes.c_void_p()

@@ -127,6 +127,29 @@ def test_progress_bar_is_shown(ctx, tmp_path, capsys):
     assert stats["step"] == 3 and trainer.state["step"] == 3
 
 
+def test_presets_set_defaults_that_keywords_override(ctx):
+    names = [p["name"] for p in nctmc.presets()]
+    assert names == ["paper", "cpu-small"]
+    assert {p["name"]: p["backend"] for p in nctmc.presets()} == {"paper": "cuda-bf16",
+                                                                  "cpu-small": "cpu"}
+    model = nctmc.Model.create(ctx, preset="cpu-small", vocab_size=S_TOKENS, seq_len=SEQ_LEN,
+                               n_layers=1)
+    config = model.config
+    assert config["n_layers"] == 1 and config["d_model"] == 128 and config["cond_dim"] == 64
+    trainer = nctmc.Trainer(model, preset="cpu-small", batch_size=4, time_sampling="logit")
+    p = N.new(N.TrainerParams)
+    assert N.nctmc_trainer_get_params(trainer, ctypes.byref(p)) == 0
+    assert (p.batch_size, p.learning_rate, p.ema_decay, p.time_sampling) == \
+        (4, pytest.approx(2e-3), pytest.approx(0.99), 1)
+    tokens = _markov_data(4, 2)
+    assert np.isfinite(trainer.step(tokens)["loss"])
+    with pytest.raises(nctmc.Error) as e:
+        nctmc.Model.create(ctx, preset="huge")
+    assert e.value.status == 4 and "cpu-small" in e.value.message
+    with pytest.raises(ValueError):
+        nctmc.Trainer(model, time_sampling="gamma")
+
+
 def test_getters(ctx, trained):
     m = nctmc.Model.load(trained["path"], ctx)
     assert (m.seq_len, m.vocab_size, m.n_classes, m.process, m.mask_token) == \

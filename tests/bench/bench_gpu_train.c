@@ -261,7 +261,7 @@ int main(int argc, char **argv)
     }
     for (int b = 0; b < a.batch; b++)
         times[b] = (float)(b + 0.5) / (float)a.batch;
-    s.batch = (dit_batch){a.batch, z->L, x_t, times, NULL, x_0};
+    s.batch = (dit_batch){a.batch, z->L, x_t, times, NULL, x_0, NULL};
     size_t slab = s.model->slab_floats * sizeof(float);
     if (dit_workspace_create(s.model, be, a.batch, z->L, true, &s.ws, err, sizeof err) !=
         NCTMC_OK) {

@@ -132,7 +132,7 @@ static double time_sampling(nctmc_sampler *s, const bench_args *a, int batch, in
 /* The model evaluation alone, on the sampler's workspace and last tokens. */
 static double time_forward(nctmc_sampler *s, int batch, int reps)
 {
-    dit_batch b = {batch, s->max_length, s->h_tokens, s->h_times, NULL, NULL};
+    dit_batch b = {batch, s->max_length, s->h_tokens, s->h_times, NULL, NULL, NULL};
     double *times = malloc(sizeof(double) * (size_t)reps);
     for (int r = -1; r < reps; r++) {
         double t0 = now_s();

@@ -216,7 +216,7 @@ int main(int argc, char **argv)
     }
     for (int b = 0; b < a.batch; b++)
         times[b] = (float)(b + 0.5) / (float)a.batch;
-    r.batch = (dit_batch){a.batch, z->L, x_t, times, NULL, x_0};
+    r.batch = (dit_batch){a.batch, z->L, x_t, times, NULL, x_0, NULL};
     nctmc_backend *be = ctx->backend;
     char err[256];
     if (dit_workspace_create(r.model, be, a.batch, z->L, true, &r.ws, err, sizeof err) !=
