@@ -90,7 +90,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define NCTMC_VERSION_MAJOR 0
-#define NCTMC_VERSION_MINOR 2
+#define NCTMC_VERSION_MINOR 3
 #define NCTMC_VERSION_PATCH 0
 /** The version as one number, MAJOR*10000 + MINOR*100 + PATCH. */
 #define NCTMC_VERSION_NUMBER \

@@ -2,8 +2,9 @@
 """Checks the ABI surface of a built libnctmc shared library (lib/nctmc.map):
 
 - its soname is libnctmc.so.1;
-- it defines only nctmc_* symbols, each bound to the symbol version NCTMC_1
-  (objdump -T), and the public functions of nctmc.h are among them.
+- it defines only nctmc_* symbols, each bound to its symbol version
+  (objdump -T): NCTMC_1 for 0.2.0's functions, NCTMC_1.1 for those 0.3.0
+  added; and the public functions of nctmc.h are among them.
 
 Usage: check_symbols.py LIBNCTMC_SO [NCTMC_H]. Exits 0 when everything
 holds; scripts/check_install.py runs the same checks on an installed copy.
@@ -14,6 +15,14 @@ import sys
 
 SONAME = "libnctmc.so.1"
 VERSION_NODE = "NCTMC_1"
+# functions added after 0.2.0, by the version node that introduced them
+ADDED = {
+    "nctmc_preset_apply": "NCTMC_1.1",
+    "nctmc_preset_backend": "NCTMC_1.1",
+    "nctmc_preset_description": "NCTMC_1.1",
+    "nctmc_preset_name": "NCTMC_1.1",
+}
+NODES = {VERSION_NODE} | set(ADDED.values())
 
 
 def soname_of(path):
@@ -32,7 +41,7 @@ def defined_symbols(path):
         if len(fields) < 4 or "*UND*" in line or not re.match(r"^[0-9a-f]{8,}$", fields[0]):
             continue
         name, version = fields[-1], fields[-2]
-        if name == VERSION_NODE:  # the version definition itself (*ABS*)
+        if name in NODES:  # a version definition itself (*ABS*)
             continue
         symbols.append((name, version))
     return symbols
@@ -53,9 +62,10 @@ def problems(path, header=None):
     foreign = [n for n, _ in symbols if not n.startswith("nctmc_")]
     if foreign:
         found.append("non-nctmc symbols exported: " + ", ".join(foreign[:8]))
-    unversioned = ["%s (%s)" % (n, v) for n, v in symbols if v != VERSION_NODE]
+    unversioned = ["%s (%s, expected %s)" % (n, v, ADDED.get(n, VERSION_NODE))
+                   for n, v in symbols if v != ADDED.get(n, VERSION_NODE)]
     if unversioned:
-        found.append("symbols not versioned %s: %s" % (VERSION_NODE, ", ".join(unversioned[:8])))
+        found.append("symbols in the wrong version node: " + ", ".join(unversioned[:8]))
     if len(symbols) < 10:
         found.append("only %d symbols exported" % len(symbols))
     if header:
@@ -70,5 +80,6 @@ if __name__ == "__main__":
     for issue in issues:
         print("FAIL " + issue)
     if not issues:
-        print("symbols: %s exports only nctmc_*, all versioned %s" % (SONAME, VERSION_NODE))
+        print("symbols: %s exports only nctmc_*, versioned %s (0.3.0's additions %s)"
+              % (SONAME, VERSION_NODE, ", ".join(sorted(set(ADDED.values())))))
     sys.exit(1 if issues else 0)

@@ -88,7 +88,8 @@ def train(args, source, ctx, log):
     model = nctmc.Model.create(ctx, **cfg)
     trainer = nctmc.Trainer(model, batch_size=args.batch, learning_rate=args.lr,
                             warmup_steps=args.warmup, total_steps=args.steps,
-                            ema_decay=args.ema, seed=args.seed)
+                            ema_decay=args.ema, seed=args.seed,
+                            **parse_pairs(args.trainer))
     # fresh source samples every step: the model never sees a sequence twice
     data_rng = np.random.default_rng([args.seed, 1])
     chunk = 50
@@ -187,7 +188,8 @@ def run(args, log=lambda s: print(s, file=sys.stderr, flush=True)):
         "process": cfg["process"], "model_config": cfg,
         "budget": {k: getattr(args, k) for k in BUDGETS["cpu"]},
         "threads": args.threads, "backend": args.backend, "seed": args.seed,
-        "sample_args": sample_kw, "training": training, "eval": ev, "samples": results,
+        "sample_args": sample_kw, "trainer_args": parse_pairs(args.trainer),
+        "training": training, "eval": ev, "samples": results,
         "seconds_total": total, "cpu_seconds_total": total_cpu, "library_version": nctmc.library_version(),
         "command": " ".join(sys.argv),
     }
@@ -277,6 +279,9 @@ def add_run_options(p):
     p.add_argument("--config", action="append", metavar="KEY=VALUE",
                    help="an nctmc_model_config field (schedule=loglinear, "
                         "mixture_uniform=0.1, ...); repeatable")
+    p.add_argument("--trainer", action="append", metavar="KEY=VALUE",
+                   help="an nctmc_trainer_params field beyond the budget's "
+                        "(e.g. time_sampling=logit)")
     p.add_argument("--sample-arg", action="append", metavar="KEY=VALUE",
                    help="a keyword of Sampler.sample (temperature=0.8, "
                         "correction_steps=8, ...); repeatable")
