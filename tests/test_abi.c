@@ -3,11 +3,14 @@
  * docs/api.md, "Compatibility") proved against the current library in both
  * directions, for every versioned struct and every call that takes one.
  *
- * For each struct this file declares three layouts, as programs built
- * against three headers would have them:
- *   X_old  the struct without its last field (an older, smaller header);
- *   X_now  the struct as nctmc.h has it (asserted equal to nctmc_X);
- *   X_new  the struct with fields appended (a newer header).
+ * For each struct this file declares its layouts, as programs built against
+ * different headers would have them:
+ *   X_old    below the first published layout: for a struct never grown
+ *            since, the struct without its last field; for one that grew,
+ *            the first published layout without its last field;
+ *   X_first  the first published layout (X_now for a struct never grown);
+ *   X_now    the struct as nctmc.h has it (asserted equal to nctmc_X);
+ *   X_new    the struct with fields appended (a newer header).
  * Each layout is put at the very end of a heap block of exactly its size (so
  * that an AddressSanitizer build catches any read or write past it) and, a
  * second time, in front of guard bytes (so that any build catches a write
@@ -21,10 +24,11 @@
  *     (NCTMC_ERR_UNSUPPORTED, naming the struct and the library version)
  *     when one is not; an output struct is written only up to the fields
  *     the library knows;
- *   - with a history in which the last field was appended after the first
- *     release (the library's own helper, lib/abi.c, with that first size),
- *     an old caller's missing fields take their defaults and its output is
- *     truncated to its size.
+ *   - a caller of the first published layout: for a struct that grew, the
+ *     real history (lib/abi.c's own sizes); for one that did not, a history
+ *     in which the last field was appended after the first release (the
+ *     library's helper with that first size): its missing fields take their
+ *     defaults and its output is truncated to its size.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -42,7 +46,8 @@
 _Static_assert(sizeof(nctmc_status) == 4 && sizeof(nctmc_log_level) == 4 &&
                    sizeof(nctmc_process) == 4 && sizeof(nctmc_schedule) == 4 &&
                    sizeof(nctmc_tokenizer_kind) == 4 && sizeof(nctmc_sample_method) == 4 &&
-                   sizeof(nctmc_time_grid) == 4,
+                   sizeof(nctmc_time_grid) == 4 && sizeof(nctmc_cfg_rule) == 4 &&
+                   sizeof(nctmc_correction_mode) == 4,
                "enumerations are int32_t");
 _Static_assert(sizeof(((nctmc_sample_params *)0)->final_denoise) == 4 &&
                    sizeof(((nctmc_train_stats *)0)->skipped) == 4,
@@ -62,7 +67,21 @@ _Static_assert(sizeof(((nctmc_sample_params *)0)->final_denoise) == 4 &&
 #define LAYOUTS(name, head, last_decl, last)                                          \
     typedef struct { head } name##_old;                                                \
     typedef struct { head last_decl } name##_now;                                      \
+    typedef name##_now name##_first;                                                   \
     typedef struct { head last_decl FUTURE_FIELDS } name##_new;                        \
+    _Static_assert(sizeof(name##_now) == sizeof(nctmc_##name) &&                        \
+                       offsetof(name##_now, last) == offsetof(nctmc_##name, last),      \
+                   "the mirror of nctmc_" #name " matches nctmc.h");                     \
+    enum { name##_last_offset = offsetof(nctmc_##name, last) }
+
+/* A struct that grew after its first release: FIRST_HEAD and FIRST_LAST make
+ * the first published layout, ADDED are the fields appended since, the last
+ * of them named `last`. */
+#define LAYOUTS_GREWN(name, first_head, first_last_decl, added, last)                 \
+    typedef struct { first_head } name##_old;                                          \
+    typedef struct { first_head first_last_decl } name##_first;                        \
+    typedef struct { first_head first_last_decl added } name##_now;                    \
+    typedef struct { first_head first_last_decl added FUTURE_FIELDS } name##_new;      \
     _Static_assert(sizeof(name##_now) == sizeof(nctmc_##name) &&                        \
                        offsetof(name##_now, last) == offsetof(nctmc_##name, last),      \
                    "the mirror of nctmc_" #name " matches nctmc.h");                     \
@@ -177,7 +196,10 @@ LAYOUTS(sampler_params, SAMPLER_PARAMS_HEAD, nctmc_context *ctx;, ctx);
     int64_t first_sequence;                                                       \
     nctmc_sample_callback callback;                                               \
     void *user_data;
-LAYOUTS(sample_params, SAMPLE_PARAMS_HEAD, int32_t *tokens_out;, tokens_out);
+/* first published with tokens_out last; cfg_rule and correction_mode since */
+LAYOUTS_GREWN(sample_params, SAMPLE_PARAMS_HEAD, int32_t *tokens_out;,
+              nctmc_cfg_rule cfg_rule; nctmc_correction_mode correction_mode;,
+              correction_mode);
 
 #define READER_HEAD                                                               \
     size_t struct_size;                                                           \
@@ -667,7 +689,7 @@ INIT_WRAPPER(reader)
 typedef struct abi_case {
     const char *call_name;
     const abi_struct *d;
-    size_t old_size, now_size, new_size;
+    size_t old_size, first_layout_size, now_size, new_size;
     size_t last_offset;     /* where the last field of the current layout starts */
     init_fn init;
     prepare_fn prepare;
@@ -677,8 +699,8 @@ typedef struct abi_case {
 } abi_case;
 
 #define CASE(call_name, name, prepare, call, output, old_reports)                      \
-    {call_name, &abi_##name, sizeof(name##_old), sizeof(name##_now), sizeof(name##_new), \
-     name##_last_offset, init_##name, prepare, call, output, old_reports}
+    {call_name, &abi_##name, sizeof(name##_old), sizeof(name##_first), sizeof(name##_now), \
+     sizeof(name##_new), name##_last_offset, init_##name, prepare, call, output, old_reports}
 
 static const abi_case cases[] = {
     CASE("nctmc_context_create", context_params, prep_context, call_context_create, false,
@@ -903,8 +925,11 @@ static void check_history(const abi_case *c)
 {
     const char *name = c->d->name;
     abi_struct older = *c->d;
-    older.first_size = c->last_offset;
-    size_t old = c->old_size, now = c->now_size;
+    size_t old = c->first_layout_size, now = c->now_size;
+    if (old == now) { /* never grown: the made-up history */
+        older.first_size = c->last_offset;
+        old = c->old_size;
+    }
     unsigned char *defaults = exact_block(now);
     c->init(defaults, now);
 
@@ -946,16 +971,29 @@ static void check_history(const abi_case *c)
     free(full);
 }
 
-/* The first published size of every struct is its whole current layout
- * (this release publishes them), and no field lies past what the library
- * knows. */
+/* The library's first published size is the end of the first layout's last
+ * field (for a struct never grown, the whole current layout), and no field
+ * lies past what the library knows. */
 static void check_sizes(const abi_case *c)
 {
-    CHECK(c->d->first_size == c->d->known_size && c->d->known_size <= c->now_size &&
-              c->d->known_size > c->last_offset && c->old_size < c->d->first_size &&
-              c->new_size > c->now_size,
-          "%s: sizes first %zu, known %zu, old %zu, now %zu, new %zu", c->d->name,
-          c->d->first_size, c->d->known_size, c->old_size, c->now_size, c->new_size);
+    bool grown = c->first_layout_size < c->now_size;
+    CHECK((grown ? c->d->first_size < c->d->known_size : c->d->first_size == c->d->known_size) &&
+              c->d->first_size <= c->first_layout_size &&
+              c->first_layout_size - c->d->first_size < sizeof(void *) &&
+              c->d->known_size <= c->now_size && c->d->known_size > c->last_offset &&
+              c->old_size < c->d->first_size && c->new_size > c->now_size,
+          "%s: sizes first %zu (layout %zu), known %zu, old %zu, now %zu, new %zu", c->d->name,
+          c->d->first_size, c->first_layout_size, c->d->known_size, c->old_size, c->now_size,
+          c->new_size);
+}
+
+/* A caller of the first published layout is served: the call succeeds. */
+static void check_first_layout(fixture *f, const abi_case *c)
+{
+    char msg[512];
+    nctmc_status st = call_at(f, c, c->first_layout_size, true, NULL, msg, sizeof msg);
+    CHECK(st == NCTMC_OK, "%s: %s with the first published layout (%zu bytes): %d (%s)",
+          c->d->name, c->call_name, c->first_layout_size, st, msg);
 }
 
 int main(void)
@@ -974,6 +1012,7 @@ int main(void)
         check_init(c);
         check_too_small(&f, c);
         check_current(&f, c);
+        check_first_layout(&f, c);
         check_newer(&f, c);
         check_history(c);
     }
