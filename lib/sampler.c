@@ -2,9 +2,10 @@
  * sampler.c — the sampler handle and the sampling loop: prior draw, the time
  * grid of model evaluations each followed by the fused sampling operation,
  * the final denoising step and the self-correction pass (paper App. E,
- * Alg. 3, or its Gibbs-like variant). All memory comes from nctmc_sampler_create(); per step the loop
- * uploads the current tokens, runs the model, runs the op and downloads the
- * new tokens (which the callback sees).
+ * Alg. 3, or its Gibbs-like variant). All memory comes from
+ * nctmc_sampler_create(); per step the loop uploads the current tokens, runs
+ * the model, runs the op and downloads the new tokens (which the callback
+ * sees).
  */
 #include <stdio.h>
 #include <stdlib.h>

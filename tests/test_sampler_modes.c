@@ -211,11 +211,13 @@ static void test_rates_brute_force(void)
                         for (int j = 0; j < fp.vocab; j++)
                             norm += j == i ? 0.0 : pow(g.r[j], 1.0 / T);
                         sm_jump J = sm_jump_init(zc, zu, w, T, fp.vocab, i);
-                        for (int j = 0; j < fp.vocab; j++)
-                            if (j != i)
-                                note(&jump,
-                                     fabs(sm_jump_logprob(&J, j) - log(pow(g.r[j], 1.0 / T) / norm)),
-                                     &fp, t, w, i, "jump");
+                        for (int j = 0; j < fp.vocab; j++) {
+                            if (j == i)
+                                continue;
+                            double want = log(pow(g.r[j], 1.0 / T) / norm);
+                            note(&jump, fabs(sm_jump_logprob(&J, j) - want), &fp, t, w, i,
+                                 "jump");
+                        }
                         /* the recovery reads the guided rate */
                         sm_step st = sm_step_prepare(fp, SM_METHOD_POSTERIOR, t, t * 0.9, w,
                                                      SM_CFG_RATES, T, 1.0, 1, 1);
