@@ -1149,7 +1149,9 @@ typedef struct nctmc_sample_params {
      *  from the model's own distribution (temperature 1). */
     float temperature;
     /** Non-zero: map the state at t_min to the most probable clean tokens
-     *  (default 1). */
+     *  (default 1): it replaces the mask tokens the grid leaves (masked and
+     *  mixture processes) and, for the uniform process, almost never changes
+     *  a token (docs/api.md, "Sampling settings, measured"). */
     int32_t final_denoise;
     /** [batch * length] values for clamped positions, read where fixed_mask
      *  is non-zero; NULL when nothing is fixed. */
@@ -1180,9 +1182,10 @@ typedef struct nctmc_sample_params {
     void *user_data;
     /** Out: [batch * length] the samples. */
     int32_t *tokens_out;
-    /** How cfg_scale guides (default NCTMC_CFG_RATES; 0 =
-     *  NCTMC_CFG_SEPARATE, the rule of libraries before this field).
-     *  Without guidance (cfg_scale 1) it changes nothing. */
+    /** How cfg_scale guides (default and 0 = NCTMC_CFG_SEPARATE, the rule
+     *  of libraries before this field; docs/api.md has the measurements
+     *  behind the default). Without guidance (cfg_scale 1) it changes
+     *  nothing. */
     nctmc_cfg_rule cfg_rule;
     /** What each self-correction update does (default and 0 =
      *  NCTMC_CORRECT_GREEDY). */

@@ -35,7 +35,7 @@ NCTMC_API nctmc_status nctmc_sample_params_init_sized(nctmc_sample_params *param
     d.correction_temperature = 0.1f;
     d.correction_time = 0.05f;
     d.correction_mode = NCTMC_CORRECT_GREEDY;
-    d.cfg_rule = NCTMC_CFG_RATES;
+    d.cfg_rule = NCTMC_CFG_SEPARATE;
     d.seed = 0;
     d.first_sequence = 0;
     return abi_init(params, size, &d, &abi_sample_params);

@@ -447,7 +447,7 @@ static void test_bad_values(nctmc_context *ctx)
     }
     nctmc_sample_params d;
     nctmc_sample_params_init(&d);
-    CHECK(d.cfg_rule == NCTMC_CFG_RATES && d.correction_mode == NCTMC_CORRECT_GREEDY,
+    CHECK(d.cfg_rule == NCTMC_CFG_SEPARATE && d.correction_mode == NCTMC_CORRECT_GREEDY,
           "defaults: cfg_rule %d, correction_mode %d", d.cfg_rule, d.correction_mode);
     nctmc_sampler_free(s);
     nctmc_model_free(m);

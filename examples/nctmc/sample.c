@@ -526,8 +526,8 @@ int cmd_sample(int argc, char **argv)
         CLI_OPT_FLOAT("--cfg", p->cfg_scale, "W", 0.0, 1e6,
                       "classifier-free guidance weight; 1 = conditional only"),
         CLI_OPT_CHOICE("--cfg-rule", o.cfg_rule, cfg_rule_names,
-                       "guidance of the rates themselves, or of log rate and logits "
-                       "separately"),
+                       "separate: mix log rate and logits; rates: guide the rates "
+                       "themselves (exact)"),
         CLI_OPT_STRING("--prefix", o.prefix, "TEXT", "text models: clamp the start to TEXT"),
         CLI_OPT_STRING("--suffix", o.suffix, "TEXT", "text models: clamp the end to TEXT"),
         CLI_OPT_STRING("--infill", o.infill, "PATTERN",

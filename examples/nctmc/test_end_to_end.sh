@@ -106,7 +106,7 @@ run rule_separate sample "$tmp/m.safetensors" --label 3 --n 3 --steps 8 --cfg 3 
     --cfg-rule separate --threads 2 --no-preview --out "$tmp/separate.txt"
 run rule_default sample "$tmp/m.safetensors" --label 3 --n 3 --steps 8 --cfg 3 \
     --threads 2 --no-preview --out "$tmp/default.txt"
-cmp -s "$tmp/rates.txt" "$tmp/default.txt" && ok || bad "--cfg-rule rates is not the default"
+cmp -s "$tmp/separate.txt" "$tmp/default.txt" && ok || bad "--cfg-rule separate is not the default"
 run gibbs sample "$tmp/m.safetensors" --n 3 --steps 8 --correct 16 --correct-mode gibbs \
     --correct-temp 1 --threads 2 --no-preview --out "$tmp/gibbs.txt"
 run greedy sample "$tmp/m.safetensors" --n 3 --steps 8 --correct 16 --correct-mode greedy \

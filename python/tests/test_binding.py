@@ -195,8 +195,8 @@ def test_guidance_and_correction_settings(ctx, trained):
     cs = m.sampler(4)
     g = dict(batch=4, steps=16, seed=2, labels=[0, 1, 2, 0], cfg_scale=4.0)
     rates, sep = cs.sample(cfg_rule="rates", **g), cs.sample(cfg_rule="separate", **g)
-    assert np.array_equal(rates, cs.sample(**g))  # the default rule
-    assert np.array_equal(sep, cs.sample(cfg_rule=0, **g))
+    assert np.array_equal(sep, cs.sample(**g))  # the default rule
+    assert np.array_equal(rates, cs.sample(cfg_rule=1, **g))
     assert np.array_equal(cs.sample(cfg_rule="rates", **dict(g, cfg_scale=1.0)),
                           cs.sample(cfg_rule="separate", **dict(g, cfg_scale=1.0)))
 
