@@ -1253,6 +1253,35 @@ enum {
     NCTMC_SAMPLE_POSTERIOR = 2
 };
 
+/** How classifier-free guidance combines the conditional pass's rates
+ *  R_c(i -> j) = lambda_c r_c(j) with the unconditional pass's R_u
+ *  (docs/math.md, "The model's rates while sampling"). */
+typedef int32_t nctmc_cfg_rule;
+enum {
+    /** log lambda and the jump logits are each mixed as (1 - w) * uncond +
+     *  w * cond: the jump distribution of the rate-level rule, but an exit
+     *  rate without its factor sum_j r_c(j)^w r_u(j)^(1 - w). What libraries
+     *  before the field did. */
+    NCTMC_CFG_SEPARATE = 0,
+    /** The rates themselves: R_w(j) = R_c(j)^w R_u(j)^(1 - w) for every
+     *  j != i (Nisonoff et al., "Unlocking guidance for discrete
+     *  state-space diffusion and flow models"). */
+    NCTMC_CFG_RATES = 1
+};
+
+/** What each self-correction update does (docs/math.md, "Self-correction"). */
+typedef int32_t nctmc_correction_mode;
+enum {
+    /** Paper App. E, Alg. 3: per sequence, the position whose proposal is
+     *  most probable among those that differ takes it; a sequence with none
+     *  is finished. Mode-seeking. */
+    NCTMC_CORRECT_GREEDY = 0,
+    /** Gibbs-like: per sequence, one position drawn uniformly among the
+     *  non-fixed ones is redrawn from p0^(1/correction_temperature)
+     *  (normalised); every update runs. Keeps diversity at temperature 1. */
+    NCTMC_CORRECT_GIBBS = 1
+};
+
 typedef int32_t nctmc_time_grid;
 enum {
     /** t evenly spaced from t_max to t_min. */
@@ -1286,7 +1315,9 @@ typedef struct nctmc_sample_params {
      *  from the model's own distribution (temperature 1). */
     float temperature;
     /** Non-zero: map the state at t_min to the most probable clean tokens
-     *  (default 1). */
+     *  (default 1): it replaces the mask tokens the grid leaves (masked and
+     *  mixture processes) and, for the uniform process, almost never changes
+     *  a token (docs/api.md, "Sampling settings, measured"). */
     int32_t final_denoise;
     /** [batch * length] values for clamped positions, read where fixed_mask
      *  is non-zero; NULL when nothing is fixed. */
@@ -1297,12 +1328,13 @@ typedef struct nctmc_sample_params {
     /** [batch] class labels in [0, n_classes], n_classes being the null
      *  label; NULL = null label. Must be NULL for an unconditional model. */
     const int32_t *labels;
-    /** Classifier-free guidance: log rates are (1 - w) * unconditional +
-     *  w * conditional. 1 (default) = conditional only, no second pass. */
+    /** Classifier-free guidance scale w >= 0: each evaluation also runs
+     *  the model under the null label and combines the two passes' rates
+     *  by cfg_rule. 1 (default) = conditional only, no second pass. */
     float cfg_scale;
-    /** Self-correction post-pass (paper App. E, Alg. 3), after the final
-     *  denoise: at most this many single-token updates per sequence, one
-     *  model evaluation each (default 0 = off). */
+    /** Self-correction post-pass, after the final denoise: at most this
+     *  many single-token updates per sequence (correction_mode says which
+     *  token), one model evaluation each (default 0 = off). */
     int32_t correction_steps;
     float correction_temperature; /**< > 0 (default 0.1) */
     /** The noise level the correction pass evaluates at (default 0.05). */
@@ -1316,6 +1348,14 @@ typedef struct nctmc_sample_params {
     void *user_data;
     /** Out: [batch * length] the samples. */
     int32_t *tokens_out;
+    /** How cfg_scale guides (default and 0 = NCTMC_CFG_SEPARATE, the rule
+     *  of libraries before this field; docs/api.md has the measurements
+     *  behind the default). Without guidance (cfg_scale 1) it changes
+     *  nothing. */
+    nctmc_cfg_rule cfg_rule;
+    /** What each self-correction update does (default and 0 =
+     *  NCTMC_CORRECT_GREEDY). */
+    nctmc_correction_mode correction_mode;
 } nctmc_sample_params;
 
 /** Fills *params with the defaults listed above (see "Versioned structs"). */

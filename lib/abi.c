@@ -38,7 +38,7 @@ ABI_STRUCT(abi_trainer_state, nctmc_trainer_state, seed, seed);
 ABI_STRUCT(abi_eval_params, nctmc_eval_params, user_data, user_data);
 ABI_STRUCT(abi_eval_result, nctmc_eval_result, buckets, n_reliability);
 ABI_STRUCT(abi_sampler_params, nctmc_sampler_params, ctx, ctx);
-ABI_STRUCT(abi_sample_params, nctmc_sample_params, tokens_out, tokens_out);
+ABI_STRUCT(abi_sample_params, nctmc_sample_params, tokens_out, correction_mode);
 
 static size_t min_size(size_t a, size_t b)
 {

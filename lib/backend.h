@@ -112,10 +112,12 @@ typedef struct nctmc_sample_step_args {
     const float *logits;       /* [N, V] jump logits (conditional pass) */
     const float *rate_h;       /* [N] exit-rate head h; NULL for masked */
     /* classifier-free guidance: the unconditional pass's outputs, combined
-     * as (1 - cfg_scale) * uncond + cfg_scale * cond; NULL = none */
+     * with the conditional ones at scale cfg_scale by cfg_rule (SM_CFG_*,
+     * = nctmc_cfg_rule); NULL = none */
     const float *logits_uncond;    /* [N, V] or NULL */
     const float *rate_h_uncond;    /* [N] or NULL (NULL also for masked) */
     float cfg_scale;
+    int32_t cfg_rule;
     const int32_t *x_t;        /* [N] current states, in [0, S) */
     const uint8_t *fixed_mask; /* [N] non-zero = clamped; NULL = none */
     const int32_t *fixed_tokens;   /* [N] read where fixed_mask is set */

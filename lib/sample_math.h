@@ -5,7 +5,9 @@
  * Euler decisions, the clean-token recovery of paper App. E generalised to
  * the three forward processes, the posterior sampler, the final denoising
  * argmax, the self-correction proposal, the prior draw, and how every random
- * number is keyed. docs/math.md ("Sampling") derives each formula.
+ * number is keyed. Guidance has two rules (SM_CFG_*): the logits and log
+ * rates mixed separately, or the rates themselves (one extra factor in the
+ * exit rate). docs/math.md ("Sampling") derives each formula.
  *
  * Conventions. A row is one position: current state i, the model's jump
  * logits z (>= S floats; the padding is never read) and, for the learned
@@ -35,6 +37,12 @@ enum {
     SM_METHOD_CORRECT = 4      /* propose x0 ~ Temp(p0; tau_sc), report p0(x0) */
 };
 
+/* How guidance combines the two passes (nctmc_cfg_rule's values). */
+enum {
+    SM_CFG_SEPARATE = 0, /* log lambda and logits each (1 - w) uncond + w cond */
+    SM_CFG_RATES = 1     /* R_w(j) = R_c(j)^w R_u(j)^(1 - w) for every j != i */
+};
+
 /* ------------------------------------------------------------------------ */
 /* Random numbers                                                           */
 /* ------------------------------------------------------------------------ */
@@ -59,6 +67,10 @@ static inline NCTMC_HD double sm_uniform53(uint32_t hi, uint32_t lo)
     return ((double)k + 0.5) * (1.0 / 9007199254740992.0);
 }
 
+/* The counter's position word for draws that belong to a whole sequence
+ * (the Gibbs corrector's choice of position): 2^32 - 1, which no row has. */
+#define SM_SEQUENCE_POSITION ((int32_t)-1)
+
 /* The uniforms for (purpose, step, sequence, position) under key = seed. */
 static inline NCTMC_HD sm_uniforms sm_draw(uint64_t seed, uint32_t purpose, uint32_t step,
                                            int64_t sequence, int32_t position)
@@ -75,8 +87,10 @@ static inline NCTMC_HD sm_uniforms sm_draw(uint64_t seed, uint32_t purpose, uint
 /* The model's rates: temperature and classifier-free guidance              */
 /* ------------------------------------------------------------------------ */
 
-/* log lambda_theta under guidance w: (1 - w) * unconditional + w * conditional
- * (has_uncond false: the conditional alone). The masked process's rate is
+/* log lambda_theta under guidance w by SM_CFG_SEPARATE: (1 - w) *
+ * unconditional + w * conditional (has_uncond false: the conditional
+ * alone). This is also the lambda_c^w lambda_u^(1 - w) part of SM_CFG_RATES
+ * (sm_guided_log_rate adds the rest). The masked process's rate is
  * exact and the same in both passes, so it is returned as is (also keeping
  * -inf out of the combination, where (1 - w) * -inf would be NaN). */
 static inline NCTMC_HD double sm_log_rate(const nctmc_fp *fp, double t, int32_t i, float h,
@@ -171,6 +185,48 @@ static inline NCTMC_HD int32_t sm_jump_pick(const sm_jump *J, double u)
             return j;
     }
     return last;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rate-level guidance                                                      */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * SM_CFG_RATES guides the rates, R_w(j) = R_c(j)^w R_u(j)^(1 - w) with
+ * R(j) = lambda r(j) (j != i), so
+ *   lambda_w = lambda_c^w lambda_u^(1 - w) F,  F = sum_{j != i} r_c(j)^w r_u(j)^(1 - w),
+ *   r_w(j)  ∝ r_c(j)^w r_u(j)^(1 - w) = softmax_{j != i}(w z_j + (1 - w) zu_j):
+ * the jump distribution of SM_CFG_SEPARATE, whose exit rate lacks F. Here
+ *   log F = LSE(w z + (1 - w) zu) - w LSE(z) - (1 - w) LSE(zu),
+ * each log-sum-exp over j < S, j != i (the current token and the padding
+ * are never read), on the model's own rates (temperature 1: the temperature
+ * reshapes where a guided jump goes, never how often one happens, as
+ * without guidance). At w = 0 and w = 1 the combined row is one of the two
+ * rows bit for bit, so log F is exactly 0. F <= 1 for 0 <= w <= 1 and
+ * F >= 1 for w >= 1 (Hölder; Jensen).
+ */
+static inline NCTMC_HD double sm_cfg_log_factor(const float *z, const float *zu, double w,
+                                                int32_t S, int32_t i)
+{
+    sm_jump Jw = sm_jump_init(z, zu, w, 1.0, S, i);
+    sm_jump Jc = sm_jump_init(z, NULL, 1.0, 1.0, S, i);
+    sm_jump Ju = sm_jump_init(zu, NULL, 1.0, 1.0, S, i);
+    return (Jw.max + Jw.log_sum) - w * (Jc.max + Jc.log_sum) -
+           (1.0 - w) * (Ju.max + Ju.log_sum);
+}
+
+/* The guided log exit rate by `rule` (zu NULL: no guidance, the conditional
+ * rate). A zero rate (a masked data token) stays zero under either rule;
+ * the masked process's exact rate becomes lambda_exact F under
+ * SM_CFG_RATES. */
+static inline NCTMC_HD double sm_guided_log_rate(const nctmc_fp *fp, double t, int32_t i,
+                                                 float h, const float *z, const float *zu,
+                                                 float h_uncond, double w, int32_t rule)
+{
+    double lr = sm_log_rate(fp, t, i, h, zu != 0, h_uncond, w);
+    if (zu && rule == SM_CFG_RATES && lr != -INFINITY)
+        lr += sm_cfg_log_factor(z, zu, w, fp->vocab, i);
+    return lr;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -451,6 +507,19 @@ static inline NCTMC_HD int32_t sm_correct_propose(const sm_p0 *P, double tau_sc,
     return pick;
 }
 
+/* The Gibbs corrector's position for update k of a sequence: the index,
+ * uniform in [0, n_free), of the non-fixed position it redraws (keyed
+ * SAMPLE_CORRECT, k, sequence, SM_SEQUENCE_POSITION: independent of the
+ * rows' proposals). */
+static inline NCTMC_HD int32_t sm_gibbs_pick(uint64_t seed, uint32_t update, int64_t sequence,
+                                             int32_t n_free)
+{
+    sm_uniforms u = sm_draw(seed, NCTMC_RNG_SAMPLE_CORRECT, update, sequence,
+                            SM_SEQUENCE_POSITION);
+    int32_t k = (int32_t)(u.pick * (double)n_free);
+    return k < n_free ? k : n_free - 1;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Prior                                                                    */
 /* ------------------------------------------------------------------------ */
@@ -482,6 +551,7 @@ typedef struct sm_step {
     double alpha_s;      /* posterior: alpha at the next time s */
     double tau;          /* t - s */
     double cfg_scale;
+    int32_t cfg_rule;    /* SM_CFG_* */
     double temperature;
     double correction_temperature;
     uint64_t seed;
@@ -490,7 +560,8 @@ typedef struct sm_step {
 } sm_step;
 
 static inline NCTMC_HD sm_step sm_step_prepare(nctmc_fp fp, int32_t method, double t, double s,
-                                               double cfg_scale, double temperature,
+                                               double cfg_scale, int32_t cfg_rule,
+                                               double temperature,
                                                double correction_temperature, uint64_t seed,
                                                uint32_t step)
 {
@@ -503,6 +574,7 @@ static inline NCTMC_HD sm_step sm_step_prepare(nctmc_fp fp, int32_t method, doub
     st.alpha_s = fp_alpha(&fp, s);
     st.tau = t - s;
     st.cfg_scale = cfg_scale;
+    st.cfg_rule = cfg_rule;
     st.temperature = temperature;
     st.correction_temperature = correction_temperature;
     st.seed = seed;
@@ -525,10 +597,18 @@ typedef struct sm_row_in {
     int32_t position;
 } sm_row_in;
 
+/* The row's guided log exit rate. */
+static inline NCTMC_HD double sm_row_log_rate(const sm_step *st, const sm_row_in *in)
+{
+    return sm_guided_log_rate(&st->fp, st->t, in->i, in->h, in->z, in->zu, in->h_uncond,
+                              st->cfg_scale, st->cfg_rule);
+}
+
+/* p0 recovered from the guided rates: guidance acts on the rates, and the
+ * recovery reads whatever rates it is given (docs/math.md). */
 static inline NCTMC_HD sm_p0 sm_row_p0(const sm_step *st, const sm_row_in *in)
 {
-    double log_rate = sm_log_rate(&st->fp, st->t, in->i, in->h, in->zu != 0, in->h_uncond,
-                                  st->cfg_scale);
+    double log_rate = sm_row_log_rate(st, in);
     sm_jump J = sm_jump_init(in->z, in->zu, st->cfg_scale, st->temperature, st->fp.vocab, in->i);
     return sm_p0_init(&st->fp, st->alpha_t, st->log_sigma_t, log_rate, J);
 }
@@ -536,11 +616,11 @@ static inline NCTMC_HD sm_p0 sm_row_p0(const sm_step *st, const sm_row_in *in)
 static inline NCTMC_HD int32_t sm_row_jump(const sm_step *st, const sm_row_in *in,
                                            sm_uniforms u)
 {
-    double log_rate = sm_log_rate(&st->fp, st->t, in->i, in->h, in->zu != 0, in->h_uncond,
-                                  st->cfg_scale);
+    /* SM_CFG_SEPARATE decides before touching the logits (most rows
+     * stay); SM_CFG_RATES needs them for the exit rate itself */
+    double log_rate = sm_row_log_rate(st, in);
     double p = st->method == SM_METHOD_EULER ? sm_euler_prob(log_rate, st->tau)
                                              : sm_tau_leap_prob(log_rate, st->tau);
-    /* most rows stay: decide before touching the logits */
     if (!(u.decide < p))
         return in->i;
     sm_jump J = sm_jump_init(in->z, in->zu, st->cfg_scale, st->temperature, st->fp.vocab, in->i);

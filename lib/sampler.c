@@ -2,9 +2,10 @@
  * sampler.c — the sampler handle and the sampling loop: prior draw, the time
  * grid of model evaluations each followed by the fused sampling operation,
  * the final denoising step and the self-correction pass (paper App. E,
- * Alg. 3). All memory comes from nctmc_sampler_create(); per step the loop
- * uploads the current tokens, runs the model, runs the op and downloads the
- * new tokens (which the callback sees).
+ * Alg. 3, or its Gibbs-like variant). All memory comes from
+ * nctmc_sampler_create(); per step the loop uploads the current tokens, runs
+ * the model, runs the op and downloads the new tokens (which the callback
+ * sees).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,6 +267,7 @@ static nctmc_sample_step_args step_args(const nctmc_sampler *s, const sample_run
     a.logits_uncond = run->cfg ? logits + N * m->dims.V : NULL;
     a.rate_h_uncond = run->cfg && !masked ? rate_h + N : NULL;
     a.cfg_scale = p->cfg_scale;
+    a.cfg_rule = p->cfg_rule;
     a.x_t = dit_ws_x_t(s->ws);
     a.fixed_mask = run->has_fixed ? s->d_fixed_mask : NULL;
     a.fixed_tokens = run->has_fixed ? s->d_fixed_tokens : NULL;
@@ -406,6 +408,33 @@ static void correct_sequence(nctmc_sampler *s, const sample_run *run, int32_t b)
         s->h_tokens[best] = s->h_proposal[best];
 }
 
+/* The Gibbs-like update k of sequence b: one of its non-fixed positions,
+ * drawn uniformly, takes its proposal — a draw from Temp(p0; tau_sc), equal
+ * to the current token or not. A sequence with every position fixed is
+ * finished. */
+static void gibbs_sequence(nctmc_sampler *s, const sample_run *run, int32_t b, int32_t k)
+{
+    const nctmc_sample_params *p = run->p;
+    int64_t row0 = (int64_t)b * run->length;
+    const uint8_t *fixed = run->has_fixed ? p->fixed_mask + row0 : NULL;
+    int32_t n_free = 0;
+    for (int32_t l = 0; l < run->length; l++)
+        n_free += !(fixed && fixed[l]);
+    if (n_free == 0) {
+        s->h_done[b] = true;
+        return;
+    }
+    int32_t pick = sm_gibbs_pick(p->seed, (uint32_t)k, p->first_sequence + b, n_free);
+    for (int32_t l = 0; l < run->length; l++) {
+        if (fixed && fixed[l])
+            continue;
+        if (pick-- == 0) {
+            s->h_tokens[row0 + l] = s->h_proposal[row0 + l];
+            return;
+        }
+    }
+}
+
 /* One correction update: one model evaluation at correction_time for the
  * whole batch, at most one changed token per unfinished sequence. */
 static nctmc_status correction_update(nctmc_sampler *s, const sample_run *run, int32_t k)
@@ -421,9 +450,14 @@ static nctmc_status correction_update(nctmc_sampler *s, const sample_run *run, i
     s->be->ops->download(s->be, s->h_prob, s->d_prob, n * sizeof(float));
     if ((st = sync_backend(s, "correction proposal")) != NCTMC_OK)
         return st;
-    for (int32_t b = 0; b < run->batch; b++)
-        if (!s->h_done[b])
+    for (int32_t b = 0; b < run->batch; b++) {
+        if (s->h_done[b])
+            continue;
+        if (run->p->correction_mode == NCTMC_CORRECT_GIBBS)
+            gibbs_sequence(s, run, b, k);
+        else
             correct_sequence(s, run, b);
+    }
     return NCTMC_OK;
 }
 

@@ -34,6 +34,8 @@ NCTMC_API nctmc_status nctmc_sample_params_init_sized(nctmc_sample_params *param
     d.correction_steps = 0;
     d.correction_temperature = 0.1f;
     d.correction_time = 0.05f;
+    d.correction_mode = NCTMC_CORRECT_GREEDY;
+    d.cfg_rule = NCTMC_CFG_SEPARATE;
     d.seed = 0;
     d.first_sequence = 0;
     return abi_init(params, size, &d, &abi_sample_params);
@@ -82,6 +84,10 @@ static nctmc_status check_correction(const nctmc_sample_params *p, char *err, si
     if (p->correction_steps < 0 || p->correction_steps > SAMPLE_MAX_CORRECTIONS)
         return FAIL("correction_steps = %d is out of range [0, %d]", p->correction_steps,
                     SAMPLE_MAX_CORRECTIONS);
+    if ((int)p->correction_mode < NCTMC_CORRECT_GREEDY ||
+        (int)p->correction_mode > NCTMC_CORRECT_GIBBS)
+        return FAIL("correction_mode = %d is not a nctmc_correction_mode",
+                    (int)p->correction_mode);
     if (p->correction_steps == 0)
         return NCTMC_OK;
     if (!(p->correction_temperature > 0.0f && isfinite(p->correction_temperature)))
@@ -127,6 +133,8 @@ static nctmc_status check_conditioning(const nctmc_model *m, const nctmc_sample_
             if (p->labels[b] < 0 || p->labels[b] > n_classes)
                 return FAIL("labels[%d] = %d is out of range [0, %d] (%d = null label)", b,
                             p->labels[b], n_classes, n_classes);
+    if ((int)p->cfg_rule < NCTMC_CFG_SEPARATE || (int)p->cfg_rule > NCTMC_CFG_RATES)
+        return FAIL("cfg_rule = %d is not a nctmc_cfg_rule", (int)p->cfg_rule);
     if (!(isfinite(p->cfg_scale) && p->cfg_scale >= 0.0f))
         return FAIL("cfg_scale = %g must be finite and >= 0", (double)p->cfg_scale);
     if (p->cfg_scale != 1.0f && n_classes == 0)

@@ -46,7 +46,8 @@ _Static_assert(sizeof(nctmc_status) == 4 && sizeof(nctmc_log_level) == 4 &&
                    sizeof(nctmc_process) == 4 && sizeof(nctmc_schedule) == 4 &&
                    sizeof(nctmc_tokenizer_kind) == 4 && sizeof(nctmc_sample_method) == 4 &&
                    sizeof(nctmc_time_grid) == 4 && sizeof(nctmc_time_input) == 4 &&
-                   sizeof(nctmc_exit_link) == 4 && sizeof(nctmc_time_sampling) == 4,
+                   sizeof(nctmc_exit_link) == 4 && sizeof(nctmc_time_sampling) == 4 &&
+                   sizeof(nctmc_cfg_rule) == 4 && sizeof(nctmc_correction_mode) == 4,
                "enumerations are int32_t");
 _Static_assert(sizeof(((nctmc_sample_params *)0)->final_denoise) == 4 &&
                    sizeof(((nctmc_train_stats *)0)->skipped) == 4,
@@ -212,7 +213,10 @@ LAYOUTS(sampler_params, SAMPLER_PARAMS_HEAD, nctmc_context *ctx;, ctx);
     int64_t first_sequence;                                                       \
     nctmc_sample_callback callback;                                               \
     void *user_data;
-LAYOUTS(sample_params, SAMPLE_PARAMS_HEAD, int32_t *tokens_out;, tokens_out);
+/* 0.2.0 ended at tokens_out; 0.3.0 appended cfg_rule and correction_mode */
+#define SAMPLE_PARAMS_HEAD_030 SAMPLE_PARAMS_HEAD int32_t *tokens_out; nctmc_cfg_rule cfg_rule;
+LAYOUTS_APPENDED(sample_params, SAMPLE_PARAMS_HEAD, SAMPLE_PARAMS_HEAD_030,
+                 nctmc_correction_mode correction_mode;, correction_mode);
 
 #define READER_HEAD                                                               \
     size_t struct_size;                                                           \

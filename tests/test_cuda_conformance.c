@@ -851,8 +851,8 @@ typedef struct sample_out {
 } sample_out;
 
 static sample_out run_sample(nctmc_backend *be, const loss_case *c, const float *uncond,
-                             const uint8_t *fixed, const int32_t *fixed_tokens, int32_t method,
-                             double t, double s)
+                             int32_t cfg_rule, const uint8_t *fixed, const int32_t *fixed_tokens,
+                             int32_t method, double t, double s)
 {
     size_t N = (size_t)c->B * c->L;
     bool masked = c->fp.process == NCTMC_FP_MASKED;
@@ -875,6 +875,7 @@ static sample_out run_sample(nctmc_backend *be, const loss_case *c, const float 
     a.logits_uncond = lu;
     a.rate_h_uncond = uncond && !masked ? hu : NULL;
     a.cfg_scale = uncond ? 1.5f : 1.0f;
+    a.cfg_rule = cfg_rule;
     a.x_t = x_t;
     a.fixed_mask = fm;
     a.fixed_tokens = ft;
@@ -916,7 +917,10 @@ static int count_differences(const int32_t *a, const int32_t *b, size_t n)
     return k;
 }
 
-static void test_sample_step(test_rng *rng, nctmc_fp fp, bool cfg, const char *label)
+/* cfg: the unconditional pass's logits differ from the conditional ones,
+ * combined by cfg_rule (SM_CFG_*). */
+static void test_sample_step(test_rng *rng, nctmc_fp fp, bool cfg, int32_t cfg_rule,
+                             const char *label)
 {
     loss_case c = loss_case_make(rng, fp, 8, 32, fp.vocab + 3);
     size_t N = (size_t)c.B * c.L;
@@ -935,12 +939,12 @@ static void test_sample_step(test_rng *rng, nctmc_fp fp, bool cfg, const char *l
                 {SM_METHOD_DENOISE, 0.02, 0.02, "denoise"},
                 {SM_METHOD_CORRECT, 0.05, 0.05, "correct"}};
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
-        sample_out want = run_sample(CPU, &c, uncond, fixed, fixed_tokens, runs[k].method,
-                                     runs[k].t, runs[k].s);
-        sample_out got = run_sample(GPU, &c, uncond, fixed, fixed_tokens, runs[k].method,
-                                    runs[k].t, runs[k].s);
-        sample_out again = run_sample(GPU, &c, uncond, fixed, fixed_tokens, runs[k].method,
-                                      runs[k].t, runs[k].s);
+        sample_out want = run_sample(CPU, &c, uncond, cfg_rule, fixed, fixed_tokens,
+                                     runs[k].method, runs[k].t, runs[k].s);
+        sample_out got = run_sample(GPU, &c, uncond, cfg_rule, fixed, fixed_tokens,
+                                    runs[k].method, runs[k].t, runs[k].s);
+        sample_out again = run_sample(GPU, &c, uncond, cfg_rule, fixed, fixed_tokens,
+                                      runs[k].method, runs[k].t, runs[k].s);
         bool correct = runs[k].method == SM_METHOD_CORRECT;
         const int32_t *w = correct ? want.proposal : want.x, *g = correct ? got.proposal : got.x;
         int diff = count_differences(g, w, N), moved = count_differences(w, c.x_t, N);
@@ -955,7 +959,7 @@ static void test_sample_step(test_rng *rng, nctmc_fp fp, bool cfg, const char *l
                   "sample_step %s %s: x_out = x_t in place differs", label, runs[k].name);
         else
             compare("sample_step correct: proposal p0", got.prob, want.prob, N, TOL_POINTWISE);
-        printf("  sample_step %-10s %-28s %4d of %zu rows differ (%d moved)\n", label,
+        printf("  sample_step %-18s %-12s %4d of %zu rows differ (%d moved)\n", label,
                runs[k].name, diff, N, moved);
         sample_out *all[] = {&want, &got, &again};
         for (int i = 0; i < 3; i++) {
@@ -1359,14 +1363,25 @@ int main(void)
     test_optim(&rng, 1000003);
 
     printf("sampling operation\n");
-    test_sample_step(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 37), false, "uniform");
-    test_sample_step(&rng, make_fp(NCTMC_FP_MASKED, NCTMC_FP_COSINE, 37), false, "masked");
-    test_sample_step(&rng, make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37), false, "mixture");
-    test_sample_step(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_COSINE, 37), true, "uniform cfg");
+    test_sample_step(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 37), false, SM_CFG_SEPARATE,
+                     "uniform");
+    test_sample_step(&rng, make_fp(NCTMC_FP_MASKED, NCTMC_FP_COSINE, 37), false, SM_CFG_SEPARATE,
+                     "masked");
+    test_sample_step(&rng, make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37), false,
+                     SM_CFG_SEPARATE, "mixture");
+    test_sample_step(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_COSINE, 37), true, SM_CFG_SEPARATE,
+                     "uniform cfg");
+    /* rate-level guidance: the exit rate reads every logit of both passes */
+    test_sample_step(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 37), true, SM_CFG_RATES,
+                     "uniform cfg rates");
+    test_sample_step(&rng, make_fp(NCTMC_FP_MASKED, NCTMC_FP_COSINE, 37), true, SM_CFG_RATES,
+                     "masked cfg rates");
+    test_sample_step(&rng, make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37), true, SM_CFG_RATES,
+                     "mixture cfg rates");
     test_sample_step(&rng, with_link(make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 37)), true,
-                     "uniform noise-posterior link cfg");
-    test_sample_step(&rng, with_link(make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37)), false,
-                     "mixture noise-posterior link");
+                     SM_CFG_SEPARATE, "uniform noise-posterior link cfg");
+    test_sample_step(&rng, with_link(make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37)), true,
+                     SM_CFG_RATES, "mixture noise-posterior link cfg rates");
 
     printf("contexts and the whole model\n");
     test_contexts();

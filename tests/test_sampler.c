@@ -426,6 +426,7 @@ typedef struct draw_case {
     double t, s, w, temp, tau_sc;
     float z[MAX_S], zu[MAX_S], h, hu;
     bool guided;
+    int32_t rule;  /* SM_CFG_* */
     int32_t i;
 } draw_case;
 
@@ -433,7 +434,8 @@ typedef struct draw_case {
  * sm_sample_row; counts outcomes (the proposal for CORRECT). */
 static void count_draws(const draw_case *c, long *counts, bool *prob_ok)
 {
-    sm_step st = sm_step_prepare(c->fp, c->method, c->t, c->s, c->w, c->temp, c->tau_sc, 77, 5);
+    sm_step st = sm_step_prepare(c->fp, c->method, c->t, c->s, c->w, c->rule, c->temp,
+                                 c->tau_sc, 77, 5);
     sm_row_in in = {c->z, c->guided ? c->zu : NULL, c->h, c->hu, c->i, 3, 0};
     sm_p0 P = sm_row_p0(&st, &in);
     *prob_ok = true;
@@ -459,9 +461,10 @@ static void count_draws(const draw_case *c, long *counts, bool *prob_ok)
 static void expected_probs(const draw_case *c, double *probs)
 {
     int S = c->fp.vocab;
-    sm_step st = sm_step_prepare(c->fp, c->method, c->t, c->s, c->w, c->temp, c->tau_sc, 77, 5);
+    sm_step st = sm_step_prepare(c->fp, c->method, c->t, c->s, c->w, c->rule, c->temp,
+                                 c->tau_sc, 77, 5);
     sm_row_in in = {c->z, c->guided ? c->zu : NULL, c->h, c->hu, c->i, 3, 0};
-    double log_rate = sm_log_rate(&c->fp, c->t, c->i, c->h, c->guided, c->hu, c->w);
+    double log_rate = sm_row_log_rate(&st, &in);
     sm_jump J = sm_jump_init(c->z, in.zu, c->w, c->temp, S, c->i);
     sm_p0 P = sm_row_p0(&st, &in);
     double lam_tau = exp(log_rate) * (c->t - c->s);
@@ -537,6 +540,20 @@ static void test_draw_frequencies(void)
     count_draws(&g, counts, &ok);
     expected_probs(&g, probs);
     check_frequencies(counts, probs, 9, N_DRAWS, "guided tau-leaping draws");
+    /* rate-level guidance: the exit rate carries the factor F (here > 1),
+     * the posterior sampler reads the guided rates */
+    for (int32_t method = SM_METHOD_TAU_LEAPING; method <= SM_METHOD_POSTERIOR; method++) {
+        draw_case r = make_draw_case(&rng, procs[method], method, 8);
+        r.guided = true;
+        r.rule = SM_CFG_RATES;
+        r.w = 2.5;
+        r.temp = 0.8;
+        count_draws(&r, counts, &ok);
+        expected_probs(&r, probs);
+        snprintf(what, sizeof what, "rate-level guided %s / %s draws", mname[method],
+                 proc_name(r.fp.process));
+        check_frequencies(counts, probs, 8, N_DRAWS, what);
+    }
 }
 
 static void test_prior_frequencies(void)
@@ -592,6 +609,7 @@ typedef struct op_case {
     float *logits, *logits_u, *h, *hu;
     int32_t *x_t, *fixed_tokens;
     uint8_t *fixed_mask;
+    int32_t rule;  /* SM_CFG_* */
 } op_case;
 
 static void op_case_fill(op_case *c, test_rng *rng)
@@ -652,6 +670,7 @@ static nctmc_sample_step_args op_args(const op_case *c)
     a.row_stride = c->V;
     a.method = c->method;
     a.cfg_scale = c->guided ? 1.7f : 1.0f;
+    a.cfg_rule = c->rule;
     a.t = 0.7;
     a.s = 0.55;
     a.temperature = 0.8f;
@@ -700,8 +719,8 @@ static void run_op(nctmc_backend *be, const op_case *c, op_result *res)
 static int count_row_mismatches(const op_case *c, const op_result *res)
 {
     nctmc_sample_step_args a = op_args(c);
-    sm_step st = sm_step_prepare(c->fp, c->method, a.t, a.s, a.cfg_scale, a.temperature,
-                                 a.correction_temperature, a.seed, a.step);
+    sm_step st = sm_step_prepare(c->fp, c->method, a.t, a.s, a.cfg_scale, a.cfg_rule,
+                                 a.temperature, a.correction_temperature, a.seed, a.step);
     bool masked = c->fp.process == NCTMC_FP_MASKED;
     int bad = 0;
     for (int64_t r = 0; r < c->N; r++) {
@@ -749,11 +768,14 @@ static void test_op_rows_and_threads(nctmc_backend *be1, nctmc_backend *be3)
 {
     test_rng rng = test_rng_seed(7);
     static const char *mname[] = {"tau-leaping", "euler", "posterior", "denoise", "correct"};
+    static const char *gname[] = {"", " guided", " guided (rates)"};
     for (int pr = 0; pr < 3; pr++)
         for (int32_t method = 0; method <= SM_METHOD_CORRECT; method++)
-            for (int guided = 0; guided < 2; guided++) {
+            for (int guided = 0; guided < 3; guided++) {
+                /* guided 2: the rate-level rule */
                 op_case c = {make_fp(procs[pr], NCTMC_FP_COSINE, 9, 0.3f), 5, 13, 12, method,
-                             guided, 65, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                             guided > 0, 65, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                             guided == 2 ? SM_CFG_RATES : SM_CFG_SEPARATE};
                 op_case_fill(&c, &rng);
                 op_result r1, r3;
                 op_result_alloc(&r1, c.N);
@@ -762,11 +784,11 @@ static void test_op_rows_and_threads(nctmc_backend *be1, nctmc_backend *be3)
                 run_op(be3, &c, &r3);
                 int bad = count_row_mismatches(&c, &r1);
                 CHECK(bad == 0, "op %s/%s%s: %d of %lld rows differ from the row math",
-                      mname[method], proc_name(c.fp.process), guided ? " guided" : "", bad,
+                      mname[method], proc_name(c.fp.process), gname[guided], bad,
                       (long long)c.N);
                 CHECK(op_results_equal(&r1, &r3, c.N, method),
                       "op %s/%s%s: 1 and 3 threads differ", mname[method],
-                      proc_name(c.fp.process), guided ? " guided" : "");
+                      proc_name(c.fp.process), gname[guided]);
                 op_result_free(&r1);
                 op_result_free(&r3);
                 op_case_free(&c);

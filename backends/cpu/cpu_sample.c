@@ -62,7 +62,7 @@ void cpu_sample_step(nctmc_backend *be, const nctmc_sample_step_args *args)
     sample_job job;
     job.a = args;
     job.st = sm_step_prepare(args->fp, args->method, args->t, args->s, args->cfg_scale,
-                             args->temperature, args->correction_temperature, args->seed,
-                             args->step);
+                             args->cfg_rule, args->temperature, args->correction_temperature,
+                             args->seed, args->step);
     cpu_parallel_chunks(cpu_of(be), args->n_rows, CPU_ROWS_PER_TASK, sample_task, &job);
 }

@@ -61,8 +61,8 @@ void cuda_sample_step(nctmc_backend *be, const nctmc_sample_step_args *args)
         return;
     }
     sm_step st = sm_step_prepare(args->fp, args->method, args->t, args->s, args->cfg_scale,
-                                 args->temperature, args->correction_temperature, args->seed,
-                                 args->step);
+                                 args->cfg_rule, args->temperature, args->correction_temperature,
+                                 args->seed, args->step);
     sample_step_kernel<<<(unsigned)blocks, SAMPLE_THREADS, 0, cb->stream>>>(*args, st);
     cuda_launched(cb, "sample_step");
 }

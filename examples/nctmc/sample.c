@@ -16,11 +16,16 @@
 static const char *const method_names[] = {"tau", "euler", "posterior", NULL};
 static const char *const method_titles[] = {"tau-leaping", "Euler", "posterior"};
 static const char *const grid_names[] = {"uniform", "geometric", NULL};
+/* in the order of nctmc_cfg_rule and nctmc_correction_mode */
+static const char *const cfg_rule_names[] = {"separate", "rates", NULL};
+static const char *const correct_mode_names[] = {"greedy", "gibbs", NULL};
 
 typedef struct sample_options {
     nctmc_sample_params params;  /* the numeric settings, from the flags */
     int method;
     int grid;
+    int cfg_rule;
+    int correct_mode;
     bool no_denoise;
     int64_t n;
     int32_t batch;
@@ -250,6 +255,8 @@ static nctmc_status draw(nctmc_sampler *sampler, const sample_options *o, sample
     p.method = (nctmc_sample_method)o->method;
     p.grid = (nctmc_time_grid)o->grid;
     p.final_denoise = !o->no_denoise;
+    p.cfg_rule = (nctmc_cfg_rule)o->cfg_rule;
+    p.correction_mode = (nctmc_correction_mode)o->correct_mode;
     p.callback = on_step;
     int32_t *fixed_tokens = NULL;
     uint8_t *fixed_mask = NULL;
@@ -477,6 +484,8 @@ int cmd_sample(int argc, char **argv)
     nctmc_sample_params *p = &o.params;
     o.method = (int)p->method;
     o.grid = (int)p->grid;
+    o.cfg_rule = (int)p->cfg_rule;
+    o.correct_mode = (int)p->correction_mode;
     o.n = 1;
     o.batch = 16;
     o.label = -1;
@@ -498,6 +507,9 @@ int cmd_sample(int argc, char **argv)
                      "skip the final step to the most probable clean tokens"),
         CLI_OPT_INT("--correct", p->correction_steps, "K", 0, 1000000,
                     "self-correction: at most K single-token updates per sample"),
+        CLI_OPT_CHOICE("--correct-mode", o.correct_mode, correct_mode_names,
+                       "greedy: the most confident change (paper Alg. 3); gibbs: a random "
+                       "position redrawn each update (keeps diversity)"),
         CLI_OPT_FLOAT("--correct-temp", p->correction_temperature, "T", 1e-6, 1e6,
                       "temperature of the self-correction pass"),
         CLI_OPT_FLOAT("--correct-time", p->correction_time, "T", 1e-6, 0.999999,
@@ -513,6 +525,9 @@ int cmd_sample(int argc, char **argv)
                     "N samples of every class, one grid row per class"),
         CLI_OPT_FLOAT("--cfg", p->cfg_scale, "W", 0.0, 1e6,
                       "classifier-free guidance weight; 1 = conditional only"),
+        CLI_OPT_CHOICE("--cfg-rule", o.cfg_rule, cfg_rule_names,
+                       "separate: mix log rate and logits; rates: guide the rates "
+                       "themselves (exact)"),
         CLI_OPT_STRING("--prefix", o.prefix, "TEXT", "text models: clamp the start to TEXT"),
         CLI_OPT_STRING("--suffix", o.suffix, "TEXT", "text models: clamp the end to TEXT"),
         CLI_OPT_STRING("--infill", o.infill, "PATTERN",

@@ -109,6 +109,21 @@ has euler.txt "(label 3)"
 run sample_posterior sample "$tmp/m.safetensors" --method posterior --grid geometric \
     --n 2 --steps 8 --correct 4 --threads 2
 has sample_posterior.err "posterior"
+# the guidance rules and the correction modes reach the library (20 steps
+# leave the EMA weights near their start, where the rules barely differ:
+# tests/test_sampler_modes.c measures the difference)
+run rule_rates sample "$tmp/m.safetensors" --label 3 --n 3 --steps 8 --cfg 3 \
+    --cfg-rule rates --threads 2 --no-preview --out "$tmp/rates.txt"
+run rule_separate sample "$tmp/m.safetensors" --label 3 --n 3 --steps 8 --cfg 3 \
+    --cfg-rule separate --threads 2 --no-preview --out "$tmp/separate.txt"
+run rule_default sample "$tmp/m.safetensors" --label 3 --n 3 --steps 8 --cfg 3 \
+    --threads 2 --no-preview --out "$tmp/default.txt"
+cmp -s "$tmp/separate.txt" "$tmp/default.txt" && ok || bad "--cfg-rule separate is not the default"
+run gibbs sample "$tmp/m.safetensors" --n 3 --steps 8 --correct 16 --correct-mode gibbs \
+    --correct-temp 1 --threads 2 --no-preview --out "$tmp/gibbs.txt"
+run greedy sample "$tmp/m.safetensors" --n 3 --steps 8 --correct 16 --correct-mode greedy \
+    --correct-temp 1 --threads 2 --no-preview --out "$tmp/greedy.txt"
+cmp -s "$tmp/gibbs.txt" "$tmp/greedy.txt" && bad "--correct-mode changes nothing" || ok
 
 # the samples depend on the seed, not on the batch size
 run det1 sample "$tmp/m.safetensors" --n 5 --batch 5 --steps 6 --seed 9 --out "$tmp/d1.txt"

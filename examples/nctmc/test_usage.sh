@@ -53,6 +53,8 @@ expect 2 err "unexpected argument" -- info a.safetensors b.safetensors
 expect 2 err "either --data DIR or --shard FILE" -- eval model.safetensors
 expect 2 err "no input files" -- prepare --out "$tmp/data"
 expect 2 err "takes no value" -- sample m.safetensors --no-denoise=1
+expect 2 err "one of greedy, gibbs" -- sample m.safetensors --correct-mode metropolis
+expect 2 err "one of separate, rates" -- sample m.safetensors --cfg-rule exact
 expect 2 err "cannot be combined" -- sample m.safetensors --infill "a__" --prefix x
 expect 2 err "--t-min must be below" -- sample m.safetensors --t-min 0.5 --t-max 0.4
 # every numeric flag is strict, and its range is that of the value stored

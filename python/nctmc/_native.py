@@ -259,6 +259,8 @@ class SampleParams(Structure):
         ("callback", SAMPLE_CALLBACK),
         ("user_data", c_void_p),
         ("tokens_out", POINTER(c_int32)),
+        ("cfg_rule", c_int32),
+        ("correction_mode", c_int32),
     ]
 
 

@@ -9,6 +9,17 @@ from ._model import _int32_array, _ptr
 
 METHODS = {"tau": 0, "tau-leaping": 0, "euler": 1, "posterior": 2}
 GRIDS = {"uniform": 0, "geometric": 1}
+CFG_RULES = {"separate": 0, "rates": 1}
+CORRECTION_MODES = {"greedy": 0, "gibbs": 1}
+
+
+def _code(table, value, what):
+    """A name of `table` or its integer value."""
+    if isinstance(value, str):
+        if value not in table:
+            raise ValueError(f"{what} must be one of {sorted(table)}, not {value!r}")
+        return table[value]
+    return value
 
 
 class Sampler(Handle):
@@ -39,9 +50,16 @@ class Sampler(Handle):
 
     def sample(self, batch=1, length=0, method="tau", steps=128, seed=0, labels=None,
                temperature=1.0, cfg_scale=1.0, grid="uniform", t_max=None, t_min=None,
-               final_denoise=True, correction_steps=0, correction_temperature=None,
-               fixed_tokens=None, fixed_mask=None, first_sequence=0, progress=None):
+               final_denoise=None, correction_steps=0, correction_temperature=None,
+               fixed_tokens=None, fixed_mask=None, first_sequence=0, progress=None,
+               cfg_rule=None, correction_mode="greedy", correction_time=None):
         """Draws `batch` sequences; returns an int32 array [batch, length].
+
+        None leaves a setting at the library's default (docs/api.md):
+        final_denoise (a bool), cfg_rule ("rates" or "separate": how
+        cfg_scale combines the two passes), correction_temperature and
+        correction_time. correction_mode is "greedy" (paper Alg. 3) or
+        "gibbs" (a random position redrawn per update; keeps diversity).
 
         progress(step, n_steps, tokens) is called after every step with the
         current tokens as an array [batch, length] (valid during the call);
@@ -51,14 +69,20 @@ class Sampler(Handle):
         length = length or self.max_length
         p = N.new(N.SampleParams)
         p.batch, p.length = batch, length
-        p.method = METHODS[method] if isinstance(method, str) else method
-        p.grid = GRIDS[grid] if isinstance(grid, str) else grid
+        p.method = _code(METHODS, method, "method")
+        p.grid = _code(GRIDS, grid, "grid")
         p.n_steps, p.seed, p.first_sequence = steps, seed, first_sequence
         p.temperature, p.cfg_scale = temperature, cfg_scale
-        p.final_denoise = 1 if final_denoise else 0
+        if final_denoise is not None:
+            p.final_denoise = 1 if final_denoise else 0
+        if cfg_rule is not None:
+            p.cfg_rule = _code(CFG_RULES, cfg_rule, "cfg_rule")
+        p.correction_mode = _code(CORRECTION_MODES, correction_mode, "correction_mode")
         p.correction_steps = correction_steps
         if correction_temperature is not None:
             p.correction_temperature = correction_temperature
+        if correction_time is not None:
+            p.correction_time = correction_time
         if t_max is not None:
             p.t_max = t_max
         if t_min is not None:

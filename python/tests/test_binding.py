@@ -200,6 +200,30 @@ def test_same_seed_same_samples_as_the_c_api(ctx, trained, tmp_path, method):
     assert not np.array_equal(py, other)
 
 
+def test_guidance_and_correction_settings(ctx, trained):
+    s = nctmc.Model.load(trained["path"], ctx).sampler(4)
+    kw = dict(batch=4, steps=8, seed=3, correction_steps=12, correction_temperature=1.0)
+    default = s.sample(**kw)
+    assert np.array_equal(default, s.sample(correction_mode="greedy", **kw))
+    gibbs = s.sample(correction_mode="gibbs", **kw)
+    assert not np.array_equal(default, gibbs)
+    assert np.array_equal(gibbs, s.sample(correction_mode=1, **kw))
+    with pytest.raises(ValueError):
+        s.sample(correction_mode="metropolis", **kw)
+    with pytest.raises(ValueError):
+        s.sample(cfg_rule="log-linear", **kw)
+    # guidance needs classes: the names reach the library as its values
+    m = nctmc.Model.create(ctx, vocab_size=S_TOKENS, seq_len=SEQ_LEN, n_layers=1, d_model=32,
+                           n_heads=2, cond_dim=16, n_classes=3, seed=5)
+    cs = m.sampler(4)
+    g = dict(batch=4, steps=16, seed=2, labels=[0, 1, 2, 0], cfg_scale=4.0)
+    rates, sep = cs.sample(cfg_rule="rates", **g), cs.sample(cfg_rule="separate", **g)
+    assert np.array_equal(sep, cs.sample(**g))  # the default rule
+    assert np.array_equal(rates, cs.sample(cfg_rule=1, **g))
+    assert np.array_equal(cs.sample(cfg_rule="rates", **dict(g, cfg_scale=1.0)),
+                          cs.sample(cfg_rule="separate", **dict(g, cfg_scale=1.0)))
+
+
 def test_load_from_bytes_and_from_an_archive(ctx, trained, tmp_path):
     data = trained["path"].read_bytes()
     ref = nctmc.Model.load(trained["path"], ctx).sampler(2).sample(batch=2, steps=8, seed=5)
