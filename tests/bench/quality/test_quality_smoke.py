@@ -158,12 +158,24 @@ def check_runner():
     import bench_quality as B
     with tempfile.TemporaryDirectory() as tmp:
         outs = []
+        ckpt = os.path.join(tmp, "c.safetensors")
         for src, proc in [("copychain", "uniform"), ("brackets", "masked")]:
             out = os.path.join(tmp, "%s_%s.json" % (src, proc))
             rc = B.main(["run", "--budget", "smoke", "--source", src, "--process", proc,
-                         "--threads", "1", "--out", out])
+                         "--threads", "1", "--out", out, "--checkpoint", ckpt])
             check(rc == 0 and os.path.exists(out), "runner: %s / %s writes its JSON" % (src, proc))
             outs.append(out)
+        # the saved checkpoint (EMA) samples exactly as the trained model did
+        again = os.path.join(tmp, "again.json")
+        B.main(["run", "--budget", "smoke", "--source", "brackets", "--process", "masked",
+                "--threads", "1", "--out", again, "--from-checkpoint", ckpt,
+                "--previous", outs[1], "--eval-seqs", "32"])
+        a, b = json.load(open(outs[1])), json.load(open(again))
+        same = [(x["gen_nll_bits_per_token"], x["forbidden_share"]) for x in a["samples"]] == \
+            [(x["gen_nll_bits_per_token"], x["forbidden_share"]) for x in b["samples"]]
+        check(same and b["training"]["curve"] == a["training"]["curve"]
+              and b["eval"]["n_tokens"] == 32 * 24,
+              "runner: a rescored checkpoint gives the same samples, a new NELBO")
         r = json.load(open(outs[1]))
         cells = {(s["method"], s["steps"]) for s in r["samples"]}
         check(cells == {(m, k) for m in ("tau", "euler", "posterior") for k in (4, 8)},
