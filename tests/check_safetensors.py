@@ -149,7 +149,11 @@ def check_c_written(exe, tmp):
     check(py_meta == meta, "metadata identical in Python and C")
     for k, v in TRICKY.items():
         check(py_meta.get(k) == v, f"escaped metadata {k!r}")
-    check(py_meta.get("nctmc.format") == "1", "format version")
+    # a model with 0.3.0's defaults (log-SNR time input, noise-posterior
+    # link) is format 2 and records both
+    check(py_meta.get("nctmc.format") == "2", "format version")
+    check(py_meta.get("nctmc.config.time_input") == "log_snr", "time input by name")
+    check(py_meta.get("nctmc.config.exit_link") == "noise_posterior", "exit link by name")
     check(py_meta.get("nctmc.config.process") == "masked", "process by name")
     check(py_meta.get("nctmc.config.vocab_size") == "6", "vocab_size")
     check(py_meta.get("nctmc.tokenizer.kind") == "chars", "tokenizer kind")
