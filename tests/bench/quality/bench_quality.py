@@ -196,8 +196,12 @@ def run(args, log=lambda s: print(s, file=sys.stderr, flush=True)):
         rescored = {"previous": args.previous, "eval": True, "samples": bool(results),
                     "seconds_total": "the previous run's, its NELBO's time replaced by "
                                      "this one's"}
+        rescored["previous_eval"] = previous["eval"]
         if not results:   # sampling is deterministic given the checkpoint: keep them
             results = previous["samples"]
+            for k in ("samples", "sample_steps", "samplers", "sample_batch"):
+                setattr(args, k, previous["budget"][k])
+            sample_kw = previous["sample_args"]
         total = previous["seconds_total"] - previous["eval"]["seconds"] + ev["seconds"]
         total_cpu = previous["cpu_seconds_total"] - previous["eval"]["cpu_seconds"] + \
             ev["cpu_seconds"]
@@ -308,7 +312,8 @@ def add_run_options(p):
     p.add_argument("--sample-arg", action="append", metavar="KEY=VALUE",
                    help="a keyword of Sampler.sample (temperature=0.8, "
                         "correction_steps=8, ...); repeatable")
-    p.add_argument("--label", help="the run's name in the table")
+    p.add_argument("--label", help="the run's name in the table (suite: a prefix of the "
+                   "process's name)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--backend", default="cpu")
     p.add_argument("--seed", type=int, default=0)
@@ -354,12 +359,16 @@ def main(argv=None):
         result = run(args)
         write_json(args.out, result)
         return 0
+    if args.from_checkpoint or args.previous or args.checkpoint:
+        ap.error("suite: use --checkpoint-dir; --checkpoint, --from-checkpoint and "
+                 "--previous name one run's files (use run)")
     os.makedirs(args.out_dir, exist_ok=True)
-    files = []
+    files, prefix = [], args.label
     for src in args.sources.split(","):
         for proc in args.processes.split(","):
             args.source, args.process = src, proc
-            args.label = proc + (" " + " ".join(args.config) if args.config else "")
+            args.label = (prefix + " " if prefix else "") + proc + \
+                (" " + " ".join(args.config) if args.config else "")
             if args.checkpoint_dir:
                 os.makedirs(args.checkpoint_dir, exist_ok=True)
                 args.checkpoint = os.path.join(args.checkpoint_dir,
