@@ -54,7 +54,7 @@ def fit_classifier(images, labels, seed):
     return clf, held_out
 
 
-def draw_samples(path, per_class, method, steps, seed, threads):
+def draw_samples(path, per_class, method, steps, seed, threads, cfg=1.0, temperature=1.0):
     ctx = nctmc.Context(backend="cpu", threads=threads)
     model = nctmc.Model.load(path, ctx)
     if model.n_classes != 10 or model.seq_len != 64:
@@ -67,7 +67,8 @@ def draw_samples(path, per_class, method, steps, seed, threads):
     for first in range(0, len(labels), batch):
         lab = labels[first:first + batch]
         out.append(sampler.sample(batch=len(lab), steps=steps, method=method,
-                                  seed=seed, labels=lab, first_sequence=first))
+                                  seed=seed, labels=lab, first_sequence=first,
+                                  cfg_scale=cfg, temperature=temperature))
     tokens = np.concatenate(out).astype(np.float64)
     mask = model.mask_token
     if mask is not None:
@@ -85,18 +86,22 @@ def main():
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cfg", type=float, default=1.0,
+                    help="classifier-free guidance weight (1 = conditional only)")
+    ap.add_argument("--temperature", type=float, default=1.0)
     args = ap.parse_args()
 
     images, labels = load_digits_file(args.digits)
     clf, held_out = fit_classifier(images, labels, args.seed)
     samples, wanted = draw_samples(args.checkpoint, args.per_class, args.method, args.steps,
-                                   args.seed, args.threads)
+                                   args.seed, args.threads, args.cfg, args.temperature)
     got = clf.predict(samples)
     hits = got == wanted
     per_class = " ".join("%d:%.2f" % (k, hits[wanted == k].mean()) for k in range(10))
     print("classifier (SVC on the digits): %.3f on held-out real digits" % held_out)
-    print("samples (%s, %d steps, %d per class): %.3f classified as their label"
-          % (args.method, args.steps, args.per_class, hits.mean()))
+    print("samples (%s, %d steps, cfg %g, temperature %g, %d per class): "
+          "%.3f classified as their label"
+          % (args.method, args.steps, args.cfg, args.temperature, args.per_class, hits.mean()))
     print("per class  %s" % per_class)
 
 
