@@ -68,6 +68,20 @@
  * so contexts with different thread counts can live in one process. A host
  * application that raises OpenBLAS's setting again still gets correct results,
  * computed more slowly (OpenBLAS's threads then compete with the pool's).
+ *
+ * Memory limits. OpenBLAS (0.3.21) maps a 128 MiB work buffer for each
+ * product running at one moment and, when that mapping fails, retries
+ * forever instead of failing. So creating a CPU context checks that one
+ * such buffer per pool thread (plus a malloc arena each: 192 MiB a thread)
+ * can be mapped, failing with NCTMC_ERR_OUT_OF_MEMORY and a message about
+ * the address space if not, and then runs one product on every pool thread
+ * at once so the buffers exist before any work. Not covered: several
+ * contexts computing at the same moment can need more buffers than each
+ * reserved, and OpenBLAS's own thread server, which it starts when it is
+ * loaded and whose threads each map a buffer, hangs the same way (and the
+ * process at exit) under a tight limit: a host that runs under an
+ * address-space limit should start with OPENBLAS_NUM_THREADS=1 (libnctmc
+ * never uses those threads), as the nctmc tool does for itself.
  */
 #ifndef NCTMC_H
 #define NCTMC_H

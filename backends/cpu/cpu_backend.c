@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "cpu_blas_reserve.h"
 
 #define CPU_ALIGNMENT NCTMC_MEM_SLAB_ALIGN
 
@@ -131,6 +132,13 @@ nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const nctmc_allocato
      * around single-threaded OpenBLAS calls with its own pool instead, so
      * every split of the work is fixed and contexts do not fight over it. */
     openblas_set_num_threads(1);
+    /* OpenBLAS hangs instead of failing when it cannot map a buffer: take
+     * the buffers now, where a shortage is an error (cpu_blas_reserve.c) */
+    if (!cpu_blas_reserve(cb->pool, alloc, err, err_size)) {
+        cpu_pool_free(cb->pool);
+        nctmc_mem_free(alloc, cb);
+        return NULL;
+    }
     cb->base.ops = &cpu_ops;
     cb->base.name = "cpu";
     cb->base.n_threads = n_threads;

@@ -21,6 +21,11 @@ int cmd_sample(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 
+/* Before anything else: makes sure OpenBLAS's own threads are off
+ * (OPENBLAS_NUM_THREADS=1), executing the tool again if they were on
+ * (blas_threads.c says why). Returns when they are off, or cannot be. */
+void cli_single_threaded_blas(char **argv);
+
 /* What `nctmc prepare` writes into its output directory and `train` and
  * `eval` read from it. */
 #define CLI_TRAIN_SHARD "train.bin"

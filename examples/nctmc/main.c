@@ -37,6 +37,7 @@ static void print_usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    cli_single_threaded_blas(argv);
     if (argc < 2) {
         print_usage(stderr);
         return CLI_EXIT_USAGE;
