@@ -7,6 +7,7 @@
 #
 #   scripts/prepare_big.sh [BUILD_DIR] [-- extra prepare options]
 #   SIZE_MB=1024 MEMORY_MB=512 THREADS=0 scripts/prepare_big.sh build
+#   MEMORY_MB="512 64" scripts/prepare_big.sh build   # one run per budget
 #
 # Nothing is committed or kept: the corpus and the shards live in a mktemp
 # directory (TMPDIR) removed on exit. Needs about 2 x SIZE_MB of disk.
@@ -48,19 +49,26 @@ awk -v target=$((size_mb * 1048576)) 'BEGIN {
     }
 }' >"$tmp/corpus.jsonl"
 input=$(wc -c <"$tmp/corpus.jsonl")
-echo "prepare: $input bytes, --memory-mb $memory_mb, --threads $threads"
-/usr/bin/time -v "$nctmc" prepare --jsonl-field text --memory-mb "$memory_mb" \
-    --threads "$threads" --progress --out "$tmp/out" "$@" "$tmp/corpus.jsonl" \
-    >"$tmp/prepare.out" 2>"$tmp/time.err" || { cat "$tmp/prepare.out" "$tmp/time.err"; exit 1; }
-cat "$tmp/prepare.out"
-rss_kb=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/time.err")
-wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$tmp/time.err")
-cpu_user=$(sed -n 's/.*User time (seconds): //p' "$tmp/time.err")
-cpu_sys=$(sed -n 's/.*System time (seconds): //p' "$tmp/time.err")
-rate=$(sed -n 's/.* in \([0-9.]*\) s (\([0-9.e+]*\) tokens\/s.*/\2/p' "$tmp/prepare.out")
-shard=$(wc -c <"$tmp/out/train.bin")
-echo "input $input bytes; train.bin $shard bytes"
-echo "peak RSS $rss_kb kB ($((rss_kb / 1024)) MiB) for a budget of $memory_mb MB"
-echo "wall $wall, user ${cpu_user} s, system ${cpu_sys} s; $rate tokens/s"
-[ "$rss_kb" -lt $((memory_mb * 1024)) ] && echo "within the budget" ||
-    { echo "OVER the budget" >&2; exit 1; }
+over=0
+for budget in $memory_mb; do
+    rm -rf "$tmp/out"
+    echo "prepare: $input bytes, --memory-mb $budget, --threads $threads"
+    /usr/bin/time -v "$nctmc" prepare --jsonl-field text --memory-mb "$budget" \
+        --threads "$threads" --progress --out "$tmp/out" "$@" "$tmp/corpus.jsonl" \
+        >"$tmp/prepare.out" 2>"$tmp/time.err" || { cat "$tmp/prepare.out" "$tmp/time.err"; exit 1; }
+    cat "$tmp/prepare.out"
+    rss_kb=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/time.err")
+    wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$tmp/time.err")
+    cpu_user=$(sed -n 's/.*User time (seconds): //p' "$tmp/time.err")
+    cpu_sys=$(sed -n 's/.*System time (seconds): //p' "$tmp/time.err")
+    rate=$(sed -n 's/.* in \([0-9.]*\) s (\([0-9.e+]*\) tokens\/s.*/\2/p' "$tmp/prepare.out")
+    echo "input $input bytes; train.bin $(wc -c <"$tmp/out/train.bin") bytes; manifest:"
+    sed 's/^/  | /' "$tmp/out/manifest.txt"
+    echo "peak RSS $rss_kb kB ($((rss_kb / 1024)) MiB) for a budget of $budget MB"
+    echo "wall $wall, user ${cpu_user} s, system ${cpu_sys} s; $rate tokens/s"
+    if [ "$rss_kb" -lt $((budget * 1024)) ]; then echo "within the budget"; else
+        echo "OVER the budget" >&2
+        over=1
+    fi
+done
+exit $over

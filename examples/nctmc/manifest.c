@@ -63,8 +63,11 @@ static void put_body(FILE *f, const manifest_info *m, uint64_t tok_hash)
     fprintf(f, "tokenizer %s fnv1a64=%016" PRIx64 "\n", CLI_TOKENIZER_FILE, tok_hash);
     for (int i = 0; i < m->n_shards; i++)
         put_shard(f, &m->shards[i]);
-    fprintf(f, "input ");
-    put_escaped(f, m->input);
+    fprintf(f, "input %s", m->input);
+    if (m->input_arg) {
+        fputc(' ', f);
+        put_escaped(f, m->input_arg);
+    }
     fprintf(f, "\nsplit val_fraction=%g seq_len=%d dropped_tokens=%" PRId64 "\n",
             m->val_fraction, (int)m->seq_len, m->dropped_tokens);
     fprintf(f, "separator %zu", m->n_separator);

@@ -25,7 +25,8 @@ typedef struct manifest_shard {
 } manifest_shard;
 
 typedef struct manifest_info {
-    const char *input;          /* "text", "jsonl FIELD", "split-at LINE", "digits" */
+    const char *input;          /* "text", "jsonl", "split-at" or "digits" */
+    const char *input_arg;      /* the field or the split line, or NULL */
     double val_fraction;
     int32_t seq_len;
     const int32_t *separator;   /* the document separator's tokens */

@@ -139,7 +139,7 @@ static bool write_digits_manifest(nctmc_context *ctx, const prepare_options *o,
         return false;
     }
     corpus_file source = {(char *)o->digits, -1};
-    manifest_info m = {"digits", o->text.val_fraction, DIGITS_PIXELS, NULL, 0, NULL, 0,
+    manifest_info m = {"digits", NULL, o->text.val_fraction, DIGITS_PIXELS, NULL, 0, NULL, 0,
                        shards, n, &source, 1};
     return manifest_write("prepare", ctx, staging, o->text.out_dir, &m);
 }

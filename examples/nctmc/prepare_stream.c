@@ -599,16 +599,11 @@ static bool save_tokenizer(nctmc_tokenizer *tok, const char *dir, const char *sh
 
 static bool write_manifest(stream_run *run, const char *staging, bool val_written)
 {
-    char input[512];
-    if (run->o->jsonl_field)
-        snprintf(input, sizeof input, "jsonl %s", run->o->jsonl_field);
-    else if (run->o->split_line)
-        snprintf(input, sizeof input, "split-at %s", run->o->split_line);
-    else
-        snprintf(input, sizeof input, "text");
+    const char *input = run->o->jsonl_field ? "jsonl" : run->o->split_line ? "split-at" : "text";
+    const char *arg = run->o->jsonl_field ? run->o->jsonl_field : run->o->split_line;
     manifest_shard shards[2] = {{CLI_TRAIN_SHARD, run->e.train.info, run->e.train.documents},
                                 {CLI_VAL_SHARD, run->e.val.info, run->e.val.documents}};
-    manifest_info m = {input, run->o->val_fraction, run->o->seq_len, run->jd.separator,
+    manifest_info m = {input, arg, run->o->val_fraction, run->o->seq_len, run->jd.separator,
                        run->jd.n_separator, &run->stats,
                        run->e.train.carry_n + run->e.val.carry_n, shards, val_written ? 2 : 1,
                        run->files, run->n_files};

@@ -80,6 +80,11 @@ printf 'one\n%%\ntwo\n%%\r\n\nthree\n%%x\n%%' >"$tmp/fortunes"
 prep split --split-at % --val-fraction 0 --out "$tmp/s" "$tmp/fortunes"
 printf 'one\n\n\ntwo\n\n\n\nthree\n%%x\n\n\n' >"$tmp/want"
 same_body "$tmp/s" "$tmp/want" "--split-at %: documents between % lines (CRLF too)"
+printf 'p1 line\nmore\n\n\np2\n \np3' >"$tmp/paragraphs"
+prep blank --split-at '' --val-fraction 0 --out "$tmp/b" "$tmp/paragraphs"
+printf 'p1 line\nmore\n\n\np2\n \np3\n\n' >"$tmp/want"
+same_body "$tmp/b" "$tmp/want" "--split-at '': blank lines end documents, a line of a space does not"
+check "two documents" grep -q "documents=2 " "$tmp/b/manifest.txt"
 
 # --- the same shards for 1 and 4 threads and any budget -----------------------
 i=0
