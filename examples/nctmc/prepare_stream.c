@@ -179,17 +179,22 @@ static void progress_start(pass_progress *pp, const char *label, bool wanted,
     pp->bar.label = label;
 }
 
-static void progress_show(pass_progress *pp, int64_t bytes, int64_t tokens, bool last)
+/* tokens: NULL in the alphabet pass, which makes none */
+static void progress_show(pass_progress *pp, int64_t bytes, const int64_t *tokens, bool last)
 {
     if (!pp->on)
         return;
     double secs = cli_now() - pp->start;
-    char tok[32], rate[32], fields[128];
-    progress_format_count(tok, sizeof tok, (double)tokens);
+    char tok[48] = "", rate[32], fields[128];
+    if (tokens) {
+        progress_format_count(tok, sizeof tok - 8, (double)*tokens);
+        strcat(tok, " tokens ");
+    }
     progress_format_count(rate, sizeof rate, secs > 0 ? (double)bytes / secs : 0.0);
-    snprintf(fields, sizeof fields, "MiB  %s tokens  %sB/s", tok, rate);
+    snprintf(fields, sizeof fields, "MiB  %s %sB/s", tok, rate);
     if (pp->use_bar) {
-        progress_update(&pp->bar, bytes / MIB, fields);
+        /* the total is rounded up to whole MiB: the last update fills the bar */
+        progress_update(&pp->bar, last ? pp->bar.total : bytes / MIB, fields);
         if (last)
             progress_end(&pp->bar);
         return;
@@ -233,9 +238,9 @@ static bool run_pass(chunk_pool *pool, corpus_reader *r, consume_fn consume, voi
         s = chunk_pool_take(pool);
         ok = consume(arg, s);
         chunk_pool_release(pool);
-        progress_show(pp, corpus_reader_stats(r)->bytes_read, tokens ? *tokens : 0, false);
+        progress_show(pp, corpus_reader_stats(r)->bytes_read, tokens, false);
     }
-    progress_show(pp, corpus_reader_stats(r)->bytes_read, tokens ? *tokens : 0, true);
+    progress_show(pp, corpus_reader_stats(r)->bytes_read, tokens, true);
     return ok;
 }
 
