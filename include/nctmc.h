@@ -779,6 +779,10 @@ typedef struct nctmc_dataset_info {
     int32_t n_classes;      /**< labels are in [0, n_classes); 0: no labels */
     int64_t n_tokens;
     int64_t n_sequences;    /**< n_tokens / seq_len, or 0 for a stream */
+    /** CRC-32 (zlib polynomial) of the shard's body, as in its header
+     *  (docs/formats.md): what a manifest of the shard records. Appended
+     *  in 0.4.0. */
+    uint32_t checksum;
 } nctmc_dataset_info;
 
 /** Fills *info with zeros and struct_size (see "Versioned structs"). */
@@ -797,12 +801,50 @@ NCTMC_API nctmc_status nctmc_dataset_write(nctmc_context *ctx, const char *path,
                                            const int32_t *labels, int32_t n_classes);
 
 /** Opens a shard, checking its header, size and checksum, and that every
- *  token and label is in range. Errors are stored in ctx. */
+ *  token and label is in range. Errors are stored in ctx. The file is
+ *  mapped read-only (read into memory only where mapping fails), so a shard
+ *  larger than memory can be opened; the checks read it once and hand the
+ *  pages back. The file must not be changed in place while open (the
+ *  library's writers replace files by renaming, which is safe). */
 NCTMC_API nctmc_status nctmc_dataset_open(nctmc_context *ctx, const char *path,
                                           nctmc_dataset **out);
 
 /** Releases a dataset. */
 NCTMC_API void nctmc_dataset_free(nctmc_dataset *ds);
+
+/* A streaming writer makes a shard of any length in fixed memory: tokens
+ * are appended in pieces and the file appears (atomically, like
+ * nctmc_dataset_write()) only at the commit. Shards without labels. */
+typedef struct nctmc_dataset_writer nctmc_dataset_writer;
+
+/**
+ * Starts writing the shard `path` (vocabulary vocab_size >= 1; seq_len 0
+ * for a stream, else the total must be a multiple of it at the commit).
+ * Nothing appears at path until the commit. Errors are stored in ctx.
+ */
+NCTMC_API nctmc_status nctmc_dataset_writer_create(nctmc_context *ctx, const char *path,
+                                                   int32_t vocab_size, int32_t seq_len,
+                                                   nctmc_dataset_writer **out);
+
+/** Appends n tokens in [0, vocab_size); a token out of range appends
+ *  nothing of this call and is NCTMC_ERR_INVALID_ARGUMENT. */
+NCTMC_API nctmc_status nctmc_dataset_writer_append(nctmc_dataset_writer *w,
+                                                   const int32_t *tokens, int64_t n);
+
+/**
+ * Completes the shard and renames it into place. Refused (nothing written)
+ * when no token was appended or the count is not whole sequences. info,
+ * when not NULL (struct_size set), receives what was written, the checksum
+ * included. After a commit, successful or not, only free is allowed.
+ */
+NCTMC_API nctmc_status nctmc_dataset_writer_commit(nctmc_dataset_writer *w,
+                                                   nctmc_dataset_info *info);
+
+/** Releases the writer; a shard not committed is removed (never appears). */
+NCTMC_API void nctmc_dataset_writer_free(nctmc_dataset_writer *w);
+
+/** The message of the writer's last failed call ("" if none). */
+NCTMC_API const char *nctmc_dataset_writer_last_error(const nctmc_dataset_writer *w);
 
 /** Describes the dataset (info->struct_size must be set). */
 NCTMC_API nctmc_status nctmc_dataset_get_info(const nctmc_dataset *ds, nctmc_dataset_info *info);

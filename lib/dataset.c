@@ -1,9 +1,10 @@
 /*
  * dataset.c — token shards (docs/formats.md): a fixed 48-byte little-endian
  * header, the tokens in the narrowest width that holds the vocabulary, then
- * one u32 label per sequence. The whole file is read and checked at open
- * (size, checksum, every token and label in range), so readers afterwards
- * need no checks beyond their index bounds.
+ * one u32 label per sequence. The file is mapped read-only (read into
+ * memory only where it cannot be mapped) and checked whole at open (size,
+ * checksum, every token and label in range), so readers afterwards need no
+ * checks beyond their index bounds.
  */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -14,13 +15,12 @@
 #include "checked.h"
 #include "crc32.h"
 #include "ctx_report.h"
+#include "dataset_internal.h"
 #include "file_io.h"
 
-#define SHARD_MAGIC "NCTMCTOK"
-#define SHARD_VERSION 1u
-#define SHARD_HEADER_SIZE 48
-/* Tokens are encoded through a buffer of this many bytes. */
-#define SHARD_CHUNK 65536
+/* The open-time checks go through a mapped shard in windows of this many
+ * bytes, handing each back to the kernel after it (dataset_internal.h). */
+#define SHARD_CHECK_WINDOW ((size_t)16 << 20)
 
 struct nctmc_dataset {
     int32_t vocab_size;
@@ -29,23 +29,14 @@ struct nctmc_dataset {
     uint32_t token_bytes;
     int64_t n_tokens;
     int64_t n_sequences;
+    uint32_t crc;           /* the header's checksum of the body */
+    shard_map map;          /* the mapped file, or base NULL when read */
     uint8_t *data;          /* the file after the header: tokens, then labels */
     const uint8_t *labels;  /* inside data, or NULL */
     char last_error[NCTMC_ERROR_SIZE];
     /* a copy of the opening context's allocator (alloc.h) */
     nctmc_allocator alloc;
 };
-
-typedef struct shard_header {
-    uint32_t version;
-    uint32_t token_bytes;
-    uint32_t vocab_size;
-    uint32_t seq_len;
-    uint32_t n_classes;
-    uint32_t crc;
-    uint64_t n_tokens;
-    uint64_t reserved;
-} shard_header;
 
 /* ---- little-endian fields -------------------------------------------------- */
 
@@ -71,7 +62,7 @@ static uint64_t get_u64(const uint8_t *p)
     return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
 }
 
-static void encode_header(const shard_header *h, uint8_t out[SHARD_HEADER_SIZE])
+void shard_encode_header(const shard_header *h, uint8_t out[SHARD_HEADER_SIZE])
 {
     memcpy(out, SHARD_MAGIC, 8);
     put_u32(out + 8, h->version);
@@ -99,8 +90,7 @@ static bool decode_header(const uint8_t in[SHARD_HEADER_SIZE], shard_header *h)
     return true;
 }
 
-/* The narrowest width that holds every token of the vocabulary. */
-static uint32_t token_width(uint32_t vocab_size)
+uint32_t shard_token_width(uint32_t vocab_size)
 {
     return vocab_size <= 256u ? 1u : vocab_size <= 65536u ? 2u : 4u;
 }
@@ -158,9 +148,7 @@ static nctmc_status check_write_args(nctmc_context *ctx, const char *path,
     return NCTMC_OK;
 }
 
-/* Streams values (tokens or labels) in their file encoding, updating the
- * checksum of the body as it goes. */
-static nctmc_status write_values(atomic_file *af, const int32_t *v, int64_t n, uint32_t width,
+nctmc_status shard_write_values(atomic_file *af, const int32_t *v, int64_t n, uint32_t width,
                                  uint32_t *crc, char *err, size_t err_size)
 {
     uint8_t buf[SHARD_CHUNK];
@@ -186,13 +174,13 @@ static nctmc_status write_shard(atomic_file *af, const shard_header *h, const in
     /* the header goes first as zeros; its checksum is known only at the end */
     nctmc_status st = atomic_file_write(af, head, sizeof head, err, err_size);
     if (st == NCTMC_OK)
-        st = write_values(af, tokens, (int64_t)h->n_tokens, h->token_bytes, &final.crc, err,
+        st = shard_write_values(af, tokens, (int64_t)h->n_tokens, h->token_bytes, &final.crc, err,
                           err_size);
     if (st == NCTMC_OK && labels)
-        st = write_values(af, labels, (int64_t)(h->n_tokens / h->seq_len), 4, &final.crc, err,
+        st = shard_write_values(af, labels, (int64_t)(h->n_tokens / h->seq_len), 4, &final.crc, err,
                           err_size);
     if (st == NCTMC_OK) {
-        encode_header(&final, head);
+        shard_encode_header(&final, head);
         st = atomic_file_write_at(af, 0, head, sizeof head, err, err_size);
     }
     return st;
@@ -207,7 +195,7 @@ NCTMC_API nctmc_status nctmc_dataset_write(nctmc_context *ctx, const char *path,
                                        n_classes);
     if (st != NCTMC_OK)
         return st;
-    shard_header h = {SHARD_VERSION, token_width((uint32_t)vocab_size), (uint32_t)vocab_size,
+    shard_header h = {SHARD_VERSION, shard_token_width((uint32_t)vocab_size), (uint32_t)vocab_size,
                       (uint32_t)seq_len, (uint32_t)n_classes, 0, (uint64_t)n_tokens, 0};
     char err[NCTMC_ERROR_SIZE];
     atomic_file af;
@@ -238,10 +226,10 @@ static nctmc_status check_header(const shard_header *h, char *err, size_t err_si
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                           "vocab_size %u, seq_len %u or n_classes %u is out of range",
                           h->vocab_size, h->seq_len, h->n_classes);
-    if (h->token_bytes != token_width(h->vocab_size))
+    if (h->token_bytes != shard_token_width(h->vocab_size))
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                           "%u bytes per token for a vocabulary of %u (expected %u)",
-                          h->token_bytes, h->vocab_size, token_width(h->vocab_size));
+                          h->token_bytes, h->vocab_size, shard_token_width(h->vocab_size));
     if (h->n_tokens < 1 || h->n_tokens > (uint64_t)INT64_MAX || h->reserved != 0)
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                           "token count %llu or reserved field %llu is invalid",
@@ -269,17 +257,26 @@ static bool body_size(const shard_header *h, uint64_t *bytes)
     return true;
 }
 
-/* Every value of the body in range. */
-static nctmc_status check_body(const shard_header *h, const uint8_t *body, char *err,
-                               size_t err_size)
+/* The first token of [first, last) outside the vocabulary, as an error. A
+ * vocabulary that fills its width needs no look. */
+static nctmc_status check_tokens(const shard_header *h, const uint8_t *body, uint64_t first,
+                                 uint64_t last, char *err, size_t err_size)
 {
-    for (uint64_t i = 0; i < h->n_tokens; i++) {
+    if (h->token_bytes < 4 && (uint64_t)h->vocab_size >= (uint64_t)1 << (8 * h->token_bytes))
+        return NCTMC_OK;
+    for (uint64_t i = first; i < last; i++) {
         uint32_t v = get_token(body + i * h->token_bytes, h->token_bytes);
         if (v >= h->vocab_size)
             return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                               "token %llu = %u is outside the vocabulary [0, %u)",
                               (unsigned long long)i, v, h->vocab_size);
     }
+    return NCTMC_OK;
+}
+
+static nctmc_status check_labels(const shard_header *h, const uint8_t *body, char *err,
+                                 size_t err_size)
+{
     const uint8_t *labels = body + h->n_tokens * h->token_bytes;
     uint64_t n_seq = h->n_classes > 0 ? h->n_tokens / h->seq_len : 0;
     for (uint64_t i = 0; i < n_seq; i++) {
@@ -292,10 +289,73 @@ static nctmc_status check_body(const shard_header *h, const uint8_t *body, char 
     return NCTMC_OK;
 }
 
-/* Reads the header and the body it implies, checking size and checksum. */
+/* The checksum and every token's range in one pass over windows of the
+ * body (a mapped one handed back to the kernel window by window), then the
+ * labels. A wrong checksum is reported before a token out of range: it
+ * says more (the file is damaged, not written by a wrong writer). */
+static nctmc_status check_body(const shard_header *h, const uint8_t *body, uint64_t bytes,
+                               shard_map *map, char *err, size_t err_size)
+{
+    uint64_t token_end = h->n_tokens * h->token_bytes;
+    uint32_t crc = 0;
+    nctmc_status range = NCTMC_OK;
+    char range_err[NCTMC_ERROR_SIZE] = "";
+    for (uint64_t at = 0; at < bytes;) {
+        size_t n = bytes - at < SHARD_CHECK_WINDOW ? (size_t)(bytes - at) : SHARD_CHECK_WINDOW;
+        crc = crc32_update(crc, body + at, n);
+        if (range == NCTMC_OK && at < token_end) {
+            uint64_t end = at + n < token_end ? at + n : token_end;
+            range = check_tokens(h, body, at / h->token_bytes, end / h->token_bytes, range_err,
+                                 sizeof range_err);
+        }
+        if (map)
+            shard_map_release(map, SHARD_HEADER_SIZE + (size_t)(at + n));
+        at += n;
+    }
+    if (crc != h->crc)
+        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "checksum mismatch (corrupt shard)");
+    if (range != NCTMC_OK)
+        return nctmc_fail(err, err_size, range, "%s", range_err);
+    nctmc_status st = check_labels(h, body, err, err_size);
+    if (map)
+        shard_map_release(map, map->size);
+    return st;
+}
+
+/* The body, mapped or, where the file cannot be mapped, read. */
+static nctmc_status load_body(const nctmc_allocator *alloc, int fd, uint64_t file_size,
+                              uint64_t bytes, const char *path, shard_map *map, uint8_t **body,
+                              char *err, size_t err_size)
+{
+    if (shard_map_file(fd, file_size, map) == NCTMC_OK) {
+        *body = map->base + SHARD_HEADER_SIZE;
+        return NCTMC_OK;
+    }
+    *body = nctmc_mem_alloc(alloc, (size_t)bytes);
+    if (!*body)
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                          "cannot allocate %llu bytes for the shard", (unsigned long long)bytes);
+    nctmc_status st = file_pread(fd, SHARD_HEADER_SIZE, *body, (size_t)bytes, path, err,
+                                 err_size);
+    if (st != NCTMC_OK) {
+        nctmc_mem_free(alloc, *body);
+        *body = NULL;
+    }
+    return st;
+}
+
+static void release_body(const nctmc_allocator *alloc, shard_map *map, uint8_t *body)
+{
+    if (map->base)
+        shard_unmap(map);
+    else
+        nctmc_mem_free(alloc, body);
+}
+
+/* Reads the header, maps the body it implies and checks size and checksum. */
 static nctmc_status read_shard(const nctmc_allocator *alloc, int fd, uint64_t file_size,
-                               const char *path, shard_header *h, uint8_t **body, char *err,
-                               size_t err_size)
+                               const char *path, shard_header *h, shard_map *map, uint8_t **body,
+                               char *err, size_t err_size)
 {
     uint8_t head[SHARD_HEADER_SIZE];
     if (file_size < SHARD_HEADER_SIZE)
@@ -314,19 +374,13 @@ static nctmc_status read_shard(const nctmc_allocator *alloc, int fd, uint64_t fi
                         "the file has %llu bytes, its header implies %llu (truncated?)",
                         (unsigned long long)file_size,
                         (unsigned long long)(bytes + SHARD_HEADER_SIZE));
+    if (st == NCTMC_OK)
+        st = load_body(alloc, fd, file_size, bytes, path, map, body, err, err_size);
     if (st != NCTMC_OK)
         return st;
-    *body = nctmc_mem_alloc(alloc, (size_t)bytes);
-    if (!*body)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "cannot allocate %llu bytes for the shard", (unsigned long long)bytes);
-    st = file_pread(fd, SHARD_HEADER_SIZE, *body, (size_t)bytes, path, err, err_size);
-    if (st == NCTMC_OK && crc32_update(0, *body, (size_t)bytes) != h->crc)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "checksum mismatch (corrupt shard)");
-    if (st == NCTMC_OK)
-        st = check_body(h, *body, err, err_size);
+    st = check_body(h, *body, bytes, map->base ? map : NULL, err, err_size);
     if (st != NCTMC_OK) {
-        nctmc_mem_free(alloc, *body);
+        release_body(alloc, map, *body);
         *body = NULL;
     }
     return st;
@@ -344,18 +398,21 @@ NCTMC_API nctmc_status nctmc_dataset_open(nctmc_context *ctx, const char *path,
     int fd = -1;
     uint64_t size = 0;
     shard_header h = {0};
+    shard_map map = {NULL, 0, 0};
     uint8_t *body = NULL;
     const nctmc_allocator *alloc = ctx ? &ctx->alloc : NULL;
     nctmc_status st = file_open_read(path, &fd, &size, err, sizeof err);
     if (st == NCTMC_OK) {
-        st = read_shard(alloc, fd, size, path, &h, &body, err, sizeof err);
+        /* a mapping outlives its descriptor */
+        st = read_shard(alloc, fd, size, path, &h, &map, &body, err, sizeof err);
         close(fd);
     }
     nctmc_dataset *ds = st == NCTMC_OK ? nctmc_mem_calloc(alloc, 1, sizeof *ds) : NULL;
     if (st == NCTMC_OK && !ds)
         st = nctmc_fail(err, sizeof err, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     if (st != NCTMC_OK) {
-        nctmc_mem_free(alloc, body);
+        if (body)
+            release_body(alloc, &map, body);
         return ctx_report_fail(ctx, st, "token shard \"%.300s\": %s", path, err);
     }
     if (alloc)
@@ -366,6 +423,8 @@ NCTMC_API nctmc_status nctmc_dataset_open(nctmc_context *ctx, const char *path,
     ds->token_bytes = h.token_bytes;
     ds->n_tokens = (int64_t)h.n_tokens;
     ds->n_sequences = h.seq_len > 0 ? (int64_t)(h.n_tokens / h.seq_len) : 0;
+    ds->crc = h.crc;
+    ds->map = map;
     ds->data = body;
     ds->labels = h.n_classes > 0 ? body + h.n_tokens * h.token_bytes : NULL;
     *out = ds;
@@ -385,7 +444,7 @@ NCTMC_API void nctmc_dataset_free(nctmc_dataset *ds)
     if (!ds)
         return;
     nctmc_allocator alloc = ds->alloc;
-    nctmc_mem_free(&alloc, ds->data);
+    release_body(&alloc, &ds->map, ds->data);
     nctmc_mem_free(&alloc, ds);
 }
 
@@ -410,6 +469,7 @@ NCTMC_API nctmc_status nctmc_dataset_get_info(const nctmc_dataset *ds, nctmc_dat
     full.n_classes = ds->n_classes;
     full.n_tokens = ds->n_tokens;
     full.n_sequences = ds->n_sequences;
+    full.checksum = ds->crc;
     abi_write(info, &full, &abi_dataset_info);
     return NCTMC_OK;
 }

@@ -10,7 +10,8 @@
 # safetensors (the container), model (nctmc_model_load), dataset (shards),
 # tokenizer (tokenizer files), trainer (nctmc_trainer_inspect and
 # nctmc_trainer_resume, a step, a save that must resume again) and digits
-# (the tool's digits.txt parser). TARGETs pick some; default all six.
+# (the tool's digits.txt parser), jsonl (its JSON Lines extractor). TARGETs
+# pick some; default all seven.
 #
 # Environment:
 #   FUZZ_RUNS=N        executions per loader (default 10000000)
@@ -29,7 +30,7 @@ root=$(pwd)
 runs=${FUZZ_RUNS:-10000000}
 seconds=${FUZZ_SECONDS:-0}
 jobs=${FUZZ_JOBS:-1}
-targets=${*:-safetensors model dataset tokenizer trainer digits}
+targets=${*:-safetensors model dataset tokenizer trainer digits jsonl}
 
 if [ -d build-fuzz ]; then
     meson setup --reconfigure build-fuzz >/dev/null

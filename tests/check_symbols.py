@@ -21,6 +21,11 @@ ADDED = {
     "nctmc_preset_backend": "NCTMC_1.1",
     "nctmc_preset_description": "NCTMC_1.1",
     "nctmc_preset_name": "NCTMC_1.1",
+    "nctmc_dataset_writer_append": "NCTMC_1.2",
+    "nctmc_dataset_writer_commit": "NCTMC_1.2",
+    "nctmc_dataset_writer_create": "NCTMC_1.2",
+    "nctmc_dataset_writer_free": "NCTMC_1.2",
+    "nctmc_dataset_writer_last_error": "NCTMC_1.2",
 }
 NODES = {VERSION_NODE} | set(ADDED.values())
 

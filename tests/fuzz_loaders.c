@@ -10,12 +10,13 @@
  * checkpoint (`info` reads it with nctmc_trainer_inspect(), `train
  * --resume` with nctmc_trainer_resume(): the two must agree, and a resumed
  * run that takes a step must save a file that resumes again — the loader
- * never rejects what the trainer wrote), and the digits file (`prepare
- * --digits`, the tool's own parser examples/nctmc/digits.c). Shards,
+ * never rejects what the trainer wrote), the digits file (`prepare
+ * --digits`, the tool's own parser examples/nctmc/digits.c), and one JSON
+ * Lines record (`prepare --jsonl-field`, examples/nctmc/jsonl.c). Shards,
  * tokenizers and model checkpoints are the targets above.
  *
  * FUZZ_LOADERS_TARGET=<name> (safetensors, model, dataset, tokenizer,
- * trainer, digits) sends every input to one target, for long runs of one
+ * trainer, digits, jsonl) sends every input to one target, for long runs of one
  * loader (scripts/fuzz_long.sh).
  *
  * An input is [target][mode][rest]. Mode bit 0 clear: `rest` is the whole
@@ -37,13 +38,15 @@
 
 #include "crc32.h"
 #include "digits.h"
+#include "jsonl.h"
 #include "nctmc.h"
 #include "safetensors.h"
 #include "test_files.h"
 
-enum { T_SAFETENSORS, T_MODEL, T_DATASET, T_TOKENIZER, T_TRAINER, T_DIGITS, N_TARGETS };
+enum { T_SAFETENSORS, T_MODEL, T_DATASET, T_TOKENIZER, T_TRAINER, T_DIGITS, T_JSONL, N_TARGETS };
 static const char *const target_names[N_TARGETS] = {"safetensors", "model",   "dataset",
-                                                    "tokenizer",   "trainer", "digits"};
+                                                    "tokenizer",   "trainer", "digits",
+                                                    "jsonl"};
 
 /* The harness's own state: a scratch directory with one valid seed file per
  * target, made on the first input. */
@@ -172,6 +175,20 @@ static uint8_t *seed_digits(size_t *n)
     return bytes;
 }
 
+/* A JSON Lines record with every kind of value and escape the extractor
+ * decodes or skips (prepare --jsonl-field text). */
+static uint8_t *seed_jsonl(size_t *n)
+{
+    static const char text[] =
+        "{\"id\": -12.5e+3, \"meta\": {\"a\": [1, true, false, null, \"}\"], \"b\": {}},"
+        " \"te\\u0078t\": \"a\\\"b\\\\c\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\\ud800x\", "
+        "\"text\": \"ignored\"}";
+    *n = sizeof text - 1;
+    uint8_t *bytes = malloc(*n);
+    memcpy(bytes, text, *n);
+    return bytes;
+}
+
 static void setup(void)
 {
     if (h.ready)
@@ -191,6 +208,7 @@ static void setup(void)
     h.seed[T_TOKENIZER] = seed_tokenizer(&h.seed_size[T_TOKENIZER]);
     h.seed[T_TRAINER] = seed_trainer(&h.seed_size[T_TRAINER]);
     h.seed[T_DIGITS] = seed_digits(&h.seed_size[T_DIGITS]);
+    h.seed[T_JSONL] = seed_jsonl(&h.seed_size[T_JSONL]);
     test_path(h.resaved_path, sizeof h.resaved_path, h.dir, "resaved");
     h.pinned = -1;
     const char *pin = getenv("FUZZ_LOADERS_TARGET");
@@ -496,6 +514,24 @@ static int run_digits(const uint8_t *text, size_t len)
     return 1;
 }
 
+/* The tool's JSON Lines extractor on one line, in and out buffers of the
+ * exact size (so a sanitizer build sees any overrun). */
+static int run_jsonl(const uint8_t *line, size_t len)
+{
+    char *in = malloc(len ? len : 1), *out = malloc(len ? len : 1);
+    memcpy(in, line, len);
+    size_t n = (size_t)-1;
+    const char *why = NULL;
+    jsonl_result r = jsonl_extract(in, len, "text", out, &n, &why);
+    if (r == JSONL_TEXT && n > len)
+        fail("jsonl_extract decoded more bytes than the line has");
+    if (r == JSONL_BAD && !has_message(why))
+        fail("jsonl_extract rejected a line without a reason");
+    free(in);
+    free(out);
+    return r == JSONL_TEXT;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -525,6 +561,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int ok = 0;
     if (target == T_DIGITS) { /* parsed from memory, as the tool reads it */
         ok = run_digits(b.data, b.size);
+        free(b.data);
+    } else if (target == T_JSONL) {
+        ok = run_jsonl(b.data, b.size);
         free(b.data);
     } else {
         if (!test_write_bytes(h.input_path, b.data, b.size))

@@ -137,7 +137,10 @@ LAYOUTS(forward_params, FORWARD_PARAMS_HEAD, float *jump_logprobs;, jump_logprob
     size_t struct_size;                                                           \
     int32_t vocab_size, seq_len, n_classes;                                       \
     int64_t n_tokens;
-LAYOUTS(dataset_info, DATASET_INFO_HEAD, int64_t n_sequences;, n_sequences);
+/* 0.4.0 appended checksum to 0.3.0's layout (which ended at n_sequences) */
+#define DATASET_INFO_HEAD_030 DATASET_INFO_HEAD int64_t n_sequences;
+LAYOUTS_APPENDED(dataset_info, DATASET_INFO_HEAD, DATASET_INFO_HEAD_030, uint32_t checksum;,
+                 checksum);
 
 #define TRAINER_PARAMS_HEAD                                                       \
     size_t struct_size;                                                           \

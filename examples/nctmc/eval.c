@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "cli.h"
+#include "manifest.h"
 #include "progress.h"
 
 /* The model's data tokens: the masked and mixture processes add the mask
@@ -297,7 +298,8 @@ int cmd_eval(int argc, char **argv)
     /* eval writes nothing; its inputs are checked before the model loads */
     if (shard != NULL && cli_check_input_file("eval", "checkpoint", checkpoint) &&
         cli_check_input_file("eval", "shard", shard) &&
-        cli_context_create("eval", o.backend, o.threads, o.verbose, &ctx) == NCTMC_OK)
+        cli_context_create("eval", o.backend, o.threads, o.verbose, &ctx) == NCTMC_OK &&
+        (o.data_dir == NULL || manifest_check("eval", ctx, o.data_dir)))
         rc = evaluate(ctx, checkpoint, shard, &o);
     nctmc_context_free(ctx);
     free(shard);

@@ -1,6 +1,7 @@
 /*
- * prepare.c — `nctmc prepare`: text files or the digits data into the
- * token shards and tokenizer file that `nctmc train` reads.
+ * prepare.c — `nctmc prepare`: its options, and the digits data into the
+ * token shards and tokenizer file that `nctmc train` reads. Text, of any
+ * size, goes through prepare_stream.c.
  */
 #include <math.h>
 #include <stdio.h>
@@ -10,15 +11,14 @@
 #include "args.h"
 #include "cli.h"
 #include "digits.h"
+#include "manifest.h"
+#include "prepare_stream.h"
 #include "staged_dir.h"
 
 static const char *const text_tokenizer_names[] = {"bytes", "chars", NULL};
 
 typedef struct prepare_options {
-    const char *out_dir;
-    int tokenizer;  /* NCTMC_TOKENIZER_BYTES or _CHARS */
-    float val_fraction;
-    int32_t seq_len;
+    stream_options text;
     const char *digits;
 } prepare_options;
 
@@ -29,15 +29,6 @@ typedef struct token_split {
     int32_t *labels;   /* NULL without labels */
     int64_t n_sequences;
 } token_split;
-
-/* Every item i with this true goes to validation: exactly floor(n * f) of
- * any n first items, spread evenly (every 10th for f = 0.1), so the split
- * is deterministic and the same for every file size. The small epsilon
- * keeps 10 * 0.1 at 1 despite binary rounding. */
-static bool goes_to_validation(int64_t i, double fraction)
-{
-    return floor((double)(i + 1) * fraction + 1e-9) > floor((double)i * fraction + 1e-9);
-}
 
 static bool split_alloc(token_split *s, int64_t n_tokens, int64_t n_sequences, bool labels)
 {
@@ -74,24 +65,9 @@ static bool split_sequences(const int32_t *tokens, const int32_t *labels, int64_
         !split_alloc(val, n_val * seq_len, n_val, labels != NULL))
         return false;
     for (int64_t i = 0; i < n; i++) {
-        token_split *to = goes_to_validation(i, fraction) ? val : train;
+        token_split *to = prepare_goes_to_validation(i, fraction) ? val : train;
         split_push(to, tokens + i * seq_len, seq_len, labels ? labels + i : NULL);
     }
-    return true;
-}
-
-/* A stream: the last fraction of the tokens is validation, so that it is
- * text the model never saw in any training window. */
-static bool split_stream(const int32_t *tokens, int64_t n, double fraction, token_split *train,
-                         token_split *val)
-{
-    int64_t n_val = (int64_t)floor((double)n * fraction + 1e-9);
-    if (!split_alloc(train, n - n_val, 0, false) || !split_alloc(val, n_val, 0, false))
-        return false;
-    memcpy(train->tokens, tokens, (size_t)(n - n_val) * sizeof(int32_t));
-    memcpy(val->tokens, tokens + (n - n_val), (size_t)n_val * sizeof(int32_t));
-    train->n_tokens = n - n_val;
-    val->n_tokens = n_val;
     return true;
 }
 
@@ -138,35 +114,70 @@ static bool write_tokenizer(const char *dir, const char *shown, nctmc_tokenizer 
     return st == NCTMC_OK;
 }
 
-/* Writes the tokenizer and both shards into a staging directory that then
- * replaces the output directory whole (staged_dir.h): whatever was there
- * before — a val.bin of an earlier run included — is gone, and a run that
- * fails half-way leaves the old directory as it was. An empty validation
- * split is left out (with a note), since a shard needs tokens. */
+/* The manifest of the digits directory: its shards as written. */
+static bool write_digits_manifest(nctmc_context *ctx, const prepare_options *o,
+                                  const char *staging, bool with_val)
+{
+    static const char *const names[2] = {CLI_TRAIN_SHARD, CLI_VAL_SHARD};
+    manifest_shard shards[2];
+    int n = with_val ? 2 : 1;
+    bool ok = true;
+    for (int i = 0; ok && i < n; i++) {
+        char *path = cli_path_join(staging, names[i]);
+        nctmc_dataset *ds = NULL;
+        shards[i].name = names[i];
+        nctmc_dataset_info_init(&shards[i].info);
+        ok = path && nctmc_dataset_open(ctx, path, &ds) == NCTMC_OK &&
+             nctmc_dataset_get_info(ds, &shards[i].info) == NCTMC_OK;
+        shards[i].documents = shards[i].info.n_sequences;
+        nctmc_dataset_free(ds);
+        free(path);
+    }
+    if (!ok) {
+        cli_error("prepare", "cannot read back the shards for the manifest: %s",
+                  nctmc_context_last_error(ctx));
+        return false;
+    }
+    corpus_file source = {(char *)o->digits, -1};
+    manifest_info m = {"digits", NULL, o->text.val_fraction, DIGITS_PIXELS, NULL, 0, NULL, 0,
+                       shards, n, &source, 1};
+    return manifest_write("prepare", ctx, staging, o->text.out_dir, &m);
+}
+
+/* Writes the tokenizer, both shards and the manifest into a staging
+ * directory that then replaces the output directory whole (staged_dir.h):
+ * whatever was there before — a val.bin of an earlier run included — is
+ * gone, and a run that fails half-way leaves the old directory as it was.
+ * An empty validation split is left out (with a note), since a shard needs
+ * tokens. */
 static bool write_outputs(nctmc_context *ctx, const prepare_options *o, nctmc_tokenizer *tok,
                           const token_split *train, const token_split *val, int32_t seq_len,
                           int32_t n_classes)
 {
     int32_t vocab = nctmc_tokenizer_vocab_size(tok);
+    const char *out = o->text.out_dir;
     if (train->n_tokens == 0) {
         cli_error("prepare", "nothing left to train on (%lld tokens in all)",
                   (long long)(train->n_tokens + val->n_tokens));
         return false;
     }
     staged_dir sd;
-    if (!staged_dir_begin("prepare", o->out_dir, &sd))
+    if (!staged_dir_begin("prepare", out, &sd))
         return false;
-    bool ok = write_tokenizer(sd.staging, o->out_dir, tok) &&
-              write_shard(ctx, sd.staging, o->out_dir, CLI_TRAIN_SHARD, train, vocab, seq_len,
+    bool ok = write_tokenizer(sd.staging, out, tok) &&
+              write_shard(ctx, sd.staging, out, CLI_TRAIN_SHARD, train, vocab, seq_len,
                           n_classes) &&
-              (val->n_tokens == 0 || write_shard(ctx, sd.staging, o->out_dir, CLI_VAL_SHARD, val,
-                                                 vocab, seq_len, n_classes));
+              (val->n_tokens == 0 ||
+               write_shard(ctx, sd.staging, out, CLI_VAL_SHARD, val, vocab, seq_len,
+                           n_classes)) &&
+              write_digits_manifest(ctx, o, sd.staging, val->n_tokens > 0);
     if (!ok) {
         staged_dir_abort(&sd);
         return false;
     }
-    if (val->n_tokens == 0 && o->val_fraction > 0.0f)
-        printf("  (too little data for a validation split of %g)\n", (double)o->val_fraction);
+    if (val->n_tokens == 0 && o->text.val_fraction > 0.0f)
+        printf("  (too little data for a validation split of %g)\n",
+               (double)o->text.val_fraction);
     return staged_dir_commit("prepare", &sd);
 }
 
@@ -191,7 +202,8 @@ static int prepare_digits(nctmc_context *ctx, const prepare_options *o)
     if (!ok)
         cli_fail("prepare", "cannot create the image tokenizer", st, "");
     cli_printf(stdout, "prepared %lld digit images from %s:\n", (long long)set.n, o->digits);
-    ok = ok && split_sequences(set.pixels, set.labels, set.n, DIGITS_PIXELS, o->val_fraction,
+    ok = ok && split_sequences(set.pixels, set.labels, set.n, DIGITS_PIXELS,
+                               o->text.val_fraction,
                                &train, &val);
     ok = ok && write_outputs(ctx, o, tok, &train, &val, DIGITS_PIXELS, DIGITS_CLASSES);
     split_free(&train);
@@ -201,134 +213,93 @@ static int prepare_digits(nctmc_context *ctx, const prepare_options *o)
     return ok ? 0 : 1;
 }
 
-/* Every input file, concatenated byte for byte. */
-static bool read_corpus(const char *const *files, int n_files, char **corpus, size_t *len)
+/* Checks of the options among themselves; an exit status, or -1 to run. */
+static int check_options(const cli_command *cmd, const prepare_options *o, int n_files)
 {
-    char *all = NULL;
-    size_t total = 0;
-    for (int i = 0; i < n_files; i++) {
-        char *data;
-        size_t size;
-        if (!cli_read_file("prepare", files[i], &data, &size)) {
-            free(all);
-            return false;
-        }
-        char *bigger = realloc(all, total + size + 1);
-        if (bigger == NULL) {
-            free(data);
-            free(all);
-            cli_error("prepare", "out of memory reading %s", files[i]);
-            return false;
-        }
-        all = bigger;
-        memcpy(all + total, data, size);
-        total += size;
-        all[total] = '\0';
-        free(data);
-    }
-    *corpus = all;
-    *len = total;
-    return true;
-}
-
-static nctmc_status create_text_tokenizer(nctmc_context *ctx, int kind, const char *corpus,
-                                          size_t len, nctmc_tokenizer **tok)
-{
-    if (kind == NCTMC_TOKENIZER_CHARS)
-        return nctmc_tokenizer_create_chars(ctx, corpus, len, tok);
-    return nctmc_tokenizer_create_bytes(tok);
-}
-
-static bool split_text(const prepare_options *o, const int32_t *tokens, size_t n,
-                       token_split *train, token_split *val)
-{
-    if (o->seq_len == 0)
-        return split_stream(tokens, (int64_t)n, o->val_fraction, train, val);
-    int64_t n_seq = (int64_t)n / o->seq_len;
-    if ((int64_t)n % o->seq_len != 0)
-        printf("  (the last %lld tokens do not fill a sequence of %d and are left out)\n",
-               (long long)((int64_t)n % o->seq_len), (int)o->seq_len);
-    return split_sequences(tokens, NULL, n_seq, o->seq_len, o->val_fraction, train, val);
-}
-
-static int prepare_text(nctmc_context *ctx, const prepare_options *o, const char *const *files,
-                        int n_files)
-{
-    char *corpus = NULL;
-    size_t len = 0;
-    if (!read_corpus(files, n_files, &corpus, &len))
-        return 1;
-    nctmc_tokenizer *tok = NULL;
-    int32_t *tokens = NULL;
-    size_t n_tokens = 0;
-    token_split train = {0}, val = {0};
-    nctmc_status st = create_text_tokenizer(ctx, o->tokenizer, corpus, len, &tok);
-    bool ok = st == NCTMC_OK;
-    if (!ok)
-        cli_fail("prepare", "cannot build the tokenizer", st, nctmc_context_last_error(ctx));
-    ok = ok && cli_encode("prepare", tok, corpus, len, &tokens, &n_tokens);
-    if (ok)
-        printf("prepared %zu bytes from %d file%s into %zu tokens:\n", len, n_files,
-               n_files == 1 ? "" : "s", n_tokens);
-    ok = ok && split_text(o, tokens, n_tokens, &train, &val);
-    ok = ok && write_outputs(ctx, o, tok, &train, &val, o->seq_len, 0);
-    split_free(&train);
-    split_free(&val);
-    free(tokens);
-    nctmc_tokenizer_free(tok);
-    free(corpus);
-    return ok ? 0 : 1;
+    const stream_options *t = &o->text;
+    if (o->digits == NULL && n_files == 0)
+        return cli_usage_error(cmd, "no input files (or --digits FILE)");
+    if (o->digits != NULL && n_files > 0)
+        return cli_usage_error(cmd, "--digits takes no other input files");
+    if (o->digits != NULL &&
+        (cli_option_given(cmd, "--tokenizer") || cli_option_given(cmd, "--seq-len") ||
+         t->tokenizer_file || t->jsonl_field || t->split_line))
+        return cli_usage_error(cmd, "--digits fixes the tokenizer, the sequence length and "
+                               "the input format");
+    if (t->tokenizer_file && cli_option_given(cmd, "--tokenizer"))
+        return cli_usage_error(cmd, "give --tokenizer or --tokenizer-file, not both");
+    if (t->jsonl_field && t->split_line)
+        return cli_usage_error(cmd, "a JSON Lines record is a document: --split-at does not "
+                               "apply to --jsonl-field");
+    if (t->jsonl_field && (!t->jsonl_field[0] || strlen(t->jsonl_field) > 255))
+        return cli_usage_error(cmd, "--jsonl-field needs a name of 1 to 255 bytes");
+    if (t->split_line && (strlen(t->split_line) > 256 || strchr(t->split_line, '\n')))
+        return cli_usage_error(cmd, "--split-at takes one line of at most 256 bytes");
+    return -1;
 }
 
 int cmd_prepare(int argc, char **argv)
 {
-    prepare_options o = {"data", NCTMC_TOKENIZER_BYTES, 0.1f, 0, NULL};
+    prepare_options o = {{"data", NCTMC_TOKENIZER_BYTES, NULL, 0.1f, 0, NULL, NULL, 0, 512,
+                          false},
+                         NULL};
+    stream_options *t = &o.text;
     cli_option options[] = {
-        CLI_OPT_STRING("--out", o.out_dir, "DIR", "directory to write into (created if missing)"),
-        CLI_OPT_CHOICE("--tokenizer", o.tokenizer, text_tokenizer_names,
+        CLI_OPT_STRING("--out", t->out_dir, "DIR", "directory to write into (created if missing)"),
+        CLI_OPT_CHOICE("--tokenizer", t->tokenizer, text_tokenizer_names,
                        "bytes: 256 tokens, any input; chars: the corpus's own characters"),
-        CLI_OPT_FLOAT("--val-fraction", o.val_fraction, "F", 0.0, 0.9,
-                      "share held out for validation"),
-        CLI_OPT_INT("--seq-len", o.seq_len, "N", 0, 1 << 20,
-                    "cut text into sequences of N tokens; 0 = one stream (training reads "
-                    "random windows)"),
+        CLI_OPT_STRING("--tokenizer-file", t->tokenizer_file, "FILE",
+                       "use this saved tokenizer (any kind, e.g. another directory's "
+                       "tokenizer.txt)"),
+        CLI_OPT_FLOAT("--val-fraction", t->val_fraction, "F", 0.0, 0.9,
+                      "share held out for validation (every k-th segment)"),
+        CLI_OPT_INT("--seq-len", t->seq_len, "N", 0, 1 << 20,
+                    "pack the text into sequences of N tokens; 0 = one stream (training "
+                    "reads random windows)"),
+        CLI_OPT_STRING("--jsonl-field", t->jsonl_field, "NAME",
+                       "inputs are JSON Lines; each record's string field NAME is a document"),
+        CLI_OPT_STRING("--split-at", t->split_line, "LINE",
+                       "a line equal to LINE ends a document ('' = a blank line); default: "
+                       "a file is a document"),
+        CLI_OPT_INT("--threads", t->threads, "N", 0, 256,
+                    "tokenizing threads; 0 = every CPU"),
+        CLI_OPT_INT("--memory-mb", t->memory_mb, "MB", 1, 1 << 30,
+                    "memory budget, whatever the corpus size"),
+        CLI_OPT_FLAG("--progress", t->progress,
+                     "log progress to stderr also when it is not a terminal"),
         CLI_OPT_STRING("--digits", o.digits, "FILE",
                        "convert digits.txt instead of text: 8x8 images, 17 grey levels, "
                        "10 labelled classes"),
     };
     cli_command cmd = {
-        "prepare", "[options] FILE...  |  --digits FILE [options]",
-        "Tokenizes text files (or the digits images) into a training shard, a\n"
-        "validation shard and a tokenizer file in one directory, ready for\n"
-        "`nctmc train --data DIR`. The split is deterministic: every k-th sequence\n"
-        "(or, for a stream, the end of the text) goes to validation.",
+        "prepare", "[options] FILE|DIR...  |  --digits FILE [options]",
+        "Tokenizes text — files, pipes, directories (walked in name order), JSON\n"
+        "Lines — into a training shard, a validation shard, a tokenizer file and a\n"
+        "manifest in one directory, ready for `nctmc train --data DIR`. The input\n"
+        "is streamed in a fixed memory budget with all cores; the output is the\n"
+        "same for any thread count. Documents are separated by the tokenizer's\n"
+        "end-of-text token, or a blank line; every k-th segment (a document, or\n"
+        "64 KiB of one) goes to validation.",
         "  nctmc prepare --digits examples/data/digits.txt --out build/digits\n"
-        "  nctmc prepare --tokenizer chars --seq-len 128 --out data/poems poems/*.txt\n",
+        "  nctmc prepare --tokenizer chars --seq-len 128 --out data/poems poems/\n"
+        "  nctmc prepare --jsonl-field text --out data/owt owt/*.jsonl\n",
         0, 1 << 20, options, sizeof options / sizeof options[0]};
-    const char **files = malloc((size_t)(argc > 1 ? argc : 1) * sizeof *files);
+    char **files = malloc((size_t)(argc > 1 ? argc : 1) * sizeof *files);
     if (files == NULL)
         return 1;
     int n_files = 0, rc;
-    cli_parse_result parsed = cli_parse(&cmd, argc, argv, files, &n_files);
+    cli_parse_result parsed = cli_parse(&cmd, argc, argv, (const char **)files, &n_files);
     if (parsed != CLI_PARSE_OK)
         rc = parsed == CLI_PARSE_HELP ? 0 : CLI_EXIT_USAGE;
-    else if (o.digits == NULL && n_files == 0)
-        rc = cli_usage_error(&cmd, "no input files (or --digits FILE)");
-    else if (o.digits != NULL && n_files > 0)
-        rc = cli_usage_error(&cmd, "--digits takes no other input files");
-    else if (o.digits != NULL && (cli_option_given(&cmd, "--tokenizer") ||
-                                  cli_option_given(&cmd, "--seq-len")))
-        rc = cli_usage_error(&cmd, "--digits fixes the tokenizer and the sequence length");
     else
-        rc = staged_dir_check("prepare", o.out_dir, o.digits ? &o.digits : files,
-                              o.digits ? 1 : n_files)
-                 ? -1
-                 : 1;
+        rc = check_options(&cmd, &o, n_files);
+    if (rc < 0 && o.digits && !staged_dir_check("prepare", t->out_dir, &o.digits, 1))
+        rc = 1;
     if (rc < 0) {
         nctmc_context *ctx = NULL;
         rc = 1;
         if (cli_context_create("prepare", "cpu", 1, false, &ctx) == NCTMC_OK)
-            rc = o.digits ? prepare_digits(ctx, &o) : prepare_text(ctx, &o, files, n_files);
+            rc = o.digits ? prepare_digits(ctx, &o) : prepare_stream(ctx, t, files, n_files);
         nctmc_context_free(ctx);
     }
     free(files);

@@ -19,12 +19,14 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "manifest.h"
 
 #define STAGING_TAG ".tmp-"
 #define RANDOM_CHARS 6
 
-static const char *const own_files[] = {CLI_TRAIN_SHARD, CLI_VAL_SHARD, CLI_TOKENIZER_FILE};
-enum { N_OWN_FILES = 3 };
+static const char *const own_files[] = {CLI_TRAIN_SHARD, CLI_VAL_SHARD, CLI_TOKENIZER_FILE,
+                                        CLI_MANIFEST_FILE};
+enum { N_OWN_FILES = sizeof own_files / sizeof own_files[0] };
 
 static bool is_random_suffix(const char *s)
 {

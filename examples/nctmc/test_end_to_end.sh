@@ -174,9 +174,13 @@ while [ $i -lt 40 ]; do
 done >"$tmp/corpus.txt"
 run prep_bytes prepare --out "$tmp/bytes" "$tmp/corpus.txt"
 has prep_bytes.out "(stream)"
-run prep_chars prepare --tokenizer chars --seq-len 32 --val-fraction 0.2 --out "$tmp/chars" \
-    "$tmp/corpus.txt"
+# one document per line (--split-at ''), so that every 5th goes to validation
+sed 'G' "$tmp/corpus.txt" >"$tmp/paragraphs.txt"
+run prep_chars prepare --tokenizer chars --seq-len 32 --val-fraction 0.2 --split-at '' \
+    --out "$tmp/chars" "$tmp/paragraphs.txt"
 has prep_chars.out "chars"
+has prep_chars.out "val.bin .* sequences of 32 tokens"
+has prep_chars.out "40 documents"
 run train_text train --data "$tmp/chars" --out "$tmp/t.safetensors" $tiny --batch 4 --steps 5 \
     --process masked --eval-sequences 4 --eval-time-samples 2
 run sample_prefix sample "$tmp/t.safetensors" --prefix "the cat" --suffix "log." --n 2 --steps 8

@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "cli.h"
+#include "manifest.h"
 #include "progress.h"
 
 /* The window length of a stream shard when --seq-len is not given. */
@@ -110,7 +111,9 @@ static bool open_data(train_run *run)
     char *shard = cli_path_join(dir, CLI_TRAIN_SHARD);
     char *tok = cli_path_join(dir, CLI_TOKENIZER_FILE);
     run->data.val_path = cli_path_join(dir, CLI_VAL_SHARD);
-    bool ok = shard && tok && run->data.val_path && open_shard(run, shard) &&
+    /* the directory as the manifest describes it, before any file of it is used */
+    bool ok = shard && tok && run->data.val_path && manifest_check("train", run->ctx, dir) &&
+              open_shard(run, shard) &&
               open_tokenizer(run, tok);
     if (ok && !cli_file_exists(run->data.val_path)) {
         free(run->data.val_path);

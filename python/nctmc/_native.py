@@ -8,7 +8,8 @@ import ctypes
 import ctypes.util
 import os
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c_float,
-                    c_int32, c_int64, c_size_t, c_uint8, c_uint64, c_void_p)
+                    c_int32, c_int64, c_size_t, c_uint8, c_uint32, c_uint64,
+                    c_void_p)
 
 #: the ABI this binding was written for: the library's soname major
 ABI_MAJOR = 1
@@ -118,6 +119,7 @@ class DatasetInfo(Structure):
         ("n_classes", c_int32),
         ("n_tokens", c_int64),
         ("n_sequences", c_int64),
+        ("checksum", c_uint32),
     ]
 
 

@@ -1,0 +1,180 @@
+#!/bin/sh
+# `nctmc prepare` on streamed corpora (docs/cli.md, "Corpora larger than
+# memory"): JSON Lines with every kind of escape and bad lines, directories
+# walked in name order, --split-at documents, the same shards for 1 and 4
+# threads and any budget, the memory budget held (peak RSS), pipes, and
+# the manifest: a mixed or truncated directory is refused by train.
+#
+#   test_prepare_stream.sh PATH/TO/nctmc [measure-rss|no-rss]
+# (no-rss in sanitizer builds, whose shadow memory is no part of the budget)
+set -u
+nctmc=$1
+rss_check=${2:-measure-rss}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+tiny="--layers 1 --d-model 16 --heads 2 --cond-dim 8 --threads 1 --batch 2 --warmup 1"
+
+ok() { passed=$((passed + 1)); }
+bad() {
+    failed=$((failed + 1))
+    echo "FAIL: $*"
+}
+check() {
+    what=$1
+    shift
+    if "$@"; then ok; else bad "$what"; fi
+}
+# prep NAME ARGS...: nctmc prepare, output kept in $tmp/NAME.out/.err
+prep() {
+    name=$1
+    shift
+    if "$nctmc" prepare "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"; then ok; else
+        bad "prepare $* (status $?)"
+        sed 's/^/  | /' "$tmp/$name.err" | tail -8
+    fi
+}
+# body DIR SHARD: the shard's tokens (byte tokenizer: the text itself)
+body() { tail -c +49 "$1/$2"; }
+same_body() {
+    body "$1" train.bin >"$tmp/got"
+    if cmp -s "$tmp/got" "$2"; then ok; else
+        bad "$3"
+        od -c "$tmp/got" | head -8 | sed 's/^/  got | /'
+        od -c "$2" | head -8 | sed 's/^/ want | /'
+    fi
+}
+
+# --- JSON Lines: escapes, surrogate pairs, nested values, bad lines --------
+{
+    printf '%s\n' '{"text": "a\"b\\c\/d\n\te\u0041"}'
+    printf '%s\n' '{"id": 1, "text": "\u00e9\ud83d\ude00 \ud800x\udc00"}'
+    printf '%s\n' '{"meta": {"a": [1, -2.5e3, {"b": "}"}], "t": true, "n": null}, "text": "nested ok"}'
+    printf '%s\n' '{"te\u0078t": "key escape", "text": "second is ignored"}'
+    printf '%s\n' '' '   '
+    printf '%s\n' 'not json' '{"text": 5}' '{"other": "x"}' '{"text": "unterminated'
+    printf '%s\n' '{"text": "trailing"} x' '{"text": "raw	tab"}'
+    printf '%s' '{"text": "no final newline"}'
+} >"$tmp/in.jsonl"
+prep jsonl --jsonl-field text --val-fraction 0 --out "$tmp/j" "$tmp/in.jsonl"
+printf 'a"b\\c/d\n\teA\n\n\303\251\360\237\230\200 \357\277\275x\357\277\275\n\nnested ok\n\nkey escape\n\nno final newline\n\n' >"$tmp/want"
+same_body "$tmp/j" "$tmp/want" "JSON Lines decoded: escapes, pairs, lone surrogates as U+FFFD"
+check "six bad records counted and the first located" \
+    grep -q "skipped 6 JSON Lines records.*in.jsonl:7: not a JSON object" "$tmp/jsonl.err"
+check "the manifest counts them" grep -q "documents=5 segments=5 bad_lines=6" "$tmp/j/manifest.txt"
+
+# --- directories: name order, hidden files skipped, a file is a document --
+mkdir -p "$tmp/tree/sub" "$tmp/tree/.git"
+printf 'B\n' >"$tmp/tree/b.txt"
+printf 'A\n' >"$tmp/tree/a.txt"
+printf 'C' >"$tmp/tree/sub/c.txt"
+printf 'H\n' >"$tmp/tree/.hidden.txt"
+printf 'G\n' >"$tmp/tree/.git/x"
+: >"$tmp/tree/empty.txt"
+prep tree --val-fraction 0 --out "$tmp/t" "$tmp/tree"
+printf 'A\n\n\nB\n\n\nC\n\n' >"$tmp/want"
+same_body "$tmp/t" "$tmp/want" "a directory: a.txt, b.txt, sub/c.txt in order, hidden and empty left out"
+check "the manifest lists the sources" grep -q "source 1 .*tree/sub/c.txt" "$tmp/t/manifest.txt"
+
+# --- --split-at: a line ends a document and is dropped ----------------------
+printf 'one\n%%\ntwo\n%%\r\n\nthree\n%%x\n%%' >"$tmp/fortunes"
+prep split --split-at % --val-fraction 0 --out "$tmp/s" "$tmp/fortunes"
+printf 'one\n\n\ntwo\n\n\n\nthree\n%%x\n\n\n' >"$tmp/want"
+same_body "$tmp/s" "$tmp/want" "--split-at %: documents between % lines (CRLF too)"
+printf 'p1 line\nmore\n\n\np2\n \np3' >"$tmp/paragraphs"
+prep blank --split-at '' --val-fraction 0 --out "$tmp/b" "$tmp/paragraphs"
+printf 'p1 line\nmore\n\n\np2\n \np3\n\n' >"$tmp/want"
+same_body "$tmp/b" "$tmp/want" "--split-at '': blank lines end documents, a line of a space does not"
+check "two documents" grep -q "documents=2 " "$tmp/b/manifest.txt"
+
+# --- the same shards for 1 and 4 threads and any budget -----------------------
+i=0
+while [ $i -lt 400 ]; do
+    printf '{"text": "document %d: the cat sat on the mat.\\n\\u00e9t\\u00e9 %d"}\n' $i $((i * 7))
+    i=$((i + 1))
+done >"$tmp/many.jsonl"
+# one long document without many cut places, and one long line of words
+yes 'the quick brown fox jumps over the lazy dog, again and again' | head -c 2000000 >"$tmp/long.txt"
+head -c 300000 /dev/zero | tr '\0' 'x' >"$tmp/nospace.txt"
+# 2.3 MB of text: about 9 chunks of 270 kB at 40 MB and 1 thread, one chunk
+# of 6 MB at 300 MB and 4 threads
+for threads in 1 4; do
+    mem=$([ $threads = 1 ] && echo 40 || echo 300)
+    prep "det$threads" --tokenizer chars --seq-len 64 --val-fraction 0.1 --threads $threads \
+        --memory-mb $mem --out "$tmp/d$threads" "$tmp/long.txt" "$tmp/nospace.txt" "$tmp/many.jsonl"
+    prep "detj$threads" --jsonl-field text --threads $threads --memory-mb $mem \
+        --out "$tmp/dj$threads" "$tmp/many.jsonl"
+done
+for f in train.bin val.bin tokenizer.txt manifest.txt; do
+    check "$f: 1 thread (40 MB) and 4 threads (300 MB) give the same bytes" \
+        cmp -s "$tmp/d1/$f" "$tmp/d4/$f"
+    check "$f of JSON Lines: the same for 1 and 4 threads" cmp -s "$tmp/dj1/$f" "$tmp/dj4/$f"
+done
+check "the validation split took every 10th segment" grep -q "shard val.bin" "$tmp/d1/manifest.txt"
+
+# --- the budget -----------------------------------------------------------------
+if "$nctmc" prepare --memory-mb 8 --out "$tmp/m" "$tmp/long.txt" >/dev/null 2>"$tmp/m.err"; then
+    bad "--memory-mb 8 accepted"
+else
+    check "a budget too small is refused up front" grep -q "too little" "$tmp/m.err"
+fi
+if [ -x /usr/bin/time ] && [ "$rss_check" = measure-rss ]; then
+    yes 'a line of text, repeated to make a corpus of forty megabytes.' | head -c 40000000 \
+        >"$tmp/big.txt"
+    /usr/bin/time -v "$nctmc" prepare --memory-mb 48 --threads 2 --out "$tmp/big" \
+        "$tmp/big.txt" >/dev/null 2>"$tmp/time.err" || bad "prepare of 40 MB"
+    rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/time.err")
+    echo "prepare of 40 MB with --memory-mb 48: peak RSS $rss kB"
+    check "40 MB of text in a 48 MB budget: peak RSS ${rss:-?} kB stays under 48 MB" \
+        test "${rss:-999999}" -lt 49152
+    rm -f "$tmp/big.txt"
+    rm -rf "$tmp/big"
+fi
+
+# --- pipes ------------------------------------------------------------------------
+mkfifo "$tmp/fifo"
+(printf 'from a pipe\n' >"$tmp/fifo") &
+prep fifo --val-fraction 0 --out "$tmp/p" "$tmp/fifo"
+wait
+printf 'from a pipe\n\n\n' >"$tmp/want"
+same_body "$tmp/p" "$tmp/want" "a FIFO streams in"
+if "$nctmc" prepare --tokenizer chars --out "$tmp/p2" "$tmp/fifo" >/dev/null 2>"$tmp/p2.err"; then
+    bad "chars over a FIFO accepted"
+else
+    check "chars (two passes) refuses a pipe" grep -q "not a regular file" "$tmp/p2.err"
+fi
+
+# --- the manifest: readers refuse a mixed or damaged directory -----------------------
+train() { "$nctmc" train --data "$1" --out "$tmp/m.st" $tiny --steps 1 --eval-every 0 \
+    >"$tmp/train.out" 2>"$tmp/train.err"; }
+check "a consistent directory trains" train "$tmp/d1"
+cp -r "$tmp/d1" "$tmp/mixed"
+cp "$tmp/d4/val.bin" "$tmp/mixed/val.bin" # same bytes: still consistent
+check "an identical copy is accepted" train "$tmp/mixed"
+prep other --tokenizer chars --seq-len 64 --out "$tmp/other" "$tmp/long.txt"
+cp "$tmp/other/train.bin" "$tmp/mixed/train.bin"
+if train "$tmp/mixed"; then bad "a train.bin of another run accepted"; else
+    check "a train.bin of another run is refused" grep -q "does not match" "$tmp/train.err"
+fi
+cp "$tmp/d1/train.bin" "$tmp/mixed/train.bin"
+cp "$tmp/other/tokenizer.txt" "$tmp/mixed/tokenizer.txt"
+if train "$tmp/mixed"; then bad "a tokenizer of another run accepted"; else
+    check "a tokenizer of another run is refused" grep -q "hash differs" "$tmp/train.err"
+fi
+cp "$tmp/d1/tokenizer.txt" "$tmp/mixed/tokenizer.txt"
+head -c -1 "$tmp/d1/val.bin" >"$tmp/mixed/val.bin"
+if train "$tmp/mixed"; then bad "a truncated val.bin accepted"; else
+    check "a truncated shard is refused" grep -q "truncated" "$tmp/train.err"
+fi
+cp -r "$tmp/j" "$tmp/extra"
+cp "$tmp/d1/val.bin" "$tmp/extra/val.bin"
+if train "$tmp/extra"; then bad "an unlisted val.bin accepted"; else
+    check "a shard the manifest does not list is refused" grep -q "is not in" "$tmp/train.err"
+fi
+rm "$tmp/mixed/manifest.txt"
+cp "$tmp/d1/val.bin" "$tmp/mixed/val.bin"
+check "a directory without a manifest (an older prepare) still trains" train "$tmp/mixed"
+
+echo "cli_prepare_stream: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
