@@ -21,6 +21,9 @@ ADDED = {
     "nctmc_preset_backend": "NCTMC_1.1",
     "nctmc_preset_description": "NCTMC_1.1",
     "nctmc_preset_name": "NCTMC_1.1",
+    "nctmc_tokenizer_load_gpt2": "NCTMC_1.2",
+    "nctmc_tokenizer_load_hf_json": "NCTMC_1.2",
+    "nctmc_tokenizer_pad_vocab": "NCTMC_1.2",
 }
 NODES = {VERSION_NODE} | set(ADDED.values())
 
