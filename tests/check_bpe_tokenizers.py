@@ -8,9 +8,9 @@ a GPT-2 style byte-level BPE with `tokenizers` (ByteLevel pre-tokenizer and
 decoder, all 256 byte symbols, two added tokens) on text found on this
 machine — licenses, package documentation, man pages in a dozen languages,
 Python sources — and then, on held-out text of the same sources (MB
-megabytes, documents separated by <|endoftext|>) and on N fuzzed strings
+megabytes, documents separated by <|endoftext|>), on N fuzzed strings
 (random Unicode with combining marks, emoji, digits, whitespace runs,
-apostrophes, added-token fragments):
+apostrophes, added-token fragments) and on 100 kB runs without spaces:
 
 1. `nctmc tokenize --tokenizer tokenizer.json` prints exactly the ids of
    Tokenizer.encode();
@@ -171,6 +171,14 @@ def random_char(rng):
             return chr(cp)
 
 
+def long_runs(seed=3):
+    """Pre-tokens of 100 kB and more: letters, digits, symbols, CJK."""
+    rng = random.Random(seed)
+    alphabets = ["abcdefghijklmnopqrstuvwxyz", "0123456789", "!#$%&()*+-./:;<=>?@[]^_{|}~",
+                 "".join(chr(0x4E00 + k) for k in range(300)), "a"]
+    return [" " + "".join(rng.choice(a) for _ in range(100_000)) for a in alphabets]
+
+
 def fuzz_strings(n, seed=7):
     rng = random.Random(seed)
     out = []
@@ -246,6 +254,7 @@ def main():
     n_merges = len(tok.get_vocab()) - 256 - len(ADDED)
     heldout = ADDED[0].join(test)
     fuzz = ADDED[0].join(fuzz_strings(args.fuzz))
+    runs = ADDED[0].join(long_runs())
 
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -254,7 +263,8 @@ def main():
         tok.save(os.path.join(d, "tokenizer.json"))
         tok.model.save(d)  # vocab.json, merges.txt
         vocab, merges = os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt")
-        for name, text in (("held-out text", heldout), ("fuzzed strings", fuzz)):
+        for name, text in (("held-out text", heldout), ("fuzzed strings", fuzz),
+                           ("long runs without spaces", runs)):
             data = text.encode()
             if args.keep:
                 with open(os.path.join(d, name.replace(" ", "_") + ".txt"), "wb") as f:
