@@ -22,8 +22,8 @@
 #include "tokenizer_bpe_io.h"
 #include "utf8.h"
 
-/* Version 2 may hold the BPE kind; the other kinds are still written as
- * version 1, which 0.3.0 reads. */
+/* Version 1 holds the kinds bytes, chars and image (0.3.0 reads it),
+ * version 2 the kind bpe: each file says exactly which form it is. */
 #define TOKENIZER_FILE_MAGIC "nctmc-tokenizer 1"
 #define TOKENIZER_FILE_MAGIC_2 "nctmc-tokenizer 2"
 /* A BPE vocabulary in hex is a few MB (GPT-2's: 0.9 MB of tokens and merges). */
@@ -431,9 +431,11 @@ NCTMC_API nctmc_status nctmc_tokenizer_load(nctmc_context *ctx, const char *path
         st = parse_lines((char *)data, size, &ff, &version, err, sizeof err);
     if (st == NCTMC_OK)
         st = tokenizer_from_fields(alloc, file_fields_get, &ff, out, err, sizeof err);
-    if (st == NCTMC_OK && (*out)->kind == NCTMC_TOKENIZER_BPE && version == 1) {
+    if (st == NCTMC_OK && ((*out)->kind == NCTMC_TOKENIZER_BPE) != (version == 2)) {
         st = nctmc_fail(err, sizeof err, NCTMC_ERR_FORMAT,
-                        "a tokenizer file of version 1 cannot hold a BPE tokenizer");
+                        "a tokenizer file of version %d cannot hold a %s tokenizer (version "
+                        "1: bytes, chars, image; version 2: bpe)",
+                        version, kind_names[(*out)->kind]);
         nctmc_tokenizer_free(*out);
         *out = NULL;
     }
