@@ -9,8 +9,9 @@
 # executions (default 10,000,000): every file argument of the nctmc tool —
 # safetensors (the container), model (nctmc_model_load), dataset (shards),
 # tokenizer (tokenizer files), trainer (nctmc_trainer_inspect and
-# nctmc_trainer_resume, a step, a save that must resume again) and digits
-# (the tool's digits.txt parser). TARGETs pick some; default all six.
+# nctmc_trainer_resume, a step, a save that must resume again), digits
+# (the tool's digits.txt parser), hf_json (Hugging Face tokenizer.json) and
+# bpe (a BPE tokenizer file). TARGETs pick some; default all eight.
 #
 # Environment:
 #   FUZZ_RUNS=N        executions per loader (default 10000000)
@@ -29,7 +30,7 @@ root=$(pwd)
 runs=${FUZZ_RUNS:-10000000}
 seconds=${FUZZ_SECONDS:-0}
 jobs=${FUZZ_JOBS:-1}
-targets=${*:-safetensors model dataset tokenizer trainer digits}
+targets=${*:-safetensors model dataset tokenizer trainer digits hf_json bpe}
 
 if [ -d build-fuzz ]; then
     meson setup --reconfigure build-fuzz >/dev/null
