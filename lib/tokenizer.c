@@ -514,10 +514,13 @@ nctmc_status tokenizer_check_model(const nctmc_tokenizer *tok, const nctmc_model
     if (tok->vocab != data)
         return nctmc_fail(err, err_size, status,
                           "the tokenizer has %d tokens, the model (S = %d, %s process) has %d "
-                          "data tokens",
+                          "data tokens%s",
                           tok->vocab, cfg->vocab_size,
                           cfg->process == NCTMC_PROCESS_UNIFORM ? "uniform" : "mask-token",
-                          data);
+                          data,
+                          tok->kind == NCTMC_TOKENIZER_BPE && tok->vocab < data
+                              ? " (nctmc_tokenizer_pad_vocab() pads a BPE vocabulary)"
+                              : "");
     /* an image is exactly one sequence: a shorter one would make every
      * reader of the picture run past the tokens, a longer one draw garbage */
     if (tok->kind == NCTMC_TOKENIZER_IMAGE &&
