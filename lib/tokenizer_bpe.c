@@ -499,7 +499,7 @@ static nctmc_status encode_word(bpe_model *m, const uint8_t *word, size_t len, s
                                 emitter *e, char *err, size_t err_size)
 {
     uint32_t h = 0;
-    bool cacheable = len <= CACHE_WORD && m->cache;
+    bool cacheable = len <= CACHE_WORD;
     if (cacheable) {
         h = hash_bytes(word, len);
         if (cache_lookup(m, word, len, h, e, start))
@@ -569,8 +569,9 @@ static nctmc_status encode_piece(bpe_model *m, const uint8_t *text, size_t at, s
 nctmc_status bpe_encode(bpe_model *m, const uint8_t *text, size_t n, int32_t *tokens,
                         size_t *starts, size_t *n_tokens, char *err, size_t err_size)
 {
-    if (!m->cache)
-        m->cache = nctmc_mem_calloc(&m->alloc, 1, sizeof *m->cache); /* NULL: no cache */
+    if (!m->cache && !(m->cache = nctmc_mem_calloc(&m->alloc, 1, sizeof *m->cache)))
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                          "out of memory for the word cache");
     emitter e = {tokens, starts, 0};
     for (size_t at = 0; at < n;) {
         size_t where;
