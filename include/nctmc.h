@@ -610,6 +610,9 @@ NCTMC_API nctmc_status nctmc_tokenizer_image_shape(const nctmc_tokenizer *tok, i
  * for a too small buffer). Pass tokens = NULL, capacity = 0 to only count.
  * A character the alphabet lacks, or invalid UTF-8, is an error naming the
  * byte offset. An image tokenizer encodes text of the form decode() writes.
+ * A BPE tokenizer encodes any bytes (an error only for a byte its
+ * vocabulary has no token for) into at most n_bytes tokens; with capacity
+ * >= n_bytes it makes one pass instead of counting first.
  */
 NCTMC_API nctmc_status nctmc_tokenizer_encode(nctmc_tokenizer *tok, const char *text,
                                               size_t n_bytes, int32_t *tokens,
