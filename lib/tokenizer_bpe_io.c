@@ -79,6 +79,13 @@ static const char *str_at(const bpe_source *s, str_ref r)
     return s->pool.data + r.off;
 }
 
+/* How much of a pool string or file line (not NUL-terminated) a message
+ * quotes: "%.*s" with this length. */
+static int quoted(size_t len)
+{
+    return len < 60 ? (int)len : 60;
+}
+
 static nctmc_status oom(char *err, size_t err_size)
 {
     return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
@@ -114,8 +121,8 @@ static nctmc_status add_merge_line(bpe_source *s, const char *line, size_t len, 
     if (!space || space == line || space == line + len - 1 ||
         memchr(space + 1, ' ', len - (size_t)(space + 1 - line)))
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
-                          "merge %zu \"%.60s\" is not two tokens separated by one space",
-                          number, line);
+                          "merge %zu \"%.*s\" is not two tokens separated by one space",
+                          number, quoted(len), line);
     return add_merge(s, line, (size_t)(space - line), space + 1,
                      len - (size_t)(space + 1 - line), err, err_size);
 }
@@ -163,7 +170,7 @@ static nctmc_status text_index_build(const bpe_source *s, text_index *ix, char *
         size_t n = s->vocab[k].text.len;
         if (text_find(ix, s, p, n) >= 0)
             return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
-                              "the vocabulary lists \"%.60s\" twice", p);
+                              "the vocabulary lists \"%.*s\" twice", quoted(n), p);
         uint32_t i = hash_text(p, n) & ix->mask;
         while (ix->slots[i] >= 0)
             i = (i + 1) & ix->mask;
@@ -218,8 +225,9 @@ static nctmc_status assign_ids(const bpe_source *s, assembly *a, char *err, size
         named_id v = s->vocab[k];
         if (a->text[v.id].len != SIZE_MAX)
             return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
-                              "id %lld is given to two tokens (\"%.40s\" and \"%.40s\")",
-                              (long long)v.id, str_at(s, a->text[v.id]), str_at(s, v.text));
+                              "id %lld is given to two tokens (\"%.*s\" and \"%.*s\")",
+                              (long long)v.id, quoted(a->text[v.id].len),
+                              str_at(s, a->text[v.id]), quoted(v.text.len), str_at(s, v.text));
         a->text[v.id] = v.text;
     }
     for (size_t k = 0; k < s->n_added; k++) {
@@ -230,8 +238,8 @@ static nctmc_status assign_ids(const bpe_source *s, assembly *a, char *err, size
              (have.len != v.text.len ||
               memcmp(str_at(s, have), str_at(s, v.text), have.len) != 0)))
             return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
-                              "added token \"%.40s\" has id %lld, which is another token's",
-                              str_at(s, v.text), (long long)v.id);
+                              "added token \"%.*s\" has id %lld, which is another token's",
+                              quoted(v.text.len), str_at(s, v.text), (long long)v.id);
         a->text[v.id] = v.text;
         a->special[v.id] = 1;
     }
@@ -264,8 +272,8 @@ static nctmc_status resolve_merges(const bpe_source *s, assembly *a, char *err,
         a->merges[r] = vocab_id(s, a, str_at(s, t), t.len);
         if (a->merges[r] < 0)
             return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
-                              "merge %zu names \"%.60s\", which is not in the vocabulary",
-                              r / 2, str_at(s, t));
+                              "merge %zu names \"%.*s\", which is not in the vocabulary",
+                              r / 2, quoted(t.len), str_at(s, t));
     }
     return NCTMC_OK;
 }
@@ -342,9 +350,9 @@ static nctmc_status token_bytes(const bpe_source *s, assembly *a, char *err, siz
             memcpy(a->bytes + at, p, len);
         else if (!unmap_text(p, len, a->bytes + at, &len))
             return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
-                              "token %d \"%.60s\" is not byte-level text (a character "
+                              "token %d \"%.*s\" is not byte-level text (a character "
                               "outside GPT-2's 256 byte symbols) and not an added token",
-                              i, p);
+                              i, quoted(a->text[i].len), p);
         at += len;
     }
     a->offsets[a->n] = (uint32_t)at;
