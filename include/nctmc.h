@@ -573,7 +573,13 @@ enum {
     /** Grey-level images: width * height tokens in row-major order, each a
      *  level 0 .. levels - 1 (0 is white, levels - 1 black). Decoding gives
      *  an ASCII picture, one text line per image row. */
-    NCTMC_TOKENIZER_IMAGE = 2
+    NCTMC_TOKENIZER_IMAGE = 2,
+    /** GPT-2 style byte-level BPE (nctmc_tokenizer_load_hf_json(),
+     *  nctmc_tokenizer_load_gpt2()): ids equal those of Hugging Face
+     *  `tokenizers` for the same files. Encodes any bytes (invalid UTF-8
+     *  included) when the vocabulary has a token for each of the 256 bytes,
+     *  and decoding gives the bytes back exactly. */
+    NCTMC_TOKENIZER_BPE = 3
 };
 
 /** Creates the byte tokenizer. Fails only for a NULL out. */
@@ -603,7 +609,8 @@ NCTMC_API void nctmc_tokenizer_free(nctmc_tokenizer *tok);
 /** The tokenizer's kind; NCTMC_TOKENIZER_BYTES for NULL. */
 NCTMC_API nctmc_tokenizer_kind nctmc_tokenizer_get_kind(const nctmc_tokenizer *tok);
 
-/** The number of tokens the tokenizer produces (data tokens); 0 for NULL. */
+/** The number of tokens the tokenizer produces (data tokens), padding of a
+ *  BPE tokenizer included (nctmc_tokenizer_pad_vocab()); 0 for NULL. */
 NCTMC_API int32_t nctmc_tokenizer_vocab_size(const nctmc_tokenizer *tok);
 
 /** An image tokenizer's shape. NCTMC_ERR_INVALID_ARGUMENT for other kinds.
@@ -617,6 +624,9 @@ NCTMC_API nctmc_status nctmc_tokenizer_image_shape(const nctmc_tokenizer *tok, i
  * for a too small buffer). Pass tokens = NULL, capacity = 0 to only count.
  * A character the alphabet lacks, or invalid UTF-8, is an error naming the
  * byte offset. An image tokenizer encodes text of the form decode() writes.
+ * A BPE tokenizer encodes any bytes (an error only for a byte its
+ * vocabulary has no token for) into at most n_bytes tokens; with capacity
+ * >= n_bytes it makes one pass instead of counting first.
  */
 NCTMC_API nctmc_status nctmc_tokenizer_encode(nctmc_tokenizer *tok, const char *text,
                                               size_t n_bytes, int32_t *tokens,
@@ -662,6 +672,44 @@ NCTMC_API nctmc_status nctmc_tokenizer_save(nctmc_tokenizer *tok, const char *pa
  *  Errors are logged to ctx, which may be NULL. */
 NCTMC_API nctmc_status nctmc_tokenizer_load(nctmc_context *ctx, const char *path,
                                             nctmc_tokenizer **out);
+
+/**
+ * Loads a byte-level BPE tokenizer from a Hugging Face `tokenizer.json`:
+ * model.type "BPE" (vocab, merges as "a b" strings or ["a", "b"] pairs; no
+ * dropout, continuing_subword_prefix, end_of_word_suffix, byte_fallback or
+ * ignore_merges), a ByteLevel pre_tokenizer (add_prefix_space false, regex
+ * on), no normalizer, a ByteLevel or no decoder and post_processor. Every
+ * entry of added_tokens (special or not; no lstrip, rstrip or single_word)
+ * is matched literally in the text before pre-tokenization, as
+ * `tokenizers` does. Ids must be 0 .. n - 1, each once. Anything else is
+ * NCTMC_ERR_FORMAT with the reason, logged to ctx (which may be NULL).
+ */
+NCTMC_API nctmc_status nctmc_tokenizer_load_hf_json(nctmc_context *ctx, const char *path,
+                                                    nctmc_tokenizer **out);
+
+/**
+ * Loads a byte-level BPE tokenizer from GPT-2's pair of files: vocab.json
+ * (token -> id) and merges.txt (one "a b" merge per line by rank, a first
+ * line "#version..." skipped). A vocabulary entry that is neither one of
+ * the 256 byte symbols nor the result of a merge (GPT-2's <|endoftext|>)
+ * is an added token: its text is taken literally and matched before
+ * pre-tokenization, as GPT2TokenizerFast does. Errors as
+ * nctmc_tokenizer_load_hf_json().
+ */
+NCTMC_API nctmc_status nctmc_tokenizer_load_gpt2(nctmc_context *ctx, const char *vocab_json_path,
+                                                 const char *merges_txt_path,
+                                                 nctmc_tokenizer **out);
+
+/**
+ * Pads a BPE tokenizer's vocabulary to vocab_size tokens — as the paper
+ * pads GPT-2's 50257 to 50304 — so that it equals a model's data tokens
+ * (nctmc_model_set_tokenizer()). The ids added have no text: encoding never
+ * gives them, decoding renders them as nothing. vocab_size must be at
+ * least the token count of the files (a smaller value than the current
+ * padding removes padding). NCTMC_ERR_INVALID_ARGUMENT for other kinds.
+ * Saved with the tokenizer.
+ */
+NCTMC_API nctmc_status nctmc_tokenizer_pad_vocab(nctmc_tokenizer *tok, int32_t vocab_size);
 
 /** Attaches a copy of tok to the model (replacing any other). Its vocabulary
  *  must equal the model's data tokens: S for the uniform process, S - 1

@@ -11,6 +11,7 @@
 #include "checked.h"
 #include "ctx_report.h"
 #include "model.h"
+#include "tokenizer_bpe.h"
 #include "utf8.h"
 
 #define TOK_FAIL(tok, status, ...) \
@@ -143,6 +144,7 @@ NCTMC_API void nctmc_tokenizer_free(nctmc_tokenizer *tok)
     nctmc_allocator alloc = tok->alloc;
     nctmc_mem_free(&alloc, tok->alphabet);
     nctmc_mem_free(&alloc, tok->mask_text);
+    bpe_model_free(tok->bpe);
     nctmc_mem_free(&alloc, tok);
 }
 
@@ -156,7 +158,12 @@ nctmc_status tokenizer_clone(const nctmc_allocator *alloc, const nctmc_tokenizer
     tok->last_error[0] = '\0';
     tok->alphabet = NULL;
     tok->mask_text = NULL;
+    tok->bpe = NULL;
     tok->alloc = alloc ? *alloc : (nctmc_allocator){NULL, NULL, NULL};
+    if (src->bpe && !(tok->bpe = bpe_model_clone(alloc, src->bpe))) {
+        nctmc_tokenizer_free(tok);
+        return NCTMC_ERR_OUT_OF_MEMORY;
+    }
     if (src->alphabet) {
         size_t bytes = sizeof *tok->alphabet * (size_t)src->vocab;
         tok->alphabet = nctmc_mem_alloc(alloc, bytes);
@@ -309,8 +316,7 @@ static nctmc_status encode_bytes(const uint8_t *text, size_t n, int32_t *tokens,
     return NCTMC_OK;
 }
 
-/* Appends the mask placeholder at text + *len (when text is not NULL). */
-static nctmc_status put_mask(nctmc_tokenizer *tok, char *text, size_t *len)
+nctmc_status tokenizer_put_mask(nctmc_tokenizer *tok, char *text, size_t *len)
 {
     size_t at = *len;
     if (!checked_add(at, tok->mask_len, len))
@@ -326,7 +332,7 @@ static nctmc_status decode_bytes(nctmc_tokenizer *tok, const int32_t *tokens, si
     size_t len = 0;
     for (size_t i = 0; i < n; i++) {
         if (tokenizer_renders_mask(tok, tokens[i])) {
-            nctmc_status st = put_mask(tok, text, &len);
+            nctmc_status st = tokenizer_put_mask(tok, text, &len);
             if (st != NCTMC_OK)
                 return st;
             continue;
@@ -370,7 +376,7 @@ nctmc_status tokenizer_decode_chars(nctmc_tokenizer *tok, const int32_t *tokens,
     size_t len = 0;
     for (size_t i = 0; i < n; i++) {
         if (tokenizer_renders_mask(tok, tokens[i])) {
-            nctmc_status st = put_mask(tok, text, &len);
+            nctmc_status st = tokenizer_put_mask(tok, text, &len);
             if (st != NCTMC_OK)
                 return st;
             continue;
@@ -397,6 +403,7 @@ static nctmc_status encode_any(nctmc_tokenizer *tok, const uint8_t *text, size_t
     case NCTMC_TOKENIZER_BYTES: return encode_bytes(text, n, tokens, n_tokens);
     case NCTMC_TOKENIZER_CHARS: return tokenizer_encode_chars(tok, text, n, tokens, n_tokens);
     case NCTMC_TOKENIZER_IMAGE: return tokenizer_encode_image(tok, text, n, tokens, n_tokens);
+    case NCTMC_TOKENIZER_BPE: return tokenizer_encode_bpe(tok, text, n, tokens, n_tokens);
     }
     return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT, "unknown tokenizer kind");
 }
@@ -408,12 +415,26 @@ static nctmc_status decode_any(nctmc_tokenizer *tok, const int32_t *tokens, size
     case NCTMC_TOKENIZER_BYTES: return decode_bytes(tok, tokens, n, text, n_bytes);
     case NCTMC_TOKENIZER_CHARS: return tokenizer_decode_chars(tok, tokens, n, text, n_bytes);
     case NCTMC_TOKENIZER_IMAGE: return tokenizer_decode_image(tok, tokens, n, text, n_bytes);
+    case NCTMC_TOKENIZER_BPE: return tokenizer_decode_bpe(tok, tokens, n, text, n_bytes);
     }
     return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT, "unknown tokenizer kind");
 }
 
 /* Encoding runs twice — count and validate, then write — so nothing is
- * written unless the whole text is valid and fits. */
+ * written unless the whole text is valid and fits. BPE is the exception
+ * when it cannot fail on the text: its vocabulary has a token for every
+ * byte, so every text is valid, and it gives at most one token per byte,
+ * so a buffer of n_bytes tokens fits any result — then one pass does. */
+static bool encode_in_one_pass(const nctmc_tokenizer *tok, size_t n_bytes, size_t capacity)
+{
+    if (tok->kind != NCTMC_TOKENIZER_BPE || capacity < n_bytes)
+        return false;
+    for (int b = 0; b < 256; b++)
+        if (tok->bpe->byte_token[b] < 0)
+            return false;
+    return true;
+}
+
 NCTMC_API nctmc_status nctmc_tokenizer_encode(nctmc_tokenizer *tok, const char *text,
                                               size_t n_bytes, int32_t *tokens,
                                               size_t capacity, size_t *n_tokens)
@@ -426,6 +447,14 @@ NCTMC_API nctmc_status nctmc_tokenizer_encode(nctmc_tokenizer *tok, const char *
                         "(unless capacity is 0) must not be NULL");
     *n_tokens = 0;
     size_t count = 0;
+    if (tokens && encode_in_one_pass(tok, n_bytes, capacity)) {
+        nctmc_status st = encode_any(tok, (const uint8_t *)text, n_bytes, tokens, &count);
+        if (st == NCTMC_OK) {
+            *n_tokens = count;
+            tok->last_error[0] = '\0';
+        }
+        return st;
+    }
     nctmc_status st = encode_any(tok, (const uint8_t *)text, n_bytes, NULL, &count);
     if (st != NCTMC_OK)
         return st;
@@ -485,10 +514,13 @@ nctmc_status tokenizer_check_model(const nctmc_tokenizer *tok, const nctmc_model
     if (tok->vocab != data)
         return nctmc_fail(err, err_size, status,
                           "the tokenizer has %d tokens, the model (S = %d, %s process) has %d "
-                          "data tokens",
+                          "data tokens%s",
                           tok->vocab, cfg->vocab_size,
                           cfg->process == NCTMC_PROCESS_UNIFORM ? "uniform" : "mask-token",
-                          data);
+                          data,
+                          tok->kind == NCTMC_TOKENIZER_BPE && tok->vocab < data
+                              ? " (nctmc_tokenizer_pad_vocab() pads a BPE vocabulary)"
+                              : "");
     /* an image is exactly one sequence: a shorter one would make every
      * reader of the picture run past the tokens, a longer one draw garbage */
     if (tok->kind == NCTMC_TOKENIZER_IMAGE &&

@@ -26,6 +26,9 @@ struct nctmc_tokenizer {
     int32_t height;
     int32_t levels;
     int32_t pixel_chars;    /* IMAGE: characters per pixel in the ASCII picture */
+    /* BPE: the model (tokenizer_bpe.h); `vocab` may exceed its token count
+     * (padding: ids without text, which decode to nothing) */
+    struct bpe_model *bpe;
     /* What decoding renders for token `vocab` (the mask token of a masked or
      * mixture model), or NULL: then that token is an error. Display only:
      * not part of the flat form. */
@@ -85,6 +88,14 @@ nctmc_status tokenizer_encode_image(nctmc_tokenizer *tok, const uint8_t *text, s
 nctmc_status tokenizer_decode_image(nctmc_tokenizer *tok, const int32_t *tokens, size_t n,
                                     char *text, size_t *n_bytes);
 
+nctmc_status tokenizer_encode_bpe(nctmc_tokenizer *tok, const uint8_t *text, size_t n,
+                                  int32_t *tokens, size_t *n_tokens);
+nctmc_status tokenizer_decode_bpe(nctmc_tokenizer *tok, const int32_t *tokens, size_t n,
+                                  char *text, size_t *n_bytes);
+
+/* Appends the mask placeholder at text + *len (when text is not NULL). */
+nctmc_status tokenizer_put_mask(nctmc_tokenizer *tok, char *text, size_t *len);
+
 /* ---- the flat form ----------------------------------------------------- */
 
 #define TOKENIZER_MAX_FIELDS 6
@@ -98,12 +109,14 @@ typedef struct tokenizer_fields {
 } tokenizer_fields;
 
 /* True for the keys a tokenizer's flat form may have: "kind",
- * "vocab_size", "alphabet", "width", "height", "levels". */
+ * "vocab_size", "alphabet", "width", "height", "levels", "bpe_tokens",
+ * "bpe_merges", "bpe_added". */
 bool tokenizer_is_field(const char *key);
 
 /* The flat form of tok: kind and vocab_size, then the alphabet (CHARS, as
- * lowercase hexadecimal code points separated by one space) or width,
- * height and levels (IMAGE). The values come from tok's allocator. */
+ * lowercase hexadecimal code points separated by one space), width,
+ * height and levels (IMAGE), or bpe_tokens, bpe_merges and bpe_added (BPE,
+ * tokenizer_bpe_io.c). The values come from tok's allocator. */
 nctmc_status tokenizer_to_fields(const nctmc_tokenizer *tok, tokenizer_fields *out, char *err,
                                  size_t err_size);
 void tokenizer_fields_free(tokenizer_fields *fields);

@@ -19,15 +19,21 @@
 #include "file_io.h"
 #include "numtext.h"
 #include "tokenizer.h"
+#include "tokenizer_bpe_io.h"
 #include "utf8.h"
 
+/* Version 1 holds the kinds bytes, chars and image (0.3.0 reads it),
+ * version 2 the kind bpe: each file says exactly which form it is. */
 #define TOKENIZER_FILE_MAGIC "nctmc-tokenizer 1"
-/* The largest alphabet spelled out ("10ffff " per character) fits easily. */
-#define TOKENIZER_FILE_MAX (1u << 20)
+#define TOKENIZER_FILE_MAGIC_2 "nctmc-tokenizer 2"
+/* A BPE vocabulary in hex is a few MB (GPT-2's: 0.9 MB of tokens and merges). */
+#define TOKENIZER_FILE_MAX (256u << 20)
 
-static const char *const kind_names[] = {"bytes", "chars", "image"};
-static const char *const field_names[] = {"kind",  "vocab_size", "alphabet",
-                                          "width", "height",     "levels"};
+static const char *const kind_names[] = {"bytes", "chars", "image", "bpe"};
+#define N_KINDS 4
+static const char *const field_names[] = {"kind",   "vocab_size", "alphabet",   "width",
+                                          "height", "levels",     "bpe_tokens", "bpe_merges",
+                                          "bpe_added"};
 #define N_FIELD_NAMES ((int32_t)(sizeof field_names / sizeof field_names[0]))
 
 bool tokenizer_is_field(const char *key)
@@ -81,6 +87,17 @@ nctmc_status tokenizer_to_fields(const nctmc_tokenizer *tok, tokenizer_fields *o
         char *text = alphabet_text(tok);
         ok = text && add_field(out, "alphabet", text);
         nctmc_mem_free(&tok->alloc, text);
+    }
+    if (ok && tok->kind == NCTMC_TOKENIZER_BPE) {
+        char *tokens, *merges, *added;
+        ok = bpe_to_texts(tok->bpe, &tok->alloc, &tokens, &merges, &added);
+        ok = ok && add_field(out, "bpe_tokens", tokens) && add_field(out, "bpe_merges", merges) &&
+             (!added || add_field(out, "bpe_added", added));
+        if (tokens) {
+            nctmc_mem_free(&tok->alloc, tokens);
+            nctmc_mem_free(&tok->alloc, merges);
+            nctmc_mem_free(&tok->alloc, added);
+        }
     }
     if (ok && tok->kind == NCTMC_TOKENIZER_IMAGE)
         ok = add_int_field(out, "width", tok->width) &&
@@ -238,17 +255,48 @@ static nctmc_status image_from_fields(const nctmc_allocator *alloc, tokenizer_ge
     return NCTMC_OK;
 }
 
+/* The vocabulary is the model's (padding included); bpe_tokens gives the
+ * ids that have text. */
+static nctmc_status bpe_from_fields(const nctmc_allocator *alloc, tokenizer_get_fn get,
+                                    const void *src, int32_t vocab, nctmc_tokenizer **out,
+                                    char *err, size_t err_size)
+{
+    static const char *const allowed[] = {"kind", "vocab_size", "bpe_tokens", "bpe_merges",
+                                          "bpe_added"};
+    nctmc_status st = only_fields(get, src, allowed, 5, err, err_size);
+    const char *tokens = get(src, "bpe_tokens"), *merges = get(src, "bpe_merges");
+    if (st == NCTMC_OK && (!tokens || !merges))
+        st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                        "tokenizer: \"bpe_tokens\" or \"bpe_merges\" is missing");
+    bpe_model *m = NULL;
+    if (st == NCTMC_OK)
+        st = bpe_from_texts(alloc, tokens, merges, get(src, "bpe_added"), &m, err, err_size);
+    if (st == NCTMC_OK && m->n_tokens > vocab)
+        st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                        "tokenizer: %d BPE tokens but vocab_size %d", m->n_tokens, vocab);
+    nctmc_tokenizer *tok = NULL;
+    if (st == NCTMC_OK && !(tok = tokenizer_new(alloc, NCTMC_TOKENIZER_BPE, vocab)))
+        st = nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st != NCTMC_OK) {
+        bpe_model_free(m);
+        return st;
+    }
+    tok->bpe = m;
+    *out = tok;
+    return NCTMC_OK;
+}
+
 nctmc_status tokenizer_from_fields(const nctmc_allocator *alloc, tokenizer_get_fn get,
                                    const void *src, nctmc_tokenizer **out, char *err,
                                    size_t err_size)
 {
     const char *kind = get(src, "kind");
     int k = 0;
-    while (kind && k < 3 && strcmp(kind, kind_names[k]) != 0)
+    while (kind && k < N_KINDS && strcmp(kind, kind_names[k]) != 0)
         k++;
-    if (!kind || k == 3)
+    if (!kind || k == N_KINDS)
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
-                          "tokenizer: kind \"%.40s\" is not bytes, chars or image",
+                          "tokenizer: kind \"%.40s\" is not bytes, chars, image or bpe",
                           kind ? kind : "(missing)");
     int32_t vocab = 0;
     nctmc_status st = field_int(get, src, "vocab_size", 1, 1 << 24, &vocab, err, err_size);
@@ -258,6 +306,8 @@ nctmc_status tokenizer_from_fields(const nctmc_allocator *alloc, tokenizer_get_f
         return chars_from_fields(alloc, get, src, vocab, out, err, err_size);
     if (k == NCTMC_TOKENIZER_IMAGE)
         return image_from_fields(alloc, get, src, vocab, out, err, err_size);
+    if (k == NCTMC_TOKENIZER_BPE)
+        return bpe_from_fields(alloc, get, src, vocab, out, err, err_size);
     static const char *const allowed[] = {"kind", "vocab_size"};
     st = only_fields(get, src, allowed, 2, err, err_size);
     if (st == NCTMC_OK && vocab != 256)
@@ -285,7 +335,8 @@ NCTMC_API nctmc_status nctmc_tokenizer_save(nctmc_tokenizer *tok, const char *pa
         return st;
     atomic_file af;
     st = atomic_file_begin(&af, &tok->alloc, path, err, err_size);
-    const char *header = TOKENIZER_FILE_MAGIC "\n";
+    const char *header = tok->kind == NCTMC_TOKENIZER_BPE ? TOKENIZER_FILE_MAGIC_2 "\n"
+                                                          : TOKENIZER_FILE_MAGIC "\n";
     if (st == NCTMC_OK)
         st = atomic_file_write(&af, header, strlen(header), err, err_size);
     for (int32_t i = 0; i < f.n && st == NCTMC_OK; i++) {
@@ -323,14 +374,21 @@ static const char *file_fields_get(const void *source, const char *key)
     return NULL;
 }
 
-/* Splits "key value\n" lines in place; every key known and given once. */
-static nctmc_status parse_lines(char *text, size_t size, file_fields *ff, char *err,
-                                size_t err_size)
+/* Splits "key value\n" lines in place; every key known and given once.
+ * *version receives the file's version (1 or 2). */
+static nctmc_status parse_lines(char *text, size_t size, file_fields *ff, int *version,
+                                char *err, size_t err_size)
 {
     size_t magic_len = strlen(TOKENIZER_FILE_MAGIC);
-    if (size <= magic_len || memcmp(text, TOKENIZER_FILE_MAGIC "\n", magic_len + 1) != 0)
+    *version = 0;
+    if (size > magic_len && memcmp(text, TOKENIZER_FILE_MAGIC "\n", magic_len + 1) == 0)
+        *version = 1;
+    if (size > magic_len && memcmp(text, TOKENIZER_FILE_MAGIC_2 "\n", magic_len + 1) == 0)
+        *version = 2;
+    if (*version == 0)
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
-                          "not a tokenizer file (it must begin \"" TOKENIZER_FILE_MAGIC "\")");
+                          "not a tokenizer file (it must begin \"" TOKENIZER_FILE_MAGIC
+                          "\" or \"" TOKENIZER_FILE_MAGIC_2 "\")");
     if (memchr(text, '\0', size) || text[size - 1] != '\n')
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                           "a tokenizer file is text ending with a newline");
@@ -368,10 +426,19 @@ NCTMC_API nctmc_status nctmc_tokenizer_load(nctmc_context *ctx, const char *path
     nctmc_status st =
         file_read_all(alloc, path, TOKENIZER_FILE_MAX, &data, &size, err, sizeof err);
     file_fields ff;
+    int version = 0;
     if (st == NCTMC_OK)
-        st = parse_lines((char *)data, size, &ff, err, sizeof err);
+        st = parse_lines((char *)data, size, &ff, &version, err, sizeof err);
     if (st == NCTMC_OK)
         st = tokenizer_from_fields(alloc, file_fields_get, &ff, out, err, sizeof err);
+    if (st == NCTMC_OK && ((*out)->kind == NCTMC_TOKENIZER_BPE) != (version == 2)) {
+        st = nctmc_fail(err, sizeof err, NCTMC_ERR_FORMAT,
+                        "a tokenizer file of version %d cannot hold a %s tokenizer (version "
+                        "1: bytes, chars, image; version 2: bpe)",
+                        version, kind_names[(*out)->kind]);
+        nctmc_tokenizer_free(*out);
+        *out = NULL;
+    }
     nctmc_mem_free(alloc, data);
     if (st != NCTMC_OK)
         return ctx_report_fail(ctx, st, "tokenizer \"%.300s\": %s", path, err);

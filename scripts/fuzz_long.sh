@@ -9,9 +9,10 @@
 # executions (default 10,000,000): every file argument of the nctmc tool —
 # safetensors (the container), model (nctmc_model_load), dataset (shards),
 # tokenizer (tokenizer files), trainer (nctmc_trainer_inspect and
-# nctmc_trainer_resume, a step, a save that must resume again) and digits
-# (the tool's digits.txt parser), jsonl (its JSON Lines extractor). TARGETs
-# pick some; default all seven.
+# nctmc_trainer_resume, a step, a save that must resume again), digits
+# (the tool's digits.txt parser), jsonl (its JSON Lines extractor), hf_json
+# (Hugging Face tokenizer.json) and bpe (a BPE tokenizer file). TARGETs pick
+# some; default all nine.
 #
 # Environment:
 #   FUZZ_RUNS=N        executions per loader (default 10000000)
@@ -30,7 +31,7 @@ root=$(pwd)
 runs=${FUZZ_RUNS:-10000000}
 seconds=${FUZZ_SECONDS:-0}
 jobs=${FUZZ_JOBS:-1}
-targets=${*:-safetensors model dataset tokenizer trainer digits jsonl}
+targets=${*:-safetensors model dataset tokenizer trainer digits jsonl hf_json bpe}
 
 if [ -d build-fuzz ]; then
     meson setup --reconfigure build-fuzz >/dev/null

@@ -6,9 +6,12 @@
 #   scripts/install-deps.sh --build  only what building needs
 #
 # The test set also makes a Python virtual environment, build-pyenv/, that
-# sees Debian's packages (torch, numpy) and adds the `safetensors` package
-# from PyPI (Debian 12 does not ship it), used to check that Python reads
-# our checkpoints.
+# sees Debian's packages (torch, numpy) and adds the `safetensors` and
+# `tokenizers` packages from PyPI (Debian 12 ships neither), used to check
+# that Python reads our checkpoints and that our BPE tokenizer gives the
+# same ids as Hugging Face's; and `unicodedata2` at the Unicode version
+# `tokenizers` matches with (16.0), from which
+# scripts/gen_unicode_tables.py made lib/unicode_tables.c.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -28,16 +31,17 @@ for p in $pkgs; do
     esac
 done
 
-python_env() { # the test venv with safetensors, made once
+python_env() { # the test venv with safetensors and tokenizers, made once
     [ "${1:-}" = "--build" ] && return 0
     env_dir="$root/build-pyenv"
-    if "$env_dir/bin/python" -c "import safetensors" 2>/dev/null; then
+    if "$env_dir/bin/python" -c "import safetensors, tokenizers, unicodedata2" 2>/dev/null; then
         return 0
     fi
-    echo "install-deps: making $env_dir with safetensors from PyPI"
+    echo "install-deps: making $env_dir with safetensors and tokenizers from PyPI"
     rm -rf "$env_dir"
     /usr/bin/python3 -m venv --system-site-packages "$env_dir"
-    "$env_dir/bin/pip" install -q --disable-pip-version-check safetensors
+    "$env_dir/bin/pip" install -q --disable-pip-version-check safetensors tokenizers \
+        unicodedata2==16.0.0
 }
 
 if [ -z "$missing" ]; then

@@ -26,6 +26,9 @@ ADDED = {
     "nctmc_dataset_writer_create": "NCTMC_1.2",
     "nctmc_dataset_writer_free": "NCTMC_1.2",
     "nctmc_dataset_writer_last_error": "NCTMC_1.2",
+    "nctmc_tokenizer_load_gpt2": "NCTMC_1.2",
+    "nctmc_tokenizer_load_hf_json": "NCTMC_1.2",
+    "nctmc_tokenizer_pad_vocab": "NCTMC_1.2",
 }
 NODES = {VERSION_NODE} | set(ADDED.values())
 

@@ -1,8 +1,9 @@
 /*
  * fuzz_loaders.c — drives every file loader with damaged files:
  * st_read_file() (and every query on what it accepts), nctmc_model_load(),
- * nctmc_dataset_open() (and reads) and nctmc_tokenizer_load() (and a round
- * trip). Whatever the bytes, a loader must return a status — with a message
+ * nctmc_dataset_open() (and reads), nctmc_tokenizer_load() (and a round
+ * trip; a bytes-chars-image file and a BPE file) and
+ * nctmc_tokenizer_load_hf_json() (a Hugging Face tokenizer.json). Whatever the bytes, a loader must return a status — with a message
  * when it fails, and no half-made object — and never crash, leak or read
  * out of bounds (the sanitizer builds run this).
  *
@@ -16,7 +17,7 @@
  * tokenizers and model checkpoints are the targets above.
  *
  * FUZZ_LOADERS_TARGET=<name> (safetensors, model, dataset, tokenizer,
- * trainer, digits, jsonl) sends every input to one target, for long runs of one
+ * trainer, digits, jsonl, hf_json, bpe) sends every input to one target, for long runs of one
  * loader (scripts/fuzz_long.sh).
  *
  * An input is [target][mode][rest]. Mode bit 0 clear: `rest` is the whole
@@ -43,10 +44,20 @@
 #include "safetensors.h"
 #include "test_files.h"
 
-enum { T_SAFETENSORS, T_MODEL, T_DATASET, T_TOKENIZER, T_TRAINER, T_DIGITS, T_JSONL, N_TARGETS };
-static const char *const target_names[N_TARGETS] = {"safetensors", "model",   "dataset",
-                                                    "tokenizer",   "trainer", "digits",
-                                                    "jsonl"};
+enum {
+    T_SAFETENSORS,
+    T_MODEL,
+    T_DATASET,
+    T_TOKENIZER,
+    T_TRAINER,
+    T_DIGITS,
+    T_JSONL,
+    T_HF_JSON,
+    T_BPE,
+    N_TARGETS
+};
+static const char *const target_names[N_TARGETS] = {
+    "safetensors", "model", "dataset", "tokenizer", "trainer", "digits", "jsonl", "hf_json", "bpe"};
 
 /* The harness's own state: a scratch directory with one valid seed file per
  * target, made on the first input. */
@@ -132,6 +143,42 @@ static uint8_t *seed_tokenizer(size_t *n)
     return bytes;
 }
 
+/* A small GPT-2 style tokenizer.json: a few byte symbols ("\u0120" is the
+ * space), two merges, an added token. */
+static const char hf_json_seed[] =
+    "{\"added_tokens\": [{\"id\": 6, \"content\": \"<|x|>\", \"special\": true}],\n"
+    " \"normalizer\": null,\n"
+    " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+    "\"use_regex\": true},\n"
+    " \"decoder\": {\"type\": \"ByteLevel\"},\n"
+    " \"model\": {\"type\": \"BPE\", \"dropout\": null, \"vocab\": {\"a\": 0, \"b\": 1, "
+    "\"ab\": 2, \"\\u0120\": 3, \"\u0120ab\": 4, \"\u00e9\": 5, \"<|x|>\": 6},\n"
+    " \"merges\": [\"a b\", [\"\u0120\", \"ab\"]]}}\n";
+
+static uint8_t *seed_hf_json(size_t *n)
+{
+    *n = sizeof hf_json_seed - 1;
+    uint8_t *bytes = malloc(*n);
+    memcpy(bytes, hf_json_seed, *n);
+    return bytes;
+}
+
+/* The same tokenizer as our own file (version 2, kind bpe). */
+static uint8_t *seed_bpe(size_t *n)
+{
+    char path[512];
+    test_path(path, sizeof path, h.dir, "seed.json");
+    nctmc_tokenizer *tok = NULL;
+    if (!test_write_bytes(path, hf_json_seed, sizeof hf_json_seed - 1) ||
+        nctmc_tokenizer_load_hf_json(h.ctx, path, &tok) != NCTMC_OK ||
+        nctmc_tokenizer_save(tok, path) != NCTMC_OK)
+        fail("cannot make the seed BPE tokenizer");
+    nctmc_tokenizer_free(tok);
+    uint8_t *bytes = test_read_bytes(path, n);
+    unlink(path);
+    return bytes;
+}
+
 /* A resumable checkpoint one step into a run, of the model above. */
 static uint8_t *seed_trainer(size_t *n)
 {
@@ -209,6 +256,8 @@ static void setup(void)
     h.seed[T_TRAINER] = seed_trainer(&h.seed_size[T_TRAINER]);
     h.seed[T_DIGITS] = seed_digits(&h.seed_size[T_DIGITS]);
     h.seed[T_JSONL] = seed_jsonl(&h.seed_size[T_JSONL]);
+    h.seed[T_HF_JSON] = seed_hf_json(&h.seed_size[T_HF_JSON]);
+    h.seed[T_BPE] = seed_bpe(&h.seed_size[T_BPE]);
     test_path(h.resaved_path, sizeof h.resaved_path, h.dir, "resaved");
     h.pinned = -1;
     const char *pin = getenv("FUZZ_LOADERS_TARGET");
@@ -382,6 +431,27 @@ static int run_dataset(void)
     return 1;
 }
 
+/* A BPE tokenizer gives text back exactly: decode(encode(text)) == text
+ * (ids need not survive decode then encode: BPE has one canonical
+ * spelling). Encoding may fail only for a byte without a token. */
+static void check_bpe_round_trip(nctmc_tokenizer *tok)
+{
+    /* only bytes the seed has tokens for: a, b, space, 0xE9 ("\u00e9") */
+    static const char text[] = "ab ab<|x|>\xe9 aab \xe9" "ab";
+    int32_t ids[sizeof text];
+    size_t n = 0, len = 0;
+    char back[sizeof text + 64];
+    nctmc_status st = nctmc_tokenizer_encode(tok, text, sizeof text - 1, ids, sizeof text, &n);
+    if (st != NCTMC_OK) {
+        if (st != NCTMC_ERR_INVALID_ARGUMENT || !has_message(nctmc_tokenizer_last_error(tok)))
+            fail("a BPE encode failed without a reason");
+        return;
+    }
+    if (nctmc_tokenizer_decode(tok, ids, n, back, sizeof back, &len) != NCTMC_OK ||
+        len != sizeof text - 1 || memcmp(back, text, len) != 0)
+        fail("a loaded BPE tokenizer does not give its text back");
+}
+
 static int run_tokenizer(void)
 {
     nctmc_tokenizer *tok = (nctmc_tokenizer *)&tok;
@@ -390,6 +460,11 @@ static int run_tokenizer(void)
         if (tok || !has_message(nctmc_context_last_error(h.ctx)))
             fail("nctmc_tokenizer_load failed without a message or left a tokenizer");
         return 0;
+    }
+    if (nctmc_tokenizer_get_kind(tok) == NCTMC_TOKENIZER_BPE) {
+        check_bpe_round_trip(tok);
+        nctmc_tokenizer_free(tok);
+        return 1;
     }
     int32_t ids[16];
     int32_t n = nctmc_tokenizer_vocab_size(tok);
@@ -405,6 +480,22 @@ static int run_tokenizer(void)
          nctmc_tokenizer_encode(tok, text, len, back, 16, &back_n) != NCTMC_OK ||
          back_n != count || memcmp(back, ids, sizeof(int32_t) * count) != 0))
         fail("a loaded tokenizer does not round-trip its own tokens");
+    nctmc_tokenizer_free(tok);
+    return 1;
+}
+
+static int run_hf_json(void)
+{
+    nctmc_tokenizer *tok = (nctmc_tokenizer *)&tok;
+    nctmc_status st = nctmc_tokenizer_load_hf_json(h.ctx, h.input_path, &tok);
+    if (st != NCTMC_OK) {
+        if (tok || !has_message(nctmc_context_last_error(h.ctx)))
+            fail("nctmc_tokenizer_load_hf_json failed without a message or left a tokenizer");
+        return 0;
+    }
+    if (nctmc_tokenizer_get_kind(tok) != NCTMC_TOKENIZER_BPE)
+        fail("tokenizer.json gave a tokenizer that is not BPE");
+    check_bpe_round_trip(tok);
     nctmc_tokenizer_free(tok);
     return 1;
 }
@@ -574,7 +665,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case T_MODEL: ok = run_model(); break;
         case T_DATASET: ok = run_dataset(); break;
         case T_TRAINER: ok = run_trainer(); break;
-        default: ok = run_tokenizer(); break;
+        case T_HF_JSON: ok = run_hf_json(); break;
+        default: ok = run_tokenizer(); break; /* T_TOKENIZER, T_BPE */
         }
     }
     if (ok)
@@ -613,7 +705,8 @@ int main(int argc, char **argv)
                h.rejected[t]);
         /* unmutated seeds are accepted, damaged files rejected: both must
          * happen, or the driver no longer reaches the loaders' checks */
-        reach &= h.accepted[t] > runs / 40 && h.rejected[t] > runs / 40;
+        reach &= h.accepted[t] > runs / (8 * N_TARGETS) &&
+                 h.rejected[t] > runs / (8 * N_TARGETS);
     }
     printf("fuzz_loaders: %d passed, %d failed\n", runs + reach, !reach);
     return reach ? 0 : 1;

@@ -7,8 +7,9 @@
  * it took (the hook counts live bytes and blocks). Walked: context
  * creation, model creation, loading from memory, a path and a reader,
  * forward, sampler creation + nctmc_sample(), trainer creation + one step,
- * saving a model and a trainer, resuming, evaluation, tokenizers and
- * datasets opened with the context. The hook also checks what it promises:
+ * saving a model and a trainer, resuming, evaluation, tokenizers (a BPE
+ * from tokenizer.json and from vocab.json + merges.txt, encoded, saved and
+ * loaded again included) and datasets opened with the context. The hook also checks what it promises:
  * never called from a worker thread, never with size 0, alignments powers
  * of two up to 64, and the sampling and training steps allocate nothing.
  *
@@ -94,6 +95,7 @@ typedef struct fixture {
     char save_path[512];
     char tokenizer_path[512];
     char dataset_path[512];
+    char bpe_json_path[512], bpe_vocab_path[512], bpe_merges_path[512], bpe_saved_path[512];
     uint8_t *model_bytes;       /* the checkpoint at model_path */
     size_t model_size;
     nctmc_context *ctx;         /* made with the hook */
@@ -389,6 +391,42 @@ static nctmc_status op_tokenizers(fixture *fx, bool *clean)
     return st;
 }
 
+/* A BPE tokenizer from both kinds of file, encoding (its word cache and
+ * merge scratch are allocated on first use), saving and loading again. */
+static nctmc_status op_bpe(fixture *fx, bool *clean)
+{
+    nctmc_tokenizer *a = (nctmc_tokenizer *)(uintptr_t)1;
+    nctmc_tokenizer *b = (nctmc_tokenizer *)(uintptr_t)1;
+    nctmc_tokenizer *c = (nctmc_tokenizer *)(uintptr_t)1;
+    nctmc_status st = nctmc_tokenizer_load_hf_json(fx->ctx, fx->bpe_json_path, &a);
+    if (st != NCTMC_OK) {
+        *clean = a == NULL;
+        return st;
+    }
+    int32_t ids[16];
+    size_t n = 0;
+    st = nctmc_tokenizer_encode(a, "ab ab<|x|>ab", 12, ids, 16, &n);
+    if (st == NCTMC_OK)
+        st = nctmc_tokenizer_save(a, fx->bpe_saved_path);
+    if (st == NCTMC_OK) {
+        st = nctmc_tokenizer_load(fx->ctx, fx->bpe_saved_path, &b);
+        *clean = st == NCTMC_OK || b == NULL;
+    }
+    if (st == NCTMC_OK) {
+        st = nctmc_tokenizer_load_gpt2(fx->ctx, fx->bpe_vocab_path, fx->bpe_merges_path, &c);
+        *clean = st == NCTMC_OK || c == NULL;
+    }
+    if (st == NCTMC_OK)
+        CHECK(n == 4 && ids[0] == 2 && ids[1] == 4 && ids[2] == 5 && ids[3] == 2,
+              "the BPE encodes \"ab ab<|x|>ab\" as ab, \" ab\", <|x|>, ab");
+    if (st == NCTMC_OK)
+        nctmc_tokenizer_free(c);
+    if (b != (nctmc_tokenizer *)(uintptr_t)1)
+        nctmc_tokenizer_free(b);
+    nctmc_tokenizer_free(a);
+    return st;
+}
+
 static nctmc_status op_dataset(fixture *fx, bool *clean)
 {
     nctmc_dataset *ds = (nctmc_dataset *)(uintptr_t)1;
@@ -417,6 +455,24 @@ static bool setup(fixture *fx)
     test_path(fx->save_path, sizeof fx->save_path, fx->dir, "saved.safetensors");
     test_path(fx->tokenizer_path, sizeof fx->tokenizer_path, fx->dir, "tokenizer.txt");
     test_path(fx->dataset_path, sizeof fx->dataset_path, fx->dir, "data.bin");
+    test_path(fx->bpe_json_path, sizeof fx->bpe_json_path, fx->dir, "tokenizer.json");
+    test_path(fx->bpe_vocab_path, sizeof fx->bpe_vocab_path, fx->dir, "vocab.json");
+    test_path(fx->bpe_merges_path, sizeof fx->bpe_merges_path, fx->dir, "merges.txt");
+    test_path(fx->bpe_saved_path, sizeof fx->bpe_saved_path, fx->dir, "bpe.txt");
+    static const char vocab[] = "{\"a\": 0, \"b\": 1, \"ab\": 2, \"\\u0120\": 3, "
+                                "\"\\u0120ab\": 4, \"<|x|>\": 5}";
+    static const char merges[] = "#version: 0.2\na b\n\xc4\xa0 ab\n";
+    char json[512];
+    int len = snprintf(json, sizeof json,
+                       "{\"added_tokens\": [{\"id\": 5, \"content\": \"<|x|>\"}], "
+                       "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": "
+                       "{\"type\": \"BPE\", \"vocab\": %s, \"merges\": [\"a b\", "
+                       "\"\\u0120 ab\"]}}",
+                       vocab);
+    if (!test_write_bytes(fx->bpe_json_path, json, (size_t)len) ||
+        !test_write_bytes(fx->bpe_vocab_path, vocab, sizeof vocab - 1) ||
+        !test_write_bytes(fx->bpe_merges_path, merges, sizeof merges - 1))
+        return false;
     nctmc_context_params p;
     hooked_params(fx, &p);
     if (nctmc_context_create(&p, &fx->ctx) != NCTMC_OK)
@@ -479,6 +535,7 @@ int main(void)
         {"trainer resume", op_resume},
         {"eval", op_eval},
         {"tokenizers", op_tokenizers},
+        {"BPE load, encode, save, load", op_bpe},
         {"dataset open", op_dataset},
     };
     int64_t sites = 0;

@@ -576,7 +576,7 @@ static void test_corrupt_files(nctmc_context *ctx)
     memset(huge, 'a', big);
     test_write_bytes(path, huge, big);
     free(huge);
-    CHECK(nctmc_tokenizer_load(ctx, path, &t) == NCTMC_ERR_FORMAT, "over 1 MiB");
+    CHECK(nctmc_tokenizer_load(ctx, path, &t) == NCTMC_ERR_FORMAT, "1 MiB of 'a'");
     unlink(path);
     CHECK(nctmc_tokenizer_load(ctx, path, &t) == NCTMC_ERR_IO && !t, "missing file is IO");
     CHECK(nctmc_tokenizer_load(ctx, scratch, &t) == NCTMC_ERR_IO, "a directory is IO");

@@ -20,6 +20,7 @@ int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 /* Before anything else: makes sure OpenBLAS's own threads are off
  * (OPENBLAS_NUM_THREADS=1), executing the tool again if they were on

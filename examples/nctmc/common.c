@@ -18,7 +18,7 @@ const char *const cli_schedule_names[] = {"linear", "cosine", "loglinear", NULL}
 const char *const cli_time_input_names[] = {"t", "log_snr", NULL};
 const char *const cli_exit_link_names[] = {"sigma", "noise_posterior", NULL};
 const char *const cli_time_sampling_names[] = {"uniform", "logit", "sqrt", NULL};
-const char *const cli_tokenizer_names[] = {"bytes", "chars", "image", NULL};
+const char *const cli_tokenizer_names[] = {"bytes", "chars", "image", "bpe", NULL};
 
 void cli_error(const char *cmd, const char *fmt, ...)
 {
@@ -305,7 +305,7 @@ void cli_describe_tokenizer(const nctmc_tokenizer *tok, char *buf, size_t size)
         snprintf(buf, size, "image %dx%d, %d grey levels", (int)w, (int)h, (int)levels);
         return;
     }
-    const char *name = (unsigned)kind < 3 ? cli_tokenizer_names[kind] : "unknown";
+    const char *name = (unsigned)kind < 4 ? cli_tokenizer_names[kind] : "unknown";
     snprintf(buf, size, "%s, %d tokens", name, (int)nctmc_tokenizer_vocab_size(tok));
 }
 

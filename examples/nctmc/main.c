@@ -1,6 +1,7 @@
 /*
  * main.c — `nctmc`, the command-line tool of libnctmc: dispatches to the
- * subcommands (prepare, train, sample, eval, info), one file each.
+ * subcommands (prepare, train, sample, eval, info,
+ * tokenize), one file each.
  */
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +21,7 @@ static const subcommand subcommands[] = {
     {"sample", cmd_sample, "draw samples (text, or images as PNG + ASCII) from a checkpoint"},
     {"eval", cmd_eval, "NELBO in bits/token and exit-rate reliability on held-out data"},
     {"info", cmd_info, "what a checkpoint holds"},
+    {"tokenize", cmd_tokenize, "text -> token ids (or back) with a tokenizer or checkpoint"},
 };
 
 static void print_usage(FILE *out)

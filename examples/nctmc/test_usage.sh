@@ -27,7 +27,7 @@ expect() {
     fi
 }
 
-for cmd in prepare train sample eval info; do
+for cmd in prepare train sample eval info tokenize; do
     expect 0 out "usage: nctmc $cmd" -- "$cmd" --help
     expect 0 out "usage: nctmc $cmd" -- "$cmd" -h
     expect 2 err "unknown flag '--no-such-flag'" -- "$cmd" --no-such-flag
@@ -42,6 +42,9 @@ expect 2 err "bad value 'many'" -- train --data d --steps many
 expect 2 err "bad value '0'" -- train --data d --layers 0
 expect 2 err "one of uniform, masked, mixture" -- train --data d --process gaussian
 expect 2 err "--data DIR is required" -- train
+expect 2 err "--tokenizer FILE is required" -- tokenize
+expect 2 err "usage: nctmc tokenize" -- tokenize --tokenizer t.json a.txt b.txt
+expect 1 err "cannot open" -- tokenize --tokenizer "$tmp/no-such-tokenizer.json"
 expect 0 out "--preset none|paper|cpu-small" -- train --help
 expect 0 out "cpu-small = " -- train --help
 expect 0 out "--time-sampling uniform|logit|sqrt" -- train --help

@@ -15,7 +15,7 @@ EXIT_LINKS = {"sigma": 0, "noise_posterior": 1}
 # config fields whose values may be given by name
 _NAMED = {"process": PROCESSES, "schedule": SCHEDULES, "time_input": TIME_INPUTS,
           "exit_link": EXIT_LINKS}
-TOKENIZER_KINDS = {0: "bytes", 1: "chars", 2: "image"}
+TOKENIZER_KINDS = {0: "bytes", 1: "chars", 2: "image", 3: "bpe"}
 
 
 def _int32_array(values, what):
@@ -92,6 +92,28 @@ class Tokenizer(Handle):
         out = ctypes.c_void_p()
         check(N.nctmc_tokenizer_load(ctx, os.fsencode(path), ctypes.byref(out)), ctx._error)
         return cls(out)
+
+    @classmethod
+    def hf_json(cls, path):
+        """A byte-level BPE from a Hugging Face tokenizer.json (GPT-2 style)."""
+        ctx = Context(backend="cpu", threads=1)
+        out = ctypes.c_void_p()
+        check(N.nctmc_tokenizer_load_hf_json(ctx, os.fsencode(path), ctypes.byref(out)),
+              ctx._error)
+        return cls(out)
+
+    @classmethod
+    def gpt2(cls, vocab_json, merges_txt):
+        """A byte-level BPE from GPT-2's vocab.json and merges.txt."""
+        ctx = Context(backend="cpu", threads=1)
+        out = ctypes.c_void_p()
+        check(N.nctmc_tokenizer_load_gpt2(ctx, os.fsencode(vocab_json), os.fsencode(merges_txt),
+                                          ctypes.byref(out)), ctx._error)
+        return cls(out)
+
+    def pad_vocab(self, vocab_size):
+        """Pads a BPE vocabulary to vocab_size ids (the extra ids have no text)."""
+        check(N.nctmc_tokenizer_pad_vocab(self, int(vocab_size)), self._error)
 
     def _error(self):
         return N.nctmc_tokenizer_last_error(self)

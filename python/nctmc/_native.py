@@ -348,6 +348,9 @@ _fn("nctmc_tokenizer_set_mask_placeholder", STATUS, H, c_char_p)
 _fn("nctmc_tokenizer_last_error", c_char_p, H)
 _fn("nctmc_tokenizer_load", STATUS, H, c_char_p, PH)
 _fn("nctmc_tokenizer_save", STATUS, H, c_char_p)
+_fn("nctmc_tokenizer_load_hf_json", STATUS, H, c_char_p, PH)
+_fn("nctmc_tokenizer_load_gpt2", STATUS, H, c_char_p, c_char_p, PH)
+_fn("nctmc_tokenizer_pad_vocab", STATUS, H, c_int32)
 
 _fn("nctmc_dataset_write", STATUS, H, c_char_p, POINTER(c_int32), c_int64, c_int32, c_int32,
     POINTER(c_int32), c_int32)

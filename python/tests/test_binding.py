@@ -319,6 +319,42 @@ def test_decode_and_mask_placeholder(ctx, trained):
         t.decode([0, S_TOKENS, 1])
 
 
+def _gpt2_byte_symbols():
+    """GPT-2's byte-to-unicode map: byte -> the character vocab files use."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) +
+                 list(range(0xAE, 0x100)))
+    extra = [b for b in range(256) if b not in printable]
+    table = {b: chr(b) for b in printable}
+    table.update({b: chr(0x100 + k) for k, b in enumerate(extra)})
+    return table
+
+
+def test_bpe_tokenizer_from_hugging_face_and_gpt2_files(tmp_path):
+    import json
+    sym = _gpt2_byte_symbols()
+    sp = sym[ord(" ")]
+    vocab = {sym[b]: b for b in range(256)}
+    vocab.update({sp + "t": 256, "he": 257, sp + "the": 258, "<|endoftext|>": 259})
+    merges = [sp + " t", "h e", sp + "t he"]
+    (tmp_path / "tokenizer.json").write_text(json.dumps({
+        "added_tokens": [{"id": 259, "content": "<|endoftext|>", "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+        "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "vocab": vocab, "merges": merges}}))
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab))
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+    tok = nctmc.Tokenizer.hf_json(tmp_path / "tokenizer.json")
+    assert tok.kind == "bpe" and tok.vocab_size == 260
+    assert list(tok.encode("the the<|endoftext|>")) == [ord("t"), 257, 258, 259]
+    pair = nctmc.Tokenizer.gpt2(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    assert list(pair.encode("the the<|endoftext|>")) == [ord("t"), 257, 258, 259]
+    tok.pad_vocab(264)
+    tok.save(tmp_path / "bpe.tok")
+    back = nctmc.Tokenizer.load(tmp_path / "bpe.tok")
+    assert back.vocab_size == 264 and back.decode(back.encode("x the")) == "x the"
+
+
 def test_handles_can_be_collected_in_any_order(trained):
     ctx = nctmc.Context(backend="cpu", threads=1)
     m = nctmc.Model.load(trained["path"], ctx)
