@@ -21,6 +21,9 @@ ADDED = {
     "nctmc_preset_backend": "NCTMC_1.1",
     "nctmc_preset_description": "NCTMC_1.1",
     "nctmc_preset_name": "NCTMC_1.1",
+    "nctmc_load_params_init_sized": "NCTMC_1.2",
+    "nctmc_model_is_mapped": "NCTMC_1.2",
+    "nctmc_model_load_ex": "NCTMC_1.2",
 }
 NODES = {VERSION_NODE} | set(ADDED.values())
 
