@@ -239,7 +239,8 @@ typedef struct nctmc_context_params {
      * samplers, trainers, evaluation, the temporary buffers of loading and
      * saving, and tokenizers and datasets created or opened with this
      * context (they keep a copy of the hook; a clone keeps its source's).
-     * Not through it: OpenBLAS's own buffers, the stacks of the worker
+     * Not through it: OpenBLAS's own buffers, a mapped model's weights
+     * (the file's pages: nctmc_model_load_ex()), the stacks of the worker
      * threads, the CUDA backend and the CUDA runtime and driver, the C
      * library's internal buffers, and tokenizers made without a context
      * (nctmc_tokenizer_create_bytes(), or a NULL ctx).
