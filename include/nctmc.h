@@ -496,7 +496,10 @@ NCTMC_API nctmc_status nctmc_model_read_tensor(const nctmc_model *model, const c
 
 /** Overwrites the named tensor with src (n_elements floats, which must equal
  *  the tensor's element count). Non-finite values are rejected and the tensor
- *  is left unchanged. */
+ *  is left unchanged. A mapped model (nctmc_model_load_ex()) first gets its
+ *  weights copied out of the map: NCTMC_ERR_OUT_OF_MEMORY, or
+ *  NCTMC_ERR_FORMAT for a non-finite value a lazy load did not check, leave
+ *  it mapped and unchanged. */
 NCTMC_API nctmc_status nctmc_model_write_tensor(nctmc_model *model, const char *name,
                                                 const float *src, int64_t n_elements);
 
@@ -967,9 +970,12 @@ NCTMC_API nctmc_status nctmc_trainer_state_init_sized(nctmc_trainer_state *state
 
 /**
  * Creates a trainer for `model`, which it updates in place (the model must
- * not be used by anything else during a step). The trainer holds a
- * reference to the model: the caller may free the model before or after the
- * trainer. Errors are stored in the model.
+ * not be used by anything else during a step). A mapped model
+ * (nctmc_model_load_ex()) first gets its weights copied out of the map, as
+ * for nctmc_model_write_tensor(); the copy stays if a later step of the
+ * creation fails. The trainer holds a reference to the model: the caller
+ * may free the model before or after the trainer. Errors are stored in the
+ * model.
  */
 NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
                                             const nctmc_trainer_params *params,
