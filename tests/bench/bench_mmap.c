@@ -22,8 +22,14 @@
  * rss_load_mb is VmRSS after the load minus VmRSS before it (context
  * created), rss_ratio that over the file's size; forward_s and
  * rss_forward_mb are the first forward pass (batch 1, --length positions)
- * and the resident growth after it. A last line says whether the mapped
- * load ("auto") stayed within 10% of the file size.
+ * and the resident growth after it. Then, for copy and auto, two
+ * processes hold the model at once after a forward pass each:
+ *   bench=share config=... mode=... processes=2 rss_mb_each=...
+ *     pss_mb_each=... pss_over_rss=...
+ * (Pss counts a page shared by n processes as 1/n of a page: about 0.5 of
+ * the Rss when the weights are one shared copy, about 1 when each process
+ * has its own). A last line says whether the mapped load ("auto") stayed
+ * within 10% of the file size.
  *
  * Usage: bench_mmap [--config paper-small|cpu-small|tiny] [--threads N]
  *        [--length L] [--reps R] [--dir DIR]
@@ -39,8 +45,10 @@
 
 #include "bench_util.h"
 
-/* The file the signal handler removes: a benchmark program's one global. */
+/* The file the signal handler removes, and the sharing runs that failed:
+ * a benchmark program's globals. */
 static char g_dir[512], g_file[600];
+static int g_share_failures;
 
 static void cleanup(void)
 {
@@ -91,10 +99,14 @@ static const char *mode_names[] = {"copy", "auto", "lazy"};
 static const nctmc_load_mapping modes[] = {NCTMC_LOAD_COPY, NCTMC_LOAD_MAP_AUTO,
                                            NCTMC_LOAD_MAP_LAZY};
 
-/* The child's side: load, measure, one forward pass. */
-static result measure(int mode, int threads, int length)
+/* The child's side: load, measure, one forward pass; the model and its
+ * context stay in *ctx_out and *model_out (NULL on failure). */
+static result load_and_forward(int mode, int threads, int length, nctmc_context **ctx_out,
+                               nctmc_model **model_out)
 {
     result r = {0, 0, 0, 0, 0};
+    *ctx_out = NULL;
+    *model_out = NULL;
     nctmc_context_params cp;
     nctmc_context_params_init(&cp);
     cp.backend = "cpu";
@@ -137,9 +149,112 @@ static result measure(int mode, int threads, int length)
         fprintf(stderr, "forward: %s\n", nctmc_model_last_error(m));
     free(tokens);
     free(log_rate);
+    *ctx_out = ctx;
+    *model_out = m;
+    return r;
+}
+
+static result measure(int mode, int threads, int length)
+{
+    nctmc_context *ctx;
+    nctmc_model *m;
+    result r = load_and_forward(mode, threads, length, &ctx, &m);
     nctmc_model_free(m);
     nctmc_context_free(ctx);
     return r;
+}
+
+/* Rss and Pss (the resident pages, shared ones divided by the number of
+ * processes that map them) of this process, in bytes. */
+static void rss_pss(long long *rss, long long *pss)
+{
+    *rss = *pss = -1;
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f)
+        return;
+    char line[256];
+    long long kb;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "Rss: %lld kB", &kb) == 1)
+            *rss = kb * 1024;
+        else if (sscanf(line, "Pss: %lld kB", &kb) == 1)
+            *pss = kb * 1024;
+    }
+    fclose(f);
+}
+
+#define SHARERS 2
+
+/* SHARERS processes load the model at once and run a forward pass; while
+ * all of them hold it (two barriers: every process has finished its pass
+ * before any reads its numbers, and has read them before any lets go),
+ * each reads its Rss and Pss. Mapped, the weights are
+ * one set of page-cache pages: each process's Pss is about its Rss divided
+ * by SHARERS; copied, each process holds its own. */
+static void measure_sharing(const char *config, int mode, int threads, int length)
+{
+    /* one pipe per direction and barrier, so that no process can take a
+     * byte meant for another; each side closes the ends it does not use,
+     * so that a process that dies ends the others' reads */
+    int ready[2], go[2], done[2], back[2];
+    if (pipe(ready) != 0 || pipe(go) != 0 || pipe(done) != 0 || pipe(back) != 0)
+        return;
+    pid_t pids[SHARERS];
+    for (int k = 0; k < SHARERS; k++) {
+        pids[k] = fork();
+        if (pids[k] != 0)
+            continue;
+        close(ready[0]);
+        close(go[1]);
+        close(done[1]);
+        close(back[0]);
+        nctmc_context *ctx;
+        nctmc_model *m;
+        result r = load_and_forward(mode, threads, length, &ctx, &m);
+        char c = r.ok ? 'y' : 'n';
+        long long v[2] = {-1, -1};
+        if (write(ready[1], &c, 1) == 1 && read(go[0], &c, 1) == 1)
+            rss_pss(&v[0], &v[1]);
+        ssize_t w = write(back[1], v, sizeof v);
+        /* hold the map until every process has read its numbers */
+        if (read(done[0], &c, 1) != 1)
+            w = -1;
+        nctmc_model_free(m);
+        nctmc_context_free(ctx);
+        _exit(w == (ssize_t)sizeof v ? 0 : 1);
+    }
+    close(ready[1]);
+    close(go[0]);
+    close(done[0]);
+    close(back[1]);
+    int ok = 1;
+    char c;
+    for (int k = 0; k < SHARERS; k++)
+        ok &= read(ready[0], &c, 1) == 1 && c == 'y';
+    for (int k = 0; k < SHARERS; k++)
+        ok &= write(go[1], "g", 1) == 1;
+    long long rss = 0, pss = 0, v[2];
+    for (int k = 0; k < SHARERS; k++) {
+        ok &= read(back[0], v, sizeof v) == (ssize_t)sizeof v && v[0] >= 0 && v[1] >= 0;
+        rss += v[0];
+        pss += v[1];
+    }
+    for (int k = 0; k < SHARERS; k++)
+        ok &= write(done[1], "d", 1) == 1;
+    close(ready[0]);
+    close(go[1]);
+    close(done[1]);
+    close(back[0]);
+    for (int k = 0; k < SHARERS; k++)
+        if (pids[k] > 0)
+            waitpid(pids[k], NULL, 0);
+    printf("bench=share config=%s mode=%s processes=%d rss_mb_each=%.1f pss_mb_each=%.1f "
+           "pss_over_rss=%.3f%s\n",
+           config, mode_names[mode], SHARERS, (double)rss / SHARERS / 1e6,
+           (double)pss / SHARERS / 1e6, rss > 0 ? (double)pss / (double)rss : 0.0,
+           ok ? "" : " FAILED");
+    fflush(stdout);
+    g_share_failures += !ok;
 }
 
 /* Runs measure() in a fresh process; its result comes back through a pipe. */
@@ -268,8 +383,10 @@ int main(int argc, char **argv)
                    (double)r.rss_forward / 1e6, r.ok ? "" : " FAILED");
             fflush(stdout);
         }
+    measure_sharing(config, 0, threads, length);
+    measure_sharing(config, 1, threads, length);
     int within = auto_cold_ratio >= 0.0 && auto_cold_ratio <= 0.10;
     printf("# mapped load (auto, cold): resident %.2f%% of the file: %s\n",
            100.0 * auto_cold_ratio, within ? "within 10%" : "ABOVE 10%");
-    return failures == 0 && within ? 0 : 1;
+    return failures == 0 && g_share_failures == 0 && within ? 0 : 1;
 }
