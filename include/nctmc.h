@@ -253,7 +253,8 @@ typedef struct nctmc_context_params {
      * samplers, trainers, evaluation, the temporary buffers of loading and
      * saving, and tokenizers and datasets created or opened with this
      * context (they keep a copy of the hook; a clone keeps its source's).
-     * Not through it: OpenBLAS's own buffers, the stacks of the worker
+     * Not through it: OpenBLAS's own buffers, a mapped model's weights
+     * (the file's pages: nctmc_model_load_ex()), the stacks of the worker
      * threads, the CUDA backend and the CUDA runtime and driver, the C
      * library's internal buffers, and tokenizers made without a context
      * (nctmc_tokenizer_create_bytes(), or a NULL ctx).
@@ -509,7 +510,10 @@ NCTMC_API nctmc_status nctmc_model_read_tensor(const nctmc_model *model, const c
 
 /** Overwrites the named tensor with src (n_elements floats, which must equal
  *  the tensor's element count). Non-finite values are rejected and the tensor
- *  is left unchanged. */
+ *  is left unchanged. A mapped model (nctmc_model_load_ex()) first gets its
+ *  weights copied out of the map: NCTMC_ERR_OUT_OF_MEMORY, or
+ *  NCTMC_ERR_FORMAT for a non-finite value a lazy load did not check, leave
+ *  it mapped and unchanged. */
 NCTMC_API nctmc_status nctmc_model_write_tensor(nctmc_model *model, const char *name,
                                                 const float *src, int64_t n_elements);
 
@@ -741,12 +745,71 @@ NCTMC_API nctmc_status nctmc_model_save(const nctmc_model *model, const char *pa
  * Loads a model from a checkpoint (written by nctmc_model_save() or
  * nctmc_trainer_save(); for the latter the EMA weights, which sampling uses).
  * Everything is checked before use: the header, every tensor's name, dtype,
- * shape and byte range, the configuration, and that every value is finite.
+ * shape and byte range, the configuration, the checksum, and that every
+ * value is finite. On the CPU backend the weights are then mapped from the
+ * file rather than copied when its layout allows (NCTMC_LOAD_MAP_AUTO of
+ * nctmc_model_load_ex(), which says what that means for the file).
  * NCTMC_ERR_IO when the file cannot be read, NCTMC_ERR_FORMAT when it cannot
  * be trusted. Errors are stored in ctx.
  */
 NCTMC_API nctmc_status nctmc_model_load(nctmc_context *ctx, const char *path,
                                         nctmc_model **out);
+
+/** How nctmc_model_load_ex() holds a checkpoint's weights
+ *  (docs/formats.md, "Memory-mapped loading"). */
+typedef int32_t nctmc_load_mapping;
+enum {
+    /** Map the file read-only when the context's backend is the CPU and
+     *  the file's tensors lie where a model can read them in place (every
+     *  file this library writes), after the checks a copying load makes —
+     *  the checksum and that every value is finite, read through the page
+     *  cache in small pieces, so the process's resident memory does not
+     *  grow with the file; otherwise copy. nctmc_model_load()'s way. */
+    NCTMC_LOAD_MAP_AUTO = 0,
+    /** Map as AUTO does, without the two checks that read every byte:
+     *  start-up reads only the header, and pages are read when a forward
+     *  pass first needs them. The header, names, shapes, byte ranges and
+     *  configuration are still checked; a damaged value shows up as wrong
+     *  or non-finite outputs (never as an out-of-range token), and is
+     *  refused when the weights are copied for writing. Falls back to a
+     *  fully checked copy where AUTO would copy. */
+    NCTMC_LOAD_MAP_LAZY = 1,
+    /** Always copy the weights into the backend's memory (0.3.0's way). */
+    NCTMC_LOAD_COPY = 2
+};
+
+typedef struct nctmc_load_params {
+    size_t struct_size;
+    /** NCTMC_LOAD_MAP_AUTO (default), _MAP_LAZY or NCTMC_LOAD_COPY. */
+    nctmc_load_mapping mapping;
+} nctmc_load_params;
+
+/** Fills *params with the defaults (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_load_params_init_sized(nctmc_load_params *params, size_t size);
+#define nctmc_load_params_init(p) nctmc_load_params_init_sized((p), sizeof *(p))
+
+/**
+ * As nctmc_model_load(), choosing how the weights are held (params NULL:
+ * the defaults, which is nctmc_model_load()). A mapped model's weights are
+ * the file's pages, shared with every other process that maps or reads the
+ * file, read from disk when first used and not allocated through the
+ * context's allocator. The model keeps the map until it is destroyed; the
+ * file may be renamed over (as every writer of this library does) or
+ * unlinked meanwhile, but must not be truncated or rewritten in place: a
+ * truncated file makes the next read of a lost page kill the process
+ * (SIGBUS), a rewritten one changes the weights. Whatever writes a mapped
+ * model's weights (nctmc_model_write_tensor(), nctmc_trainer_create(),
+ * nctmc_trainer_copy_weights() into it) first copies them into the
+ * backend's memory, checking every value, and the map is released. An
+ * unknown mapping is NCTMC_ERR_INVALID_ARGUMENT. Errors are stored in ctx.
+ */
+NCTMC_API nctmc_status nctmc_model_load_ex(nctmc_context *ctx, const char *path,
+                                           const nctmc_load_params *params,
+                                           nctmc_model **out);
+
+/** 1 when the model's weights are a map of its checkpoint (see
+ *  nctmc_model_load_ex()), 0 otherwise and for NULL. */
+NCTMC_API int32_t nctmc_model_is_mapped(const nctmc_model *model);
 
 /**
  * As nctmc_model_load(), from a checkpoint's `size` bytes at `data` (for
@@ -1011,9 +1074,12 @@ NCTMC_API nctmc_status nctmc_trainer_state_init_sized(nctmc_trainer_state *state
 
 /**
  * Creates a trainer for `model`, which it updates in place (the model must
- * not be used by anything else during a step). The trainer holds a
- * reference to the model: the caller may free the model before or after the
- * trainer. Errors are stored in the model.
+ * not be used by anything else during a step). A mapped model
+ * (nctmc_model_load_ex()) first gets its weights copied out of the map, as
+ * for nctmc_model_write_tensor(); the copy stays if a later step of the
+ * creation fails. The trainer holds a reference to the model: the caller
+ * may free the model before or after the trainer. Errors are stored in the
+ * model.
  */
 NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
                                             const nctmc_trainer_params *params,

@@ -16,8 +16,8 @@
 
 /*
  * One line per versioned struct: `first` is the last field of the layout the
- * struct was first published with (0.2.0 for all of these: never change it
- * after a release), `last` the last field it has now. A release that appends
+ * struct was first published with (0.2.0 for all but the ones marked
+ * later: never change it after a release), `last` the last field it has now. A release that appends
  * a field names it as `last`; the assertion stops a build that appended one
  * past the padding and forgot to.
  */
@@ -39,6 +39,8 @@ ABI_STRUCT(abi_eval_params, nctmc_eval_params, user_data, user_data);
 ABI_STRUCT(abi_eval_result, nctmc_eval_result, buckets, n_reliability);
 ABI_STRUCT(abi_sampler_params, nctmc_sampler_params, ctx, ctx);
 ABI_STRUCT(abi_sample_params, nctmc_sample_params, tokens_out, correction_mode);
+/* the release after 0.3.0 */
+ABI_STRUCT(abi_load_params, nctmc_load_params, mapping, mapping);
 
 static size_t min_size(size_t a, size_t b)
 {

@@ -38,6 +38,7 @@ extern const abi_struct abi_eval_result;
 extern const abi_struct abi_sampler_params;
 extern const abi_struct abi_sample_params;
 extern const abi_struct abi_reader;
+extern const abi_struct abi_load_params;
 
 /* The struct_size a caller's struct declares. */
 size_t abi_size(const void *caller);

@@ -12,6 +12,7 @@
 #include "checked.h"
 #include "dit.h"
 #include "model.h"
+#include "model_map.h"
 
 /* Every failure on a model goes through the lock: the same helpers serve
  * const calls, which may run on several threads at once. */
@@ -46,7 +47,9 @@ void model_retain(const nctmc_model *model)
 /* Frees everything the model owns, then gives up its context. */
 static void model_destroy(nctmc_model *m)
 {
-    if (m->weights)
+    if (m->weights_map.base)
+        file_map_close(&m->weights_map);
+    else if (m->weights)
         m->ctx->backend->ops->free(m->ctx->backend, m->weights);
     /* a copy: the context, and its allocator, may go with ctx_release */
     nctmc_allocator alloc = nctmc_mem_copy(&m->ctx->alloc);
@@ -67,12 +70,15 @@ void model_release(const nctmc_model *model)
         model_destroy(m);
 }
 
-/* Allocates the weight slab and, when `initialise`, fills it with the
- * seeded initial weights (a loader that overwrites every weight skips that:
- * it is a third of the time to load a large model). */
-static nctmc_status upload_initial_weights(nctmc_model *m, bool initialise, char *err,
+/* Allocates the weight slab (unless DIT_WEIGHTS_NONE) and, for
+ * DIT_WEIGHTS_INIT, fills it with the seeded initial weights (a loader
+ * that overwrites every weight skips that: it is a third of the time to
+ * load a large model). */
+static nctmc_status upload_initial_weights(nctmc_model *m, dit_weights weights, char *err,
                                            size_t err_size)
 {
+    if (weights == DIT_WEIGHTS_NONE)
+        return NCTMC_OK;
     size_t bytes;
     if (!checked_mul(m->slab_floats, sizeof(float), &bytes))
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
@@ -83,7 +89,7 @@ static nctmc_status upload_initial_weights(nctmc_model *m, bool initialise, char
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate %zu bytes of weights on the %s backend", bytes,
                           be->name);
-    if (!initialise)
+    if (weights == DIT_WEIGHTS_ZERO)
         return NCTMC_OK; /* alloc gives zeros; the caller uploads every weight */
     float *host = nctmc_mem_alloc(&m->ctx->alloc, bytes);
     if (!host)
@@ -107,6 +113,13 @@ NCTMC_API nctmc_status nctmc_model_create(nctmc_context *ctx, const nctmc_model_
 
 nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *config,
                               bool initialise, nctmc_model **out)
+{
+    return dit_model_create_ex(ctx, config, initialise ? DIT_WEIGHTS_INIT : DIT_WEIGHTS_ZERO,
+                               out);
+}
+
+nctmc_status dit_model_create_ex(nctmc_context *ctx, const nctmc_model_config *config,
+                                 dit_weights weights, nctmc_model **out)
 {
     if (out)
         *out = NULL;
@@ -155,12 +168,13 @@ nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *conf
         return nctmc_fail(ctx->last_error, sizeof ctx->last_error, st,
                           "out of memory building the tensor table");
     }
-    st = upload_initial_weights(m, initialise, ctx->last_error, sizeof ctx->last_error);
+    st = upload_initial_weights(m, weights, ctx->last_error, sizeof ctx->last_error);
     if (st != NCTMC_OK) {
         nctmc_model_free(m);
         return st;
     }
-    dit_view_bind(m, m->weights, m->view.blocks, &m->view);
+    if (m->weights)
+        dit_view_bind(m, m->weights, m->view.blocks, &m->view);
     /* Every way to make a model (create, load, resume) passes here; what
      * fails after this point writes its own message. */
     ctx->last_error[0] = '\0';
@@ -300,6 +314,13 @@ NCTMC_API nctmc_status nctmc_model_write_tensor(nctmc_model *model, const char *
             return MODEL_FAIL(model, NCTMC_ERR_INVALID_ARGUMENT,
                               "tensor \"%s\": element %lld is not finite", t->name,
                               (long long)e);
+    /* a mapped model's weights are the file's read-only pages: copy them
+     * first (which moves every tensor, so look this one up again) */
+    char err[NCTMC_ERROR_SIZE];
+    st = model_make_writable(model, err, sizeof err);
+    if (st != NCTMC_OK)
+        return MODEL_FAIL(model, st, "writing \"%s\": %s", t->name, err);
+    t = &model->tensors[dit_find_tensor(model, name)];
     nctmc_backend *be = model->ctx->backend;
     be->ops->upload(be, model->weights + t->offset, src, (size_t)n_elements * sizeof(float));
     st = be->ops->synchronize(be);

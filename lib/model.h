@@ -15,6 +15,7 @@
 
 #include "backend.h"
 #include "context.h"
+#include "file_map.h"
 #include "forward_process.h"
 #include "nctmc.h"
 
@@ -98,7 +99,13 @@ struct nctmc_model {
     dit_tensor *tensors;
     size_t slab_floats;     /* total floats of a parameter slab (with padding) */
     int64_t n_params;       /* scalar parameters (without padding) */
-    float *weights;         /* backend memory, slab_floats */
+    float *weights;         /* backend memory, slab_floats; or inside weights_map */
+    /* A model loaded by mapping its checkpoint (model_map.c) reads its
+     * weights from the file's pages: `weights` points into this read-only
+     * map, the tensors' offsets are the file's, and model_make_writable()
+     * copies them into backend memory before anything writes them. All
+     * zero otherwise. */
+    file_map weights_map;
     dit_view view;          /* typed pointers into `weights` */
     struct nctmc_tokenizer *tokenizer;  /* owned copy, or NULL */
     /* Calls on a const model may run on several threads at once; when one
@@ -123,6 +130,17 @@ nctmc_status model_fail_shared(const nctmc_model *model, nctmc_status status, co
 /* A successful call that has the model to itself (a non-const-model call)
  * clears its last error. */
 void model_clear_error(nctmc_model *model);
+
+/* What dit_model_create_ex() puts in the weight slab. */
+typedef enum dit_weights {
+    DIT_WEIGHTS_INIT,   /* allocated, the seeded initial weights */
+    DIT_WEIGHTS_ZERO,   /* allocated, zero (the caller uploads every weight) */
+    DIT_WEIGHTS_NONE    /* not allocated: weights NULL, the view unbound
+                           (model_map.c points them at a map) */
+} dit_weights;
+
+nctmc_status dit_model_create_ex(nctmc_context *ctx, const nctmc_model_config *config,
+                                 dit_weights weights, nctmc_model **out);
 
 /* nctmc_model_create(), with the seeded initialisation only when
  * `initialise` (otherwise the weights are zero until the caller uploads

@@ -15,7 +15,9 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "abi.h"
 #include "ctx_report.h"
+#include "model_map.h"
 #include "numtext.h"
 #include "tokenizer.h"
 
@@ -317,8 +319,9 @@ static nctmc_status check_known_keys(const st_file *file, int format, char *err,
     return NCTMC_OK;
 }
 
+/* verify_checksum false: a lazily mapped load, which reads no data. */
 static nctmc_status read_config(const st_file *file, nctmc_model_config *cfg, dit_dims *dims,
-                                char *err, size_t err_size)
+                                bool verify_checksum, char *err, size_t err_size)
 {
     const char *version = st_file_meta(file, KEY_FORMAT);
     if (!version)
@@ -330,7 +333,7 @@ static nctmc_status read_config(const st_file *file, nctmc_model_config *cfg, di
                           "checkpoint format \"%.32s\" is not one this library reads (1, 2)",
                           version);
     nctmc_status st = check_known_keys(file, format, err, err_size);
-    if (st == NCTMC_OK)
+    if (st == NCTMC_OK && verify_checksum)
         st = st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size);
     if (st != NCTMC_OK)
         return st;
@@ -507,27 +510,59 @@ static nctmc_status fill_model(nctmc_model *m, const st_file *file, const char *
     return st;
 }
 
+/* Maps the weights (model_map.c), or leaves *m NULL for the caller to copy
+ * them when this file cannot be mapped — after the checksum that a lazy
+ * load skipped, since copying reads every byte anyway. */
+static nctmc_status map_or_copy(nctmc_context *ctx, const st_file *file,
+                                const nctmc_model_config *cfg, bool lazy, nctmc_model **m,
+                                char *err, size_t err_size)
+{
+    char why[NCTMC_ERROR_SIZE];
+    nctmc_status st = model_map_create(ctx, file, cfg, !lazy, m, why, sizeof why);
+    if (st != NCTMC_ERR_UNSUPPORTED && st != NCTMC_ERR_IO) {
+        if (st != NCTMC_OK)
+            nctmc_fail(err, err_size, st, "%s", why);
+        return st;
+    }
+    nctmc_log(ctx, NCTMC_LOG_INFO, "model: copying the weights (not mapped: %s)", why);
+    return lazy ? st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size) : NCTMC_OK;
+}
+
 nctmc_status model_io_create(nctmc_context *ctx, const st_file *file, const char *weight_prefix,
                              nctmc_model **out, char *err, size_t err_size)
+{
+    return model_io_create_ex(ctx, file, weight_prefix, NCTMC_LOAD_COPY, out, err, err_size);
+}
+
+nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
+                                const char *weight_prefix, nctmc_load_mapping mapping,
+                                nctmc_model **out, char *err, size_t err_size)
 {
     if (!ctx || !file || !out)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "model_io_create: bad arguments");
     *out = NULL;
     const char *prefix = weight_prefix ? weight_prefix : "";
+    /* only the standard names are mapped (a trainer's raw weights are
+     * about to be trained) */
+    bool map = mapping != NCTMC_LOAD_COPY && prefix[0] == '\0';
+    bool lazy = map && mapping == NCTMC_LOAD_MAP_LAZY;
     nctmc_model_config cfg;
     dit_dims dims;
     nctmc_tokenizer *tok = NULL;
-    nctmc_status st = read_config(file, &cfg, &dims, err, err_size);
+    nctmc_status st = read_config(file, &cfg, &dims, !lazy, err, err_size);
     if (st == NCTMC_OK)
         st = read_tokenizer(&ctx->alloc, file, &cfg, &tok, err, err_size);
     if (st == NCTMC_OK)
         st = check_tensors(&ctx->alloc, file, &dims, prefix, err, err_size);
     nctmc_model *m = NULL;
-    if (st == NCTMC_OK)
+    if (st == NCTMC_OK && map)
+        st = map_or_copy(ctx, file, &cfg, lazy, &m, err, err_size);
+    if (st == NCTMC_OK && !m) {
         st = create_model(ctx, &cfg, &m, err, err_size);
-    if (st == NCTMC_OK)
-        st = fill_model(m, file, prefix, err, err_size);
+        if (st == NCTMC_OK)
+            st = fill_model(m, file, prefix, err, err_size);
+    }
     if (st != NCTMC_OK) {
         nctmc_tokenizer_free(tok);
         nctmc_model_free(m);
@@ -541,18 +576,23 @@ nctmc_status model_io_create(nctmc_context *ctx, const st_file *file, const char
 /* Creates the model from a checkpoint opened by the caller, whatever its
  * source (a file, memory, a reader): the one loading path. Frees file. */
 static nctmc_status load_from(nctmc_context *ctx, st_file *file, const char *name,
-                              nctmc_model **out)
+                              nctmc_load_mapping mapping, nctmc_model **out)
 {
     char err[NCTMC_ERROR_SIZE];
-    nctmc_status st = model_io_create(ctx, file, "", out, err, sizeof err);
+    nctmc_status st = model_io_create_ex(ctx, file, "", mapping, out, err, sizeof err);
     st_file_free(file);
     if (st != NCTMC_OK)
         return ctx_report_fail(ctx, st, "\"%.300s\": %s", name, err);
     return NCTMC_OK;
 }
 
-NCTMC_API nctmc_status nctmc_model_load(nctmc_context *ctx, const char *path,
-                                        nctmc_model **out)
+NCTMC_API nctmc_status nctmc_load_params_init_sized(nctmc_load_params *params, size_t size)
+{
+    return abi_init(params, size, NULL, &abi_load_params);
+}
+
+NCTMC_API nctmc_status nctmc_model_load_ex(nctmc_context *ctx, const char *path,
+                                           const nctmc_load_params *params, nctmc_model **out)
 {
     if (out)
         *out = NULL;
@@ -561,12 +601,31 @@ NCTMC_API nctmc_status nctmc_model_load(nctmc_context *ctx, const char *path,
     if (!path || !out)
         return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
                                "nctmc_model_load: path and out must not be NULL");
+    nctmc_load_params p;
+    nctmc_load_params_init(&p);
+    if (params) {
+        nctmc_status st = abi_read(params, &p, sizeof p, &abi_load_params, ctx->last_error,
+                                   sizeof ctx->last_error);
+        if (st != NCTMC_OK)
+            return ctx_report_logged(ctx, st);
+    }
+    if (p.mapping != NCTMC_LOAD_MAP_AUTO && p.mapping != NCTMC_LOAD_MAP_LAZY &&
+        p.mapping != NCTMC_LOAD_COPY)
+        return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
+                               "nctmc_load_params.mapping %d is not a nctmc_load_mapping",
+                               (int)p.mapping);
     st_file *file = NULL;
     nctmc_status st =
         st_open_file(&ctx->alloc, path, &file, ctx->last_error, sizeof ctx->last_error);
     if (st != NCTMC_OK)
         return ctx_report_logged(ctx, st);
-    return load_from(ctx, file, path, out);
+    return load_from(ctx, file, path, p.mapping, out);
+}
+
+NCTMC_API nctmc_status nctmc_model_load(nctmc_context *ctx, const char *path,
+                                        nctmc_model **out)
+{
+    return nctmc_model_load_ex(ctx, path, NULL, out);
 }
 
 #define MEMORY_NAME "<memory>"
@@ -592,7 +651,7 @@ NCTMC_API nctmc_status nctmc_model_load_memory(nctmc_context *ctx, const void *d
                                      ctx->last_error, sizeof ctx->last_error);
     if (st != NCTMC_OK)
         return ctx_report_logged(ctx, st);
-    return load_from(ctx, file, MEMORY_NAME, out);
+    return load_from(ctx, file, MEMORY_NAME, NCTMC_LOAD_COPY, out);
 }
 
 NCTMC_API nctmc_status nctmc_model_load_reader(nctmc_context *ctx, const nctmc_reader *reader,
@@ -610,5 +669,5 @@ NCTMC_API nctmc_status nctmc_model_load_reader(nctmc_context *ctx, const nctmc_r
                                      sizeof ctx->last_error);
     if (st != NCTMC_OK)
         return ctx_report_logged(ctx, st);
-    return load_from(ctx, file, READER_NAME, out);
+    return load_from(ctx, file, READER_NAME, NCTMC_LOAD_COPY, out);
 }

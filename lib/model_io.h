@@ -37,4 +37,12 @@ nctmc_status model_io_create(nctmc_context *ctx, const st_file *file,
                              const char *weight_prefix, nctmc_model **out, char *err,
                              size_t err_size);
 
+/* model_io_create() for the standard names, holding the weights as
+ * `mapping` says (nctmc_load_mapping; model_map.h): mapped when the file
+ * allows it, copied otherwise. A lazy mapping skips the checksum and the
+ * finiteness of the values, unless it falls back to copying. */
+nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
+                                const char *weight_prefix, nctmc_load_mapping mapping,
+                                nctmc_model **out, char *err, size_t err_size);
+
 #endif /* NCTMC_MODEL_IO_H */

@@ -1,9 +1,10 @@
 /*
  * safetensors.c — the safetensors container (see safetensors.h and
  * docs/formats.md), written so that Python's `safetensors` reads our files
- * and we read theirs: the header starts with '{', is padded with spaces to a
- * multiple of 8 bytes, and tensor byte ranges are contiguous in offset order
- * and cover the data section exactly.
+ * and we read theirs: the header starts with '{', is padded with spaces so
+ * that the data starts at a multiple of 64 bytes (8 would do for them), and
+ * tensor byte ranges are contiguous in offset order and cover the data
+ * section exactly.
  *
  * The reader keeps the file open and reads each tensor when asked, so a
  * checkpoint is never held in memory twice.
@@ -27,7 +28,10 @@
 
 /* Python's safetensors refuses larger headers; so do we. */
 #define ST_MAX_HEADER 100000000u
-#define ST_ALIGN 8
+/* The data section starts at a multiple of this many bytes (safetensors
+ * asks for 8): a loader that maps the file then sees every tensor whose
+ * offset is a multiple of 64 on a cache line of its own (model_map.c). */
+#define ST_ALIGN 64
 #define ST_META_KEY "__metadata__"
 /* Data is converted to little-endian through a buffer of this many floats. */
 #define ST_CHUNK_FLOATS 65536
@@ -258,7 +262,8 @@ static void build_meta_header(st_writer *w, json_buf *b)
     json_buf_puts(b, "}");
 }
 
-/* The JSON header, padded with spaces so the data starts 8-byte aligned. */
+/* The JSON header, padded with spaces (JSON whitespace, which every
+ * safetensors reader skips) so the data starts ST_ALIGN-byte aligned. */
 static nctmc_status build_header(st_writer *w, json_buf *b, char *err, size_t err_size)
 {
     json_buf_puts(b, "{");
@@ -282,7 +287,7 @@ static nctmc_status build_header(st_writer *w, json_buf *b, char *err, size_t er
         offset += bytes;
     }
     json_buf_puts(b, "}");
-    while (!b->failed && b->len % ST_ALIGN != 0)
+    while (!b->failed && (8 + b->len) % ST_ALIGN != 0)
         json_buf_puts(b, " ");
     if (b->failed)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
@@ -1057,4 +1062,33 @@ nctmc_status st_file_verify_checksum(const st_file *f, const char *key, char *er
                         "(corrupt file)",
                         (unsigned)got, (unsigned)want);
     return st;
+}
+
+/* ---- for loaders that map the file ------------------------------------ */
+
+int st_file_fd(const st_file *f)
+{
+    return f ? f->src.fd : -1;
+}
+
+uint64_t st_file_size(const st_file *f)
+{
+    return f ? f->file_size : 0;
+}
+
+bool st_file_tensor_offset(const st_file *f, int32_t index, uint64_t *offset)
+{
+    if (!f || !offset || index < 0 || index >= f->n_tensors)
+        return false;
+    *offset = f->data_start + f->tensors[index].begin;
+    return true;
+}
+
+nctmc_status st_file_read_bytes(const st_file *f, uint64_t offset, void *dst, size_t n,
+                                char *err, size_t err_size)
+{
+    if (!f || (n > 0 && !dst))
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "st_file_read_bytes: bad arguments");
+    return byte_source_read(&f->src, offset, dst, n, err, err_size);
 }

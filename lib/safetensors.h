@@ -133,4 +133,23 @@ nctmc_status st_file_read_f32(const st_file *file, const char *name, int32_t n_d
 nctmc_status st_file_verify_checksum(const st_file *file, const char *key, char *err,
                                      size_t err_size);
 
+/* ---- for loaders that map the file (model_map.c) -------------------------- */
+
+/* The descriptor of a file opened with st_open_file(), or -1 for memory
+ * and reader sources. Owned by the file: closed by st_file_free(). */
+int st_file_fd(const st_file *file);
+
+/* The size of the file or buffer, as its header was checked against. */
+uint64_t st_file_size(const st_file *file);
+
+/* Where tensor `index`'s data starts, in bytes from the start of the file;
+ * false when the index is out of range. */
+bool st_file_tensor_offset(const st_file *file, int32_t index, uint64_t *offset);
+
+/* Copies n raw bytes at file byte `offset` into dst (the checks of every
+ * read: NCTMC_ERR_FORMAT past the end or for a file that ends early,
+ * NCTMC_ERR_IO when a read fails). */
+nctmc_status st_file_read_bytes(const st_file *file, uint64_t offset, void *dst, size_t n,
+                                char *err, size_t err_size);
+
 #endif /* NCTMC_SAFETENSORS_H */

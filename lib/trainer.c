@@ -10,6 +10,7 @@
 
 #include "abi.h"
 #include "checked.h"
+#include "model_map.h"
 #include "philox.h"
 #include "time_sampling.h"
 #include "trainer.h"
@@ -183,6 +184,11 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     params = &full;
     if (st == NCTMC_OK)
         st = trainer_params_validate(params, model->dims.L, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
+    /* the trainer updates the weights in place: a mapped model's are the
+     * file's read-only pages, so they are copied first */
+    st = model_make_writable(model, err, err_size);
     if (st != NCTMC_OK)
         return st;
     nctmc_trainer *t = nctmc_mem_calloc(model->ctx->backend->alloc, 1, sizeof *t);
@@ -614,12 +620,13 @@ NCTMC_API const char *nctmc_trainer_last_error(const nctmc_trainer *t)
     return t ? t->last_error : "";
 }
 
-/* Two configurations describe the same parameter layout and process. */
+/* Two configurations describe the same parameter layout and process (the
+ * dimensions fix the standard layout; a mapped model has the file's until
+ * model_make_writable()). */
 static bool same_architecture(const nctmc_model *a, const nctmc_model *b)
 {
     return memcmp(&a->dims, &b->dims, sizeof a->dims) == 0 &&
-           a->fp.process == b->fp.process && a->fp.schedule == b->fp.schedule &&
-           a->slab_floats == b->slab_floats;
+           a->fp.process == b->fp.process && a->fp.schedule == b->fp.schedule;
 }
 
 NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *t, nctmc_model *dst,
@@ -636,6 +643,10 @@ NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *t, nctmc_model 
     if (ema && !t->ema)
         return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT,
                             "this trainer keeps no EMA (ema_decay is 0)");
+    char why[NCTMC_ERROR_SIZE];
+    nctmc_status made = model_make_writable(dst, why, sizeof why);
+    if (made != NCTMC_OK)
+        return TRAINER_FAIL(t, made, "the destination model: %s", why);
     size_t bytes = trainer_slab_bytes(t);
     float *host = nctmc_mem_alloc(t->be->alloc, bytes);
     if (!host)

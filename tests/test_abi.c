@@ -227,6 +227,10 @@ LAYOUTS_APPENDED(sample_params, SAMPLE_PARAMS_HEAD, SAMPLE_PARAMS_HEAD_030,
     int64_t (*read_at)(void *, void *, size_t, int64_t);
 LAYOUTS(reader, READER_HEAD, void *user_data;, user_data);
 
+/* first published after 0.3.0 */
+#define LOAD_PARAMS_HEAD size_t struct_size;
+LAYOUTS(load_params, LOAD_PARAMS_HEAD, nctmc_load_mapping mapping;, mapping);
+
 /* ---- the objects the calls work on ----------------------------------------- */
 
 #define S 5
@@ -688,6 +692,28 @@ static nctmc_status call_load_reader(fixture *f, void *p, const char **message)
     return st;
 }
 
+static void prep_load(fixture *f, void *p)
+{
+    (void)f;
+    ((nctmc_load_params *)p)->mapping = NCTMC_LOAD_COPY;
+}
+
+static nctmc_status call_load_ex(fixture *f, void *p, const char **message)
+{
+    *message = nctmc_context_last_error(f->ctx);
+    nctmc_model *m = (nctmc_model *)f;
+    nctmc_status st = nctmc_model_load_ex(f->ctx, f->trainer_path, p, &m);
+    if (st != NCTMC_OK) {
+        CHECK(m == NULL, "*out is NULL on failure");
+        return st;
+    }
+    /* the default maps: a copy shows the field was read */
+    CHECK(nctmc_model_seq_len(m) == L && !nctmc_model_is_mapped(m),
+          "the model was loaded as the params say");
+    nctmc_model_free(m);
+    return st;
+}
+
 #define INIT_WRAPPER(name)                                                   \
     static nctmc_status init_##name(void *p, size_t size)                    \
     {                                                                        \
@@ -706,6 +732,7 @@ INIT_WRAPPER(eval_result)
 INIT_WRAPPER(sampler_params)
 INIT_WRAPPER(sample_params)
 INIT_WRAPPER(reader)
+INIT_WRAPPER(load_params)
 
 typedef struct abi_case {
     const char *call_name;
@@ -747,6 +774,7 @@ static const abi_case cases[] = {
          true),
     CASE("nctmc_sample", sample_params, prep_sample, call_sample, false, true),
     CASE("nctmc_model_load_reader", reader, prep_reader, call_load_reader, false, true),
+    CASE("nctmc_model_load_ex", load_params, prep_load, call_load_ex, false, true),
 };
 
 /* ---- byte helpers ----------------------------------------------------------- */

@@ -100,6 +100,7 @@ typedef struct fixture {
     size_t model_size;
     nctmc_context *ctx;         /* made with the hook */
     nctmc_model *model;         /* loaded on ctx */
+    float file_bias[64];        /* output_layer.linear.bias as the file has it */
     nctmc_model_config cfg;
     int32_t tokens[B * L];
 } fixture;
@@ -308,6 +309,34 @@ static nctmc_status op_train_step(fixture *fx, bool *clean)
     return st;
 }
 
+/* Training a mapped model copies its weights out of the map first; a
+ * failure anywhere leaves the model mapped or copied, never half of each. */
+static nctmc_status op_train_mapped(fixture *fx, bool *clean)
+{
+    nctmc_model *m = (nctmc_model *)(uintptr_t)1;
+    nctmc_status st = nctmc_model_load(fx->ctx, fx->model_path, &m);
+    if (st != NCTMC_OK) {
+        *clean = m == NULL;
+        return st;
+    }
+    CHECK(nctmc_model_is_mapped(m) == 1, "nctmc_model_load() mapped the file");
+    nctmc_trainer_params tp;
+    nctmc_trainer_params_init(&tp);
+    tp.batch_size = B;
+    nctmc_trainer *t = (nctmc_trainer *)(uintptr_t)1;
+    st = nctmc_trainer_create(m, &tp, &t);
+    if (st != NCTMC_OK)
+        *clean = t == NULL;
+    /* (fx->model has been trained by now: compare with the file) */
+    float bias[64];
+    CHECK(nctmc_model_read_tensor(m, "output_layer.linear.bias", bias, S) == NCTMC_OK &&
+              memcmp(bias, fx->file_bias, sizeof(float) * S) == 0,
+          "the weights are the file's, mapped (%d) or copied", (int)nctmc_model_is_mapped(m));
+    nctmc_trainer_free(st == NCTMC_OK ? t : NULL);
+    nctmc_model_free(m);
+    return st;
+}
+
 /* A failed save leaves nothing behind: no file, no temporary. */
 static nctmc_status op_save(fixture *fx, bool *clean)
 {
@@ -508,7 +537,16 @@ static bool setup(fixture *fx)
     nctmc_tokenizer_free(tok);
     nctmc_model_free(m);
     fx->model_bytes = ok ? test_read_bytes(fx->model_path, &fx->model_size) : NULL;
-    return fx->model_bytes && nctmc_model_load(fx->ctx, fx->model_path, &fx->model) == NCTMC_OK;
+    /* copied: the operations below train and write it, which would turn a
+     * mapped model into a copied one in the middle of a walk (the first
+     * such copy would count as a leak); op_train_mapped walks that copy */
+    nctmc_load_params lp;
+    nctmc_load_params_init(&lp);
+    lp.mapping = NCTMC_LOAD_COPY;
+    return fx->model_bytes &&
+           nctmc_model_load_ex(fx->ctx, fx->model_path, &lp, &fx->model) == NCTMC_OK &&
+           nctmc_model_read_tensor(fx->model, "output_layer.linear.bias", fx->file_bias, S) ==
+               NCTMC_OK;
 }
 
 int main(void)
@@ -530,6 +568,7 @@ int main(void)
         {"model forward", op_forward},
         {"sampler create + sample", op_sample},
         {"trainer create + step", op_train_step},
+        {"mapped load + trainer create", op_train_mapped},
         {"model save", op_save},
         {"trainer create + save", op_trainer_save},
         {"trainer resume", op_resume},

@@ -16,6 +16,7 @@ EXIT_LINKS = {"sigma": 0, "noise_posterior": 1}
 _NAMED = {"process": PROCESSES, "schedule": SCHEDULES, "time_input": TIME_INPUTS,
           "exit_link": EXIT_LINKS}
 TOKENIZER_KINDS = {0: "bytes", 1: "chars", 2: "image", 3: "bpe"}
+LOAD_MAPPINGS = {"auto": 0, "lazy": 1, "copy": 2}
 
 
 def _int32_array(values, what):
@@ -244,12 +245,26 @@ class Model(Handle):
         return cls(out, ctx)
 
     @classmethod
-    def load(cls, path, ctx=None):
-        """Loads a checkpoint (nctmc_model_save / nctmc_trainer_save)."""
+    def load(cls, path, ctx=None, mapping="auto"):
+        """Loads a checkpoint (nctmc_model_save / nctmc_trainer_save).
+        mapping: "auto" (map the file on the CPU backend after checking it
+        all), "lazy" (map without reading every value first) or "copy"
+        (nctmc_model_load_ex, docs/formats.md "Memory-mapped loading")."""
         ctx = _default_context(ctx)
+        p = N.LoadParams()
+        N.nctmc_load_params_init_sized(ctypes.byref(p), ctypes.sizeof(p))
+        if mapping not in LOAD_MAPPINGS:
+            raise ValueError("mapping must be one of %s" % ", ".join(LOAD_MAPPINGS))
+        p.mapping = LOAD_MAPPINGS[mapping]
         out = ctypes.c_void_p()
-        check(N.nctmc_model_load(ctx, os.fsencode(path), ctypes.byref(out)), ctx._error)
+        check(N.nctmc_model_load_ex(ctx, os.fsencode(path), ctypes.byref(p),
+                                    ctypes.byref(out)), ctx._error)
         return cls(out, ctx)
+
+    @property
+    def mapped(self):
+        """True when the weights are a read-only map of the checkpoint file."""
+        return bool(N.nctmc_model_is_mapped(self))
 
     @classmethod
     def from_bytes(cls, data, ctx=None):

@@ -111,6 +111,13 @@ class Reader(Structure):
     ]
 
 
+class LoadParams(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("mapping", c_int32),
+    ]
+
+
 class DatasetInfo(Structure):
     _fields_ = [
         ("struct_size", c_size_t),
@@ -272,6 +279,7 @@ STRUCTS = {
     "nctmc_model_config": ModelConfig,
     "nctmc_forward_params": ForwardParams,
     "nctmc_reader": Reader,
+    "nctmc_load_params": LoadParams,
     "nctmc_dataset_info": DatasetInfo,
     "nctmc_trainer_params": TrainerParams,
     "nctmc_train_stats": TrainStats,
@@ -302,7 +310,8 @@ for _name, _struct in [("context_params", ContextParams), ("model_config", Model
                        ("dataset_info", DatasetInfo), ("trainer_params", TrainerParams),
                        ("train_stats", TrainStats), ("trainer_state", TrainerState),
                        ("eval_params", EvalParams), ("eval_result", EvalResult),
-                       ("sampler_params", SamplerParams), ("sample_params", SampleParams)]:
+                       ("sampler_params", SamplerParams), ("sample_params", SampleParams),
+                       ("load_params", LoadParams)]:
     _fn("nctmc_%s_init_sized" % _name, STATUS, POINTER(_struct), c_size_t)
 
 _fn("nctmc_version", c_char_p)
@@ -330,6 +339,8 @@ _fn("nctmc_model_save", STATUS, H, c_char_p)
 _fn("nctmc_model_load", STATUS, H, c_char_p, PH)
 _fn("nctmc_model_load_memory", STATUS, H, c_void_p, c_size_t, PH)
 _fn("nctmc_model_load_reader", STATUS, H, POINTER(Reader), PH)
+_fn("nctmc_model_load_ex", STATUS, H, c_char_p, POINTER(LoadParams), PH)
+_fn("nctmc_model_is_mapped", c_int32, H)
 _fn("nctmc_model_set_tokenizer", STATUS, H, H)
 _fn("nctmc_model_get_tokenizer", H, H)
 

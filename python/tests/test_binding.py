@@ -242,6 +242,16 @@ def test_load_from_bytes_and_from_an_archive(ctx, trained, tmp_path):
     assert e.value.status in (6, 7)
 
 
+def test_mapped_lazy_and_copied_loads_sample_alike(ctx, trained):
+    models = {how: nctmc.Model.load(trained["path"], ctx, mapping=how)
+              for how in ("auto", "lazy", "copy")}
+    assert models["auto"].mapped and models["lazy"].mapped and not models["copy"].mapped
+    draws = [m.sampler(2).sample(batch=2, steps=8, seed=5) for m in models.values()]
+    assert np.array_equal(draws[0], draws[1]) and np.array_equal(draws[0], draws[2])
+    with pytest.raises(ValueError):
+        nctmc.Model.load(trained["path"], ctx, mapping="sometimes")
+
+
 def test_progress_and_cancel_by_callback(ctx, trained):
     m = nctmc.Model.load(trained["path"], ctx)
     s = m.sampler(max_batch=2)
