@@ -21,6 +21,8 @@ ADDED = {
     "nctmc_preset_backend": "NCTMC_1.1",
     "nctmc_preset_description": "NCTMC_1.1",
     "nctmc_preset_name": "NCTMC_1.1",
+    "nctmc_model_convert": "NCTMC_1.2",
+    "nctmc_model_weight_type": "NCTMC_1.2",
 }
 NODES = {VERSION_NODE} | set(ADDED.values())
 

@@ -20,6 +20,7 @@ int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 
 /* What `nctmc prepare` writes into its output directory and `train` and
  * `eval` read from it. */

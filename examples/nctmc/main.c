@@ -20,6 +20,7 @@ static const subcommand subcommands[] = {
     {"sample", cmd_sample, "draw samples (text, or images as PNG + ASCII) from a checkpoint"},
     {"eval", cmd_eval, "NELBO in bits/token and exit-rate reliability on held-out data"},
     {"info", cmd_info, "what a checkpoint holds"},
+    {"convert", cmd_convert, "a checkpoint with bf16 or int8 linear weights, for sampling"},
 };
 
 static void print_usage(FILE *out)
