@@ -205,7 +205,7 @@ static nctmc_status check_tensors(const st_tensor_ref *t, int32_t n, char *err, 
         if (!tensor_bytes(&t[i], &bytes))
             return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "safetensors: tensor \"%.64s\" has a bad shape", t[i].name);
-        if (bytes > 0 && !t[i].data)
+        if (bytes > 0 && !(t[i].dtype == ST_WRITE_F32 ? (const void *)t[i].data : t[i].raw))
             return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "safetensors: tensor \"%.64s\" has no data", t[i].name);
     }
