@@ -297,13 +297,18 @@ typedef struct nctmc_backend_ops {
     void (*sample_step)(nctmc_backend *be, const nctmc_sample_step_args *args);
 
     /* ---- reduced-precision weights (sampling only) ----------------------- */
+    /* Both NULL in a backend that cannot hold reduced weights: models
+     * converted to them are refused on it. */
+    /* Bytes of the scratch linear_forward_packed needs for an inner
+     * dimension of at most `in`, whatever rows and out. */
+    size_t (*linear_packed_scratch_bytes)(nctmc_backend *be, int32_t in);
     /* y[rows, out] = x[rows, in] * W^T (+ bias[out] if not NULL), W the
-     * dequantised packed weight (nctmc_packed_weight), accumulated in float.
-     * NULL in a backend that cannot hold reduced weights: models converted
-     * to them are refused on it. */
+     * dequantised packed weight (nctmc_packed_weight), accumulated in float;
+     * scratch: backend memory of linear_packed_scratch_bytes(in) bytes, 64-byte
+     * aligned, that the call may overwrite (so sampling allocates nothing). */
     void (*linear_forward_packed)(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
                                   const float *x, const struct nctmc_packed_weight *w,
-                                  const float *bias, float *y);
+                                  const float *bias, float *y, void *scratch);
 } nctmc_backend_ops;
 
 struct nctmc_backend {

@@ -154,7 +154,7 @@ nctmc_status quant_model_setup(nctmc_model *m, nctmc_weight_type type, char *err
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "weight type %d is not NCTMC_WEIGHT_BF16 or NCTMC_WEIGHT_INT8",
                           (int)type);
-    if (!be->ops->linear_forward_packed)
+    if (!be->ops->linear_forward_packed || !be->ops->linear_packed_scratch_bytes)
         return nctmc_fail(err, err_size, NCTMC_ERR_UNSUPPORTED,
                           "the %s backend cannot hold %s weights (the cpu backend can)",
                           be->name, quant_type_name(type));

@@ -98,6 +98,7 @@ typedef struct fixture {
     size_t model_size;
     nctmc_context *ctx;         /* made with the hook */
     nctmc_model *model;         /* loaded on ctx */
+    nctmc_model *model_int8;    /* model converted to int8 weights */
     nctmc_model_config cfg;
     int32_t tokens[B * L];
 } fixture;
@@ -261,13 +262,13 @@ static nctmc_status op_forward(fixture *fx, bool *clean)
     return nctmc_model_forward(fx->model, &p);
 }
 
-static nctmc_status op_sample(fixture *fx, bool *clean)
+static nctmc_status sample_model(fixture *fx, const nctmc_model *model, bool *clean)
 {
     nctmc_sampler_params sp;
     nctmc_sampler_params_init(&sp);
     sp.max_batch = B;
     nctmc_sampler *s = (nctmc_sampler *)(uintptr_t)1;
-    nctmc_status st = nctmc_sampler_create(fx->model, &sp, &s);
+    nctmc_status st = nctmc_sampler_create(model, &sp, &s);
     if (st != NCTMC_OK) {
         *clean = s == NULL;
         return st;
@@ -284,6 +285,42 @@ static nctmc_status op_sample(fixture *fx, bool *clean)
     CHECK(fx->hook.n_allocs == allocs, "nctmc_sample() allocates nothing (%lld)",
           (long long)(fx->hook.n_allocs - allocs));
     nctmc_sampler_free(s);
+    return st;
+}
+
+static nctmc_status op_sample(fixture *fx, bool *clean)
+{
+    return sample_model(fx, fx->model, clean);
+}
+
+/* the reduced model's linear layers keep their scratch in the workspace */
+static nctmc_status op_sample_int8(fixture *fx, bool *clean)
+{
+    return sample_model(fx, fx->model_int8, clean);
+}
+
+static nctmc_status op_convert(fixture *fx, bool *clean)
+{
+    nctmc_model *m = (nctmc_model *)(uintptr_t)1;
+    nctmc_status st = nctmc_model_convert(fx->model, NCTMC_WEIGHT_BF16, &m);
+    if (st != NCTMC_OK) {
+        *clean = m == NULL;
+        return st;
+    }
+    CHECK(nctmc_model_weight_type(m) == NCTMC_WEIGHT_BF16 && nctmc_model_get_tokenizer(m),
+          "the converted model is bf16 and has the tokenizer");
+    nctmc_model_free(m);
+    return st;
+}
+
+/* A reduced model's save adds its packed weights and scales. */
+static nctmc_status op_save_int8(fixture *fx, bool *clean)
+{
+    int before = test_count_entries(fx->dir);
+    nctmc_status st = nctmc_model_save(fx->model_int8, fx->save_path);
+    if (st != NCTMC_OK)
+        *clean = test_count_entries(fx->dir) == before;
+    unlink(fx->save_path);
     return st;
 }
 
@@ -452,7 +489,8 @@ static bool setup(fixture *fx)
     nctmc_tokenizer_free(tok);
     nctmc_model_free(m);
     fx->model_bytes = ok ? test_read_bytes(fx->model_path, &fx->model_size) : NULL;
-    return fx->model_bytes && nctmc_model_load(fx->ctx, fx->model_path, &fx->model) == NCTMC_OK;
+    return fx->model_bytes && nctmc_model_load(fx->ctx, fx->model_path, &fx->model) == NCTMC_OK &&
+           nctmc_model_convert(fx->model, NCTMC_WEIGHT_INT8, &fx->model_int8) == NCTMC_OK;
 }
 
 int main(void)
@@ -480,12 +518,16 @@ int main(void)
         {"eval", op_eval},
         {"tokenizers", op_tokenizers},
         {"dataset open", op_dataset},
+        {"model convert", op_convert},
+        {"sampler create + sample int8", op_sample_int8},
+        {"model save (int8)", op_save_int8},
     };
     int64_t sites = 0;
     for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
         sites += walk(&fx, ops[k].name, ops[k].op);
     printf("%lld allocation sites walked\n", (long long)sites);
 
+    nctmc_model_free(fx.model_int8);
     nctmc_model_free(fx.model);
     nctmc_context_free(fx.ctx);
     CHECK(fx.hook.live_bytes == 0 && fx.hook.live_blocks == 0,

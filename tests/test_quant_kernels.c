@@ -126,8 +126,15 @@ static float *run(nctmc_backend *be, const layer *l)
     float *y = xmalloc(sizeof(float) * (size_t)l->rows * (size_t)l->out);
     for (size_t e = 0; e < (size_t)l->rows * (size_t)l->out; e++)
         y[e] = NAN; /* every element must be written */
-    cpu_linear_forward_packed(be, l->rows, l->in, l->out, l->x, &l->pw, l->bias, y);
+    size_t bytes = cpu_linear_packed_scratch_bytes(be, l->in);
+    void *scratch = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!scratch) {
+        fprintf(stderr, "test_quant_kernels: out of memory\n");
+        exit(2);
+    }
+    cpu_linear_forward_packed(be, l->rows, l->in, l->out, l->x, &l->pw, l->bias, y, scratch);
     CHECK(be->ops->synchronize(be) == NCTMC_OK, "synchronize: %s", be->error);
+    free(scratch);
     return y;
 }
 
@@ -206,7 +213,7 @@ static void test_empty_inner(nctmc_backend *be)
     float bias[3] = {1.5f, -2.0f, 0.25f}, y[6];
     uint16_t none[1] = {0};
     nctmc_packed_weight pw = {NCTMC_WEIGHT_BF16, none, NULL};
-    cpu_linear_forward_packed(be, 2, 0, 3, NULL, &pw, bias, y);
+    cpu_linear_forward_packed(be, 2, 0, 3, NULL, &pw, bias, y, NULL);
     CHECK(y[0] == 1.5f && y[4] == -2.0f && y[5] == 0.25f, "in = 0 gives the bias");
 }
 

@@ -5,7 +5,6 @@
 #include "cpu_backend.h"
 
 #include <cblas.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,18 +47,8 @@ static void cpu_fill_zero(nctmc_backend *be, void *dst, size_t bytes)
 
 static nctmc_status cpu_synchronize(nctmc_backend *be)
 {
-    return (nctmc_status)atomic_exchange(&cpu_of(be)->failed, 0);
-}
-
-void cpu_backend_fail(cpu_backend *cb, nctmc_status status, const char *fmt, ...)
-{
-    int none = 0;
-    if (!atomic_compare_exchange_strong(&cb->failed, &none, (int)status))
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cb->base.error, sizeof cb->base.error, fmt, ap);
-    va_end(ap);
+    (void)be;
+    return NCTMC_OK;
 }
 
 static void cpu_destroy(nctmc_backend *be)
@@ -111,6 +100,7 @@ static const nctmc_backend_ops cpu_ops = {
     .adamw = cpu_adamw,
     .ema_update = cpu_ema_update,
     .sample_step = cpu_sample_step,
+    .linear_packed_scratch_bytes = cpu_linear_packed_scratch_bytes,
     .linear_forward_packed = cpu_linear_forward_packed,
 };
 
@@ -148,7 +138,6 @@ nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const nctmc_allocato
     cb->base.n_threads = n_threads;
     cb->base.error[0] = '\0';
     cb->base.alloc = alloc;
-    atomic_init(&cb->failed, 0);
     cpu_backend_set_bf16_dot(&cb->base, true);
     return &cb->base;
 }

@@ -5,8 +5,6 @@
 #ifndef NCTMC_CPU_BACKEND_H
 #define NCTMC_CPU_BACKEND_H
 
-#include <stdatomic.h>
-
 #include "backend.h"
 #include "thread_pool.h"
 
@@ -16,9 +14,6 @@ typedef struct cpu_backend {
     /* Reduced-precision linear layers use the AVX512-BF16 kernel (set at
      * creation where the CPU has it; cpu_backend_set_bf16_dot()). */
     bool bf16_dot;
-    /* The first failure since the last synchronize (an nctmc_status; its
-     * message is in base.error), 0 if none. */
-    atomic_int failed;
 } cpu_backend;
 
 static inline cpu_backend *cpu_of(nctmc_backend *be)
@@ -49,19 +44,14 @@ void cpu_gemm(cpu_backend *cb, bool trans_a, bool trans_b, int64_t m, int64_t n,
 void cpu_gemm_tiles(int64_t m, int64_t n, int64_t k, int64_t *tile_m, int64_t *tile_n);
 
 /* cpu_linear_packed.c */
+size_t cpu_linear_packed_scratch_bytes(nctmc_backend *be, int32_t in);
 void cpu_linear_forward_packed(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
                                const float *x, const nctmc_packed_weight *w,
-                               const float *bias, float *y);
+                               const float *bias, float *y, void *scratch);
 /* Chooses the kernel of reduced-precision linear layers: the AVX512-BF16
  * one when `enable` and the CPU has it, the portable one otherwise (tests
  * compare both). Returns whether the AVX512-BF16 kernel is now in use. */
 bool cpu_backend_set_bf16_dot(nctmc_backend *be, bool enable);
-
-/* Records a failure for the next synchronize (the first one wins). */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 3, 4)))
-#endif
-void cpu_backend_fail(cpu_backend *cb, nctmc_status status, const char *fmt, ...);
 
 /* cpu_embedding.c */
 void cpu_embedding_forward(nctmc_backend *be, int64_t rows, int32_t dim, const int32_t *ids,

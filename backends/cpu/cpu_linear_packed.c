@@ -26,8 +26,6 @@
 #include <cblas.h>
 #include <string.h>
 
-#include "alloc.h"
-
 /* Output rows of W expanded at a time. The bf16 kernel's panel is one
  * 32-wide register block, whose k-pairs of a 384-wide layer (24 KiB) stay in
  * L1 while every row of x passes over them (measured on the DiT shapes: 32
@@ -290,13 +288,20 @@ static bool cpu_has_avx512_bf16(void)
 
 /* ---- the job ------------------------------------------------------------------ */
 
-static size_t worker_bytes(int64_t k, bool bf16_dot)
+/* Scratch per worker for inner dimension k, enough for either kernel (the
+ * kernel may be switched after the caller sized its scratch), in 64-byte
+ * slices so that no load straddles two workers' data. */
+static size_t worker_bytes(int64_t k)
 {
-    size_t kk = (size_t)k;
-    if (!bf16_dot)
-        return sizeof(float) * PANEL_N_PORTABLE * kk;
-    size_t kp_n = (kk + 1) / 2;
-    return sizeof(uint32_t) * kp_n * (PANEL_N + PANEL_M);
+    size_t kk = (size_t)k, kp_n = (kk + 1) / 2;
+    size_t portable = sizeof(float) * PANEL_N_PORTABLE * kk;
+    size_t bf16 = sizeof(uint32_t) * kp_n * (PANEL_N + PANEL_M);
+    return ((portable > bf16 ? portable : bf16) + 63) / 64 * 64;
+}
+
+size_t cpu_linear_packed_scratch_bytes(nctmc_backend *be, int32_t in)
+{
+    return worker_bytes(in < 1 ? 1 : in) * (size_t)cpu_pool_size(cpu_of(be)->pool);
 }
 
 static void packed_tile(void *arg, int64_t task, int worker)
@@ -326,7 +331,7 @@ static void fill_bias(int64_t m, int64_t n, const float *bias, float *y)
 
 void cpu_linear_forward_packed(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
                                const float *x, const nctmc_packed_weight *w,
-                               const float *bias, float *y)
+                               const float *bias, float *y, void *scratch)
 {
     cpu_backend *cb = cpu_of(be);
     if (rows <= 0 || out <= 0)
@@ -337,24 +342,12 @@ void cpu_linear_forward_packed(nctmc_backend *be, int64_t rows, int32_t in, int3
     }
     packed_job job = {
         .m = rows, .n = out, .k = in, .x = x, .w = w, .bias = bias, .y = y,
-        .bf16_dot = cb->bf16_dot,
+        .bf16_dot = cb->bf16_dot, .scratch = scratch, .per_worker = worker_bytes(in),
     };
     cpu_gemm_tiles(rows, out, in, &job.tile_m, &job.tile_n);
     job.tiles_n = (out + job.tile_n - 1) / job.tile_n;
     int64_t tiles = (rows + job.tile_m - 1) / job.tile_m * job.tiles_n;
-    /* 64-byte slices: the kernel's loads never straddle two workers' data */
-    job.per_worker = (worker_bytes(in, job.bf16_dot) + 63) / 64 * 64;
-    size_t threads = (size_t)cpu_pool_size(cb->pool);
-    job.scratch = nctmc_mem_alloc_aligned(be->alloc, job.per_worker * threads, 64);
-    if (!job.scratch) {
-        cpu_backend_fail(cb, NCTMC_ERR_OUT_OF_MEMORY,
-                         "out of memory: %zu bytes of scratch for a %d x %d reduced-precision "
-                         "linear layer",
-                         job.per_worker * threads, (int)out, (int)in);
-        return;
-    }
     cpu_pool_run(cb->pool, tiles, packed_tile, &job);
-    nctmc_mem_free(be->alloc, job.scratch);
 }
 
 bool cpu_backend_set_bf16_dot(nctmc_backend *be, bool enable)
