@@ -13,6 +13,12 @@
  * with N steps, no final denoise) / N; speedup_vs_f32 = the f32 median over
  * this variant's; weight_mib = the model's float slab plus packed weights.
  *
+ * Then, because a shared machine's load blurs whole steps, each linear
+ * layer shape of the model alone (rows = batch * L), as the minimum over
+ * the repetitions (the least disturbed run) of each variant:
+ *   bench=quant_linear config=cpu-small batch=B threads=T layer=NAME
+ *     in=.. out=.. variant=V ms=... gflops=... speedup_vs_f32=...
+ *
  * Usage: bench_quant_step [--threads N] [--batches 1,4] [--steps N]
  *        [--reps R] [--config cpu-small|tiny]
  */
@@ -112,6 +118,75 @@ static double time_once(variant *v, nctmc_backend *be, const bench_args *a, int 
     return (now_s() - t0) / a->steps;
 }
 
+/* One shape of linear layer, every variant, min over reps. */
+static void time_layer(nctmc_backend *be, const bench_args *a, int batch, int64_t rows,
+                       const char *name, const nctmc_model *bf16, const nctmc_model *int8,
+                       int32_t tensor, float *x, float *y, void *scratch)
+{
+    const dit_tensor *t = &bf16->tensors[tensor];
+    int32_t out = (int32_t)t->shape[0], in = (int32_t)t->shape[1];
+    size_t nw = (size_t)out * (size_t)in;
+    float *w = malloc(sizeof(float) * nw);
+    for (size_t e = 0; e < nw; e++)
+        w[e] = (float)((e * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    const struct {
+        const char *name;
+        const nctmc_packed_weight *pw;
+        bool bf16_dot;
+    } v[N_VARIANTS] = {
+        {"f32", NULL, false},
+        {"bf16-avx512bf16", &bf16->packed[tensor], true},
+        {"bf16-portable", &bf16->packed[tensor], false},
+        {"int8-avx512bf16", &int8->packed[tensor], true},
+        {"int8-portable", &int8->packed[tensor], false},
+    };
+    double best[N_VARIANTS];
+    for (int i = 0; i < N_VARIANTS; i++)
+        best[i] = INFINITY;
+    for (int r = 0; r < 4 * a->reps; r++)
+        for (int i = 0; i < N_VARIANTS; i++) {
+            cpu_backend_set_bf16_dot(be, v[i].bf16_dot);
+            double t0 = now_s();
+            if (v[i].pw)
+                cpu_linear_forward_packed(be, rows, in, out, x, v[i].pw, NULL, y, scratch);
+            else
+                cpu_linear_forward(be, rows, in, out, x, w, NULL, y);
+            double dt = now_s() - t0;
+            best[i] = dt < best[i] ? dt : best[i];
+        }
+    for (int i = 0; i < N_VARIANTS; i++)
+        printf("bench=quant_linear config=%s batch=%d threads=%d layer=%s in=%d out=%d "
+               "variant=%s ms=%.3f gflops=%.1f speedup_vs_f32=%.2f\n",
+               a->config, batch, a->threads, name, in, out, v[i].name, 1e3 * best[i],
+               2.0 * (double)rows * in * out / best[i] / 1e9, best[0] / best[i]);
+    free(w);
+}
+
+static void time_layers(nctmc_backend *be, const bench_args *a, int batch,
+                        const nctmc_model *bf16, const nctmc_model *int8)
+{
+    static const char *const layers[][2] = {
+        {"qkv", "blocks.0.attn_qkv.weight"}, {"attn_out", "blocks.0.attn_out.weight"},
+        {"mlp0", "blocks.0.mlp.0.weight"},   {"mlp2", "blocks.0.mlp.2.weight"},
+        {"output", "output_layer.linear.weight"},
+    };
+    int64_t rows = (int64_t)batch * bf16->dims.L;
+    size_t widest = (size_t)bf16->dims.F > (size_t)bf16->dims.V ? (size_t)bf16->dims.F
+                                                                 : (size_t)bf16->dims.V;
+    float *x = malloc(sizeof(float) * (size_t)rows * widest);
+    float *y = malloc(sizeof(float) * (size_t)rows * widest);
+    size_t bytes = cpu_linear_packed_scratch_bytes(be, bf16->dims.F);
+    void *scratch = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    for (size_t e = 0; e < (size_t)rows * widest; e++)
+        x[e] = (float)((e * 40503u) % 1000) / 500.0f - 1.0f;
+    for (size_t k = 0; k < sizeof layers / sizeof layers[0]; k++)
+        time_layer(be, a, batch, rows, layers[k][0], bf16, int8,
+                   dit_find_tensor(bf16, layers[k][1]), x, y, scratch);
+    free(x);
+    free(y);
+    free(scratch);
+}
+
 static double weight_mib(const nctmc_model *m)
 {
     return ((double)m->slab_floats * sizeof(float) + (double)m->packed_bytes) /
@@ -182,6 +257,8 @@ int main(int argc, char **argv)
                    1e3 * t, base / t);
         }
     }
+    for (int k = 0; k < a.n_batches; k++)
+        time_layers(be, &a, a.batches[k], bf16, int8);
     free(out);
     for (int i = 0; i < N_VARIANTS; i++) {
         nctmc_sampler_free(v[i].sampler);
