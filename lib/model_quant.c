@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "checked.h"
 #include "tokenizer.h"
 
 /* Each tensor's data and scales start on a 64-byte boundary. */
@@ -191,8 +190,6 @@ void quant_model_bind(nctmc_model *m)
 {
     if (m->weight_type == NCTMC_WEIGHT_F32)
         return;
-    /* the table's order (model_tensors.c): after 5 (+1 with labels) fixed
-     * tensors, 10 per block, then the output layer's */
     for (int32_t b = 0; b < m->dims.n_layers; b++) {
         dit_block_view *v = &m->view.blocks[b];
         char name[NCTMC_TENSOR_NAME_MAX];
