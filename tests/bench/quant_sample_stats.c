@@ -10,7 +10,9 @@
  * the float model against itself with another seed.
  *
  * Usage: quant_sample_stats F32.safetensors [REDUCED.safetensors ...]
- *        [--n N] [--steps K] [--seed S] [--threads T]
+ *        [--n N] [--steps K] [--seed S] [--threads T] [--portable]
+ * --portable: the reduced models run the portable kernel even where the CPU
+ * has AVX512-BF16.
  * Class-conditional models draw labels 0, 1, ..., n_classes - 1 in turn.
  */
 #include <math.h>
@@ -18,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "context.h"
+#include "cpu_backend.h"
 #include "nctmc.h"
 
 #define MAX_MODELS 8
@@ -27,11 +31,12 @@ typedef struct opts {
     int n_paths;
     int n, steps, threads;
     uint64_t seed;
+    bool portable;
 } opts;
 
 static opts parse(int argc, char **argv)
 {
-    opts o = {{NULL}, 0, 200, 64, 2, 1};
+    opts o = {{NULL}, 0, 200, 64, 2, 1, false};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--n") == 0 && i + 1 < argc)
             o.n = atoi(argv[++i]);
@@ -41,6 +46,8 @@ static opts parse(int argc, char **argv)
             o.seed = strtoull(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             o.threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--portable") == 0)
+            o.portable = true;
         else if (o.n_paths < MAX_MODELS)
             o.paths[o.n_paths++] = argv[i];
     }
@@ -117,6 +124,7 @@ int main(int argc, char **argv)
     nctmc_model *m[MAX_MODELS] = {NULL};
     if (nctmc_context_create(&cp, &ctx) != NCTMC_OK)
         return 1;
+    bool fast = cpu_backend_set_bf16_dot(ctx->backend, !o.portable);
     for (int k = 0; k < o.n_paths; k++)
         if (nctmc_model_load(ctx, o.paths[k], &m[k]) != NCTMC_OK) {
             fprintf(stderr, "%s: %s\n", o.paths[k], nctmc_context_last_error(ctx));
@@ -127,8 +135,8 @@ int main(int argc, char **argv)
     int32_t *ref = malloc(sizeof(int32_t) * n_tok), *other = malloc(sizeof(int32_t) * n_tok);
     if (draw(m[0], &o, o.seed, ref) != 0 || draw(m[0], &o, o.seed + 1000, other) != 0)
         return 1;
-    printf("%d samples, %d steps, seed %llu; reference %s\n", o.n, o.steps,
-           (unsigned long long)o.seed, o.paths[0]);
+    printf("%d samples, %d steps, seed %llu, %s kernel; reference %s\n", o.n, o.steps,
+           (unsigned long long)o.seed, fast ? "AVX512-BF16" : "portable", o.paths[0]);
     compare("f32, another seed (sampling noise)", ref, other, o.n, L, S);
     for (int k = 1; k < o.n_paths; k++) {
         if (draw(m[k], &o, o.seed, other) != 0)
