@@ -517,6 +517,41 @@ NCTMC_API nctmc_status nctmc_model_read_tensor(const nctmc_model *model, const c
 NCTMC_API nctmc_status nctmc_model_write_tensor(nctmc_model *model, const char *name,
                                                 const float *src, int64_t n_elements);
 
+/** How a model holds the weights of its linear layers (docs/model.md
+ *  "Reduced-precision weights"). */
+typedef int32_t nctmc_weight_type;
+enum {
+    /** float32: every model that can be trained. */
+    NCTMC_WEIGHT_F32 = 0,
+    /** bfloat16 weights, float32 activations and accumulation. */
+    NCTMC_WEIGHT_BF16 = 1,
+    /** int8 weights with one float32 scale per output channel (symmetric,
+     *  -127 .. 127), float32 activations and accumulation. */
+    NCTMC_WEIGHT_INT8 = 2
+};
+
+/** The model's weight type (NCTMC_WEIGHT_*); -1 for NULL. */
+NCTMC_API nctmc_weight_type nctmc_model_weight_type(const nctmc_model *model);
+
+/**
+ * Makes *out, a sampling-only copy of an NCTMC_WEIGHT_F32 model whose
+ * linear layers (attention qkv and output, both MLP layers, the output
+ * projection) hold `to` (NCTMC_WEIGHT_BF16 or NCTMC_WEIGHT_INT8) weights;
+ * embeddings, norms, adaLN, the time MLP, the exit-rate head and every
+ * bias stay float32. bf16 rounds each weight to nearest even; int8 stores
+ * round(w / s) with s = max|w| / 127 per output row (s = 1 for a zero row).
+ * The copy lives on the model's context (whose backend must support
+ * reduced weights: the CPU backend does, NCTMC_ERR_UNSUPPORTED otherwise)
+ * and carries the tokenizer. It samples, evaluates, runs forward and saves
+ * (nctmc_model_save() writes checkpoint format 3, which nctmc_model_load()
+ * reads back bit for bit); nctmc_trainer_create() and
+ * nctmc_model_write_tensor() of a converted linear weight refuse it with
+ * NCTMC_ERR_INVALID_ARGUMENT, and nctmc_model_read_tensor() gives the
+ * dequantised values. A const call on `model`: errors go to the model.
+ */
+NCTMC_API nctmc_status nctmc_model_convert(const nctmc_model *model, nctmc_weight_type to,
+                                           nctmc_model **out);
+
 /** One forward evaluation's inputs and outputs. Fill with
  *  nctmc_forward_params_init(). Arrays are host memory, row-major. */
 typedef struct nctmc_forward_params {

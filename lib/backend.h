@@ -65,6 +65,17 @@ typedef struct nctmc_lcond_args {
     const float *seq_weight;
 } nctmc_lcond_args;
 
+/* A linear layer's weight [out, in] in a reduced precision (a model made by
+ * nctmc_model_convert()). Both buffers are backend memory. */
+typedef struct nctmc_packed_weight {
+    int32_t type;          /* NCTMC_WEIGHT_BF16 or NCTMC_WEIGHT_INT8 */
+    /* [out, in] row-major: bf16 bit patterns (uint16_t), or int8 in
+     * [-127, 127] */
+    const void *data;
+    /* int8: [out], W[o, i] = scales[o] * data[o, i]; NULL for bf16 */
+    const float *scales;
+} nctmc_packed_weight;
+
 /* The model's per-position outputs for nctmc_model_forward(). */
 typedef struct nctmc_jump_output_args {
     int64_t n_rows;
@@ -284,6 +295,20 @@ typedef struct nctmc_backend_ops {
     /* ---- sampling ------------------------------------------------------- */
     /* One fused per-row sampling pass (see nctmc_sample_step_args). */
     void (*sample_step)(nctmc_backend *be, const nctmc_sample_step_args *args);
+
+    /* ---- reduced-precision weights (sampling only) ----------------------- */
+    /* Both NULL in a backend that cannot hold reduced weights: models
+     * converted to them are refused on it. */
+    /* Bytes of the scratch linear_forward_packed needs for an inner
+     * dimension of at most `in`, whatever rows and out. */
+    size_t (*linear_packed_scratch_bytes)(nctmc_backend *be, int32_t in);
+    /* y[rows, out] = x[rows, in] * W^T (+ bias[out] if not NULL), W the
+     * dequantised packed weight (nctmc_packed_weight), accumulated in float;
+     * scratch: backend memory of linear_packed_scratch_bytes(in) bytes, 64-byte
+     * aligned, that the call may overwrite (so sampling allocates nothing). */
+    void (*linear_forward_packed)(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                                  const float *x, const struct nctmc_packed_weight *w,
+                                  const float *bias, float *y, void *scratch);
 } nctmc_backend_ops;
 
 struct nctmc_backend {
@@ -326,7 +351,7 @@ nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const struct nctmc_a
  * per-row math it shares (lcond_math.h, sample_math.h, philox.h) is inline
  * in headers.
  */
-#define NCTMC_BACKEND_ABI_VERSION 2u
+#define NCTMC_BACKEND_ABI_VERSION 3u
 #define NCTMC_BACKEND_MODULE_ENTRY "nctmc_backend_module_entry"
 
 typedef struct nctmc_backend_module {

@@ -5,6 +5,18 @@
  */
 #include "dit_internal.h"
 
+/* A linear layer with the float weight w or, in a reduced-precision model,
+ * the packed one q (model_quant.h). */
+static void linear(dit_workspace *ws, int64_t rows, int32_t in, int32_t out, const float *x,
+                   const float *w, const nctmc_packed_weight *q, const float *bias, float *y)
+{
+    nctmc_backend *be = ws->be;
+    if (q)
+        be->ops->linear_forward_packed(be, rows, in, out, x, q, bias, y, ws->packed_scratch);
+    else
+        be->ops->linear_forward(be, rows, in, out, x, w, bias, y);
+}
+
 static void upload_inputs(const nctmc_model *m, dit_workspace *ws, const dit_batch *b)
 {
     nctmc_backend *be = ws->be;
@@ -49,11 +61,11 @@ static void attention_branch(const nctmc_model *m, dit_workspace *ws, dit_layer_
     int32_t ms = 6 * z->d;
     be->ops->adaln_forward(be, N, L, z->d, a->x_in, w->norm1_w, a->mod + MOD_SHIFT_MSA * z->d,
                            a->mod + MOD_SCALE_MSA * z->d, ms, a->u1, a->ln1_mean, a->ln1_rstd);
-    be->ops->linear_forward(be, N, z->d, 3 * z->d, a->u1, w->qkv_w, NULL, a->qkv);
+    linear(ws, N, z->d, 3 * z->d, a->u1, w->qkv_w, w->qkv_q, NULL, a->qkv);
     be->ops->rotary_forward(be, N, L, z->H, z->D, NCTMC_ROPE_BASE, a->qkv);
     be->ops->attention_forward(be, B, L, z->H, z->D, a->qkv, a->att_out, a->att_saved,
                                ws->att_workspace);
-    be->ops->linear_forward(be, N, z->d, z->d, a->att_out, w->out_w, NULL, a->y_attn);
+    linear(ws, N, z->d, z->d, a->att_out, w->out_w, w->out_q, NULL, a->y_attn);
     be->ops->gated_residual_forward(be, N, L, z->d, a->x_in, a->y_attn,
                                     a->mod + MOD_GATE_MSA * z->d, ms, a->x_mid);
 }
@@ -67,9 +79,9 @@ static void mlp_branch(const nctmc_model *m, dit_workspace *ws, dit_layer_acts *
     int32_t ms = 6 * z->d;
     be->ops->adaln_forward(be, N, L, z->d, a->x_mid, w->norm2_w, a->mod + MOD_SHIFT_MLP * z->d,
                            a->mod + MOD_SCALE_MLP * z->d, ms, a->u2, a->ln2_mean, a->ln2_rstd);
-    be->ops->linear_forward(be, N, z->d, z->F, a->u2, w->mlp0_w, w->mlp0_b, a->m1);
+    linear(ws, N, z->d, z->F, a->u2, w->mlp0_w, w->mlp0_q, w->mlp0_b, a->m1);
     be->ops->gelu_forward(be, N * z->F, a->m1, a->g);
-    be->ops->linear_forward(be, N, z->F, z->d, a->g, w->mlp2_w, w->mlp2_b, a->m2);
+    linear(ws, N, z->F, z->d, a->g, w->mlp2_w, w->mlp2_q, w->mlp2_b, a->m2);
     be->ops->gated_residual_forward(be, N, L, z->d, a->x_mid, a->m2,
                                     a->mod + MOD_GATE_MLP * z->d, ms, a->x_out);
 }
@@ -97,7 +109,7 @@ static void output_layer(const nctmc_model *m, dit_workspace *ws, int32_t B, int
                             ws->modf);
     be->ops->adaln_forward(be, N, L, z->d, x, w->final_norm_w, ws->modf, ws->modf + z->d,
                            2 * z->d, ws->uf, ws->lnf_mean, ws->lnf_rstd);
-    be->ops->linear_forward(be, N, z->d, z->V, ws->uf, w->out_w, w->out_b, ws->logits);
+    linear(ws, N, z->d, z->V, ws->uf, w->out_w, w->out_q, w->out_b, ws->logits);
     be->ops->linear_forward(be, N, z->d, 1, ws->uf, w->rate_w, w->rate_b, ws->rate_h);
 }
 

@@ -87,6 +87,9 @@ struct dit_workspace {
     float *seq_weight; /* [B] the loss weights of the last weighted dit_loss */
 
     float *att_workspace;
+    /* a reduced-precision model's linear layers' scratch
+     * (linear_packed_scratch_bytes); NULL for a float model */
+    void *packed_scratch;
     dit_grad_scratch grad;
     dit_block_view *grad_blocks;  /* host array: a gradient slab's block view */
 

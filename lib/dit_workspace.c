@@ -50,6 +50,7 @@ static void plan_i(arena_plan *p, int32_t **slot, size_t n1, size_t n2)
 
 typedef struct ws_sizes {
     size_t B, N, d, F, c, V, att_saved, att_work;
+    size_t packed_scratch;   /* bytes; 0 for a float model */
 } ws_sizes;
 
 static void plan_layer(arena_plan *p, dit_layer_acts *a, const ws_sizes *z, bool training)
@@ -113,6 +114,8 @@ static void plan_workspace(arena_plan *p, dit_workspace *ws, const ws_sizes *z)
     plan_f(p, &ws->loss, z->N, 1);
     plan_f(p, &ws->seq_weight, z->B, 1);
     plan_f(p, &ws->att_workspace, z->att_work, 1);
+    if (z->packed_scratch)
+        ws->packed_scratch = plan_bytes(p, z->packed_scratch, 1, 1);
     if (ws->training)
         plan_grads(p, &ws->grad, z);
 }
@@ -151,6 +154,10 @@ static nctmc_status size_workspace(const nctmc_model *m, nctmc_backend *be, int3
                           "attention for batch %d x length %d overflows", B, L);
     z->att_saved = be->ops->attention_saved_floats(be, B, L, dm->H, dm->D);
     z->att_work = be->ops->attention_workspace_floats(be, B, L, dm->H, dm->D);
+    /* the widest inner dimension of a reduced linear layer is mlp.2's, F */
+    z->packed_scratch = m->weight_type != NCTMC_WEIGHT_F32
+                            ? be->ops->linear_packed_scratch_bytes(be, dm->F)
+                            : 0;
     return NCTMC_OK;
 }
 

@@ -13,6 +13,7 @@
 #include "dit.h"
 #include "model.h"
 #include "model_map.h"
+#include "model_quant.h"
 
 /* Every failure on a model goes through the lock: the same helpers serve
  * const calls, which may run on several threads at once. */
@@ -51,6 +52,7 @@ static void model_destroy(nctmc_model *m)
         file_map_close(&m->weights_map);
     else if (m->weights)
         m->ctx->backend->ops->free(m->ctx->backend, m->weights);
+    quant_model_free(m);
     /* a copy: the context, and its allocator, may go with ctx_release */
     nctmc_allocator alloc = nctmc_mem_copy(&m->ctx->alloc);
     nctmc_mem_free(&alloc, m->view.blocks);
@@ -111,15 +113,32 @@ NCTMC_API nctmc_status nctmc_model_create(nctmc_context *ctx, const nctmc_model_
     return dit_model_create(ctx, config, true, out);
 }
 
+static nctmc_status model_create(nctmc_context *ctx, const nctmc_model_config *config,
+                                 dit_weights weights, nctmc_weight_type weight_type,
+                                 nctmc_model **out);
+
 nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *config,
                               bool initialise, nctmc_model **out)
 {
-    return dit_model_create_ex(ctx, config, initialise ? DIT_WEIGHTS_INIT : DIT_WEIGHTS_ZERO,
-                               out);
+    return model_create(ctx, config, initialise ? DIT_WEIGHTS_INIT : DIT_WEIGHTS_ZERO,
+                        NCTMC_WEIGHT_F32, out);
 }
 
 nctmc_status dit_model_create_ex(nctmc_context *ctx, const nctmc_model_config *config,
                                  dit_weights weights, nctmc_model **out)
+{
+    return model_create(ctx, config, weights, NCTMC_WEIGHT_F32, out);
+}
+
+nctmc_status dit_model_create_as(nctmc_context *ctx, const nctmc_model_config *config,
+                                 nctmc_weight_type weight_type, nctmc_model **out)
+{
+    return model_create(ctx, config, DIT_WEIGHTS_ZERO, weight_type, out);
+}
+
+static nctmc_status model_create(nctmc_context *ctx, const nctmc_model_config *config,
+                                 dit_weights weights, nctmc_weight_type weight_type,
+                                 nctmc_model **out)
 {
     if (out)
         *out = NULL;
@@ -168,13 +187,17 @@ nctmc_status dit_model_create_ex(nctmc_context *ctx, const nctmc_model_config *c
         return nctmc_fail(ctx->last_error, sizeof ctx->last_error, st,
                           "out of memory building the tensor table");
     }
-    st = upload_initial_weights(m, weights, ctx->last_error, sizeof ctx->last_error);
+    if (weight_type != NCTMC_WEIGHT_F32)
+        st = quant_model_setup(m, weight_type, ctx->last_error, sizeof ctx->last_error);
+    if (st == NCTMC_OK)
+        st = upload_initial_weights(m, weights, ctx->last_error, sizeof ctx->last_error);
     if (st != NCTMC_OK) {
         nctmc_model_free(m);
         return st;
     }
     if (m->weights)
         dit_view_bind(m, m->weights, m->view.blocks, &m->view);
+    quant_model_bind(m);
     /* Every way to make a model (create, load, resume) passes here; what
      * fails after this point writes its own message. */
     ctx->last_error[0] = '\0';
@@ -292,6 +315,8 @@ NCTMC_API nctmc_status nctmc_model_read_tensor(const nctmc_model *model, const c
     nctmc_status st = lookup_tensor(m, name, n_elements, dst, &t);
     if (st != NCTMC_OK)
         return st;
+    if (quant_is_packed(m, (int32_t)(t - m->tensors)))
+        return quant_read_tensor(m, (int32_t)(t - m->tensors), dst);
     nctmc_backend *be = m->ctx->backend;
     be->ops->download(be, dst, m->weights + t->offset, (size_t)t->n_elements * sizeof(float));
     st = be->ops->synchronize(be);
@@ -309,6 +334,11 @@ NCTMC_API nctmc_status nctmc_model_write_tensor(nctmc_model *model, const char *
     nctmc_status st = lookup_tensor(model, name, n_elements, src, &t);
     if (st != NCTMC_OK)
         return st;
+    if (quant_is_packed(model, (int32_t)(t - model->tensors)))
+        return MODEL_FAIL(model, NCTMC_ERR_INVALID_ARGUMENT,
+                          "tensor \"%s\" holds %s weights, which are for sampling only; "
+                          "write the float model's and convert it again",
+                          t->name, quant_type_name(model->weight_type));
     for (int64_t e = 0; e < n_elements; e++)
         if (!isfinite(src[e]))
             return MODEL_FAIL(model, NCTMC_ERR_INVALID_ARGUMENT,

@@ -66,6 +66,10 @@ typedef struct dit_block_view {
     float *mlp2_b;      /* [d] */
     float *ada_w;       /* [6d, c] */
     float *ada_b;       /* [6d] */
+    /* A reduced-precision model's linear weights (then qkv_w, out_w,
+     * mlp0_w and mlp2_w are NULL); NULL in a float model and in gradient
+     * views. */
+    const nctmc_packed_weight *qkv_q, *out_q, *mlp0_q, *mlp2_q;
 } dit_block_view;
 
 /* The whole model's tensors inside a slab. `blocks` has n_layers entries. */
@@ -84,6 +88,7 @@ typedef struct dit_view {
     float *out_b;           /* [V] */
     float *rate_w;          /* [1, d] */
     float *rate_b;          /* [1] */
+    const nctmc_packed_weight *out_q;   /* as in dit_block_view, for out_w */
 } dit_view;
 
 /* A model is reference counted like its context: the caller's handle is one
@@ -108,6 +113,14 @@ struct nctmc_model {
     file_map weights_map;
     dit_view view;          /* typed pointers into `weights` */
     struct nctmc_tokenizer *tokenizer;  /* owned copy, or NULL */
+    /* NCTMC_WEIGHT_F32, or a sampling-only model whose linear weights are
+     * reduced (model_quant.h): then packed[k] describes tensor k when its
+     * type is not 0, such a tensor takes no room in `weights`, and its
+     * data lives in packed_data (backend memory, packed_bytes). */
+    nctmc_weight_type weight_type;
+    nctmc_packed_weight *packed;
+    void *packed_data;
+    size_t packed_bytes;
     /* Calls on a const model may run on several threads at once; when one
      * fails it writes last_error under this lock (and a success leaves the
      * message alone), so two failures never write the buffer together. */
@@ -147,6 +160,11 @@ nctmc_status dit_model_create_ex(nctmc_context *ctx, const nctmc_model_config *c
  * them). Errors go to ctx. */
 nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *config,
                               bool initialise, nctmc_model **out);
+
+/* The same for a model of the given weight type, never initialised (the
+ * caller fills every weight). */
+nctmc_status dit_model_create_as(nctmc_context *ctx, const nctmc_model_config *config,
+                                 nctmc_weight_type weight_type, nctmc_model **out);
 
 /* Checks a configuration (a library-side struct, read with abi_read()) and
  * derives its sizes; on failure writes why. */

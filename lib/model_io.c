@@ -18,6 +18,7 @@
 #include "abi.h"
 #include "ctx_report.h"
 #include "model_map.h"
+#include "model_quant.h"
 #include "numtext.h"
 #include "tokenizer.h"
 
@@ -33,6 +34,9 @@
  * that older readers keep reading it. */
 #define FORMAT_LEGACY 1
 #define FORMAT_LATEST 2
+/* Format 3: a sampling-only model with reduced-precision linear weights
+ * (model_quant.h), named by "nctmc.weights"; float models never use it. */
+#define FORMAT_REDUCED 3
 #define CONFIG_PREFIX "nctmc.config."
 #define TOKENIZER_PREFIX "nctmc.tokenizer."
 /* Tensors a trainer checkpoint adds (raw weights, optimizer moments). */
@@ -165,13 +169,16 @@ static nctmc_status build_meta(const nctmc_model *m, const st_meta *extra, int32
         if (st != NCTMC_OK)
             return st;
     }
-    size_t cap = 2 + (size_t)N_CONFIG_FIELDS + (size_t)sm->tokenizer.n + (size_t)n_extra;
+    size_t cap = 3 + (size_t)N_CONFIG_FIELDS + (size_t)sm->tokenizer.n + (size_t)n_extra;
     sm->items = nctmc_mem_alloc(sm->alloc, sizeof *sm->items * cap);
     if (!sm->items)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
-    int format = format_needed(&m->config);
-    sm->items[sm->n++] = (st_meta){KEY_FORMAT, format == FORMAT_LEGACY ? "1" : "2"};
+    int format = m->weight_type != NCTMC_WEIGHT_F32 ? FORMAT_REDUCED : format_needed(&m->config);
+    static const char *const format_names[] = {"", "1", "2", "3"};
+    sm->items[sm->n++] = (st_meta){KEY_FORMAT, format_names[format]};
     sm->items[sm->n++] = (st_meta){KEY_LIBRARY, nctmc_version()};
+    if (format == FORMAT_REDUCED)
+        sm->items[sm->n++] = (st_meta){QUANT_META_KEY, quant_type_name(m->weight_type)};
     for (int32_t k = 0; k < N_CONFIG_FIELDS; k++) {
         if (config_fields[k].since > format)
             continue;
@@ -215,16 +222,21 @@ static nctmc_status host_weights_of(const nctmc_model *m, float **owned, char *e
     return NCTMC_OK;
 }
 
+/* The model's tensors (with a reduced model's scales after them, from qs),
+ * then the extra ones; *n_out counts them all. */
 static nctmc_status build_tensor_refs(const nctmc_model *m, const float *host,
                                       const st_tensor_ref *extra, int32_t n_extra,
-                                      st_tensor_ref **out, char *err, size_t err_size)
+                                      quant_save *qs, st_tensor_ref **out, int32_t *n_out,
+                                      char *err, size_t err_size)
 {
-    if (n_extra < 0 || (n_extra > 0 && !extra) || n_extra > INT32_MAX - m->n_tensors)
+    int32_t n_model = m->n_tensors + quant_n_scale_tensors(m);
+    if (n_extra < 0 || (n_extra > 0 && !extra) || n_extra > INT32_MAX - n_model)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "bad extra tensors");
     st_tensor_ref *refs =
-        nctmc_mem_alloc(&m->ctx->alloc, sizeof *refs * (size_t)(m->n_tensors + n_extra));
+        nctmc_mem_calloc(&m->ctx->alloc, (size_t)(n_model + n_extra), sizeof *refs);
     if (!refs)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    *out = refs;
     for (int32_t k = 0; k < m->n_tensors; k++) {
         const dit_tensor *t = &m->tensors[k];
         refs[k].name = t->name;
@@ -232,9 +244,12 @@ static nctmc_status build_tensor_refs(const nctmc_model *m, const float *host,
         refs[k].n_dims = t->n_dims;
         memcpy(refs[k].shape, t->shape, sizeof refs[k].shape);
     }
+    nctmc_status st = quant_save_refs(m, refs, refs + m->n_tensors, qs, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
     if (n_extra > 0)
-        memcpy(refs + m->n_tensors, extra, sizeof *refs * (size_t)n_extra);
-    *out = refs;
+        memcpy(refs + n_model, extra, sizeof *refs * (size_t)n_extra);
+    *n_out = n_model + n_extra;
     return NCTMC_OK;
 }
 
@@ -254,13 +269,15 @@ nctmc_status model_io_save(const nctmc_model *model, const char *path,
         host_weights = owned;
     }
     st_tensor_ref *refs = NULL;
+    int32_t n_refs = 0;
+    quant_save qs = {&model->ctx->alloc, NULL, NULL};
     if (st == NCTMC_OK)
-        st = build_tensor_refs(model, host_weights, extra_tensors, n_extra_tensors, &refs, err,
-                               err_size);
+        st = build_tensor_refs(model, host_weights, extra_tensors, n_extra_tensors, &qs, &refs,
+                               &n_refs, err, err_size);
     if (st == NCTMC_OK)
         st = st_write_file_checksummed_with(&model->ctx->alloc, path, sm.items, sm.n,
-                                            KEY_CHECKSUM, refs,
-                                            model->n_tensors + n_extra_tensors, err, err_size);
+                                            KEY_CHECKSUM, refs, n_refs, err, err_size);
+    quant_save_free(&qs);
     nctmc_mem_free(&model->ctx->alloc, refs);
     nctmc_mem_free(&model->ctx->alloc, owned);
     save_meta_free(&sm);
@@ -298,6 +315,8 @@ static bool known_key(const char *key, int format)
         strcmp(key, KEY_FORMAT) == 0 || strcmp(key, KEY_LIBRARY) == 0 ||
         strcmp(key, KEY_CHECKSUM) == 0)
         return true;
+    if (strcmp(key, QUANT_META_KEY) == 0)
+        return format >= FORMAT_REDUCED;
     if (has_prefix(key, TOKENIZER_PREFIX))
         return tokenizer_is_field(key + strlen(TOKENIZER_PREFIX));
     for (int32_t k = 0; k < N_CONFIG_FIELDS; k++)
@@ -319,20 +338,43 @@ static nctmc_status check_known_keys(const st_file *file, int format, char *err,
     return NCTMC_OK;
 }
 
+/* A format-3 checkpoint's weight type (F32 for the older formats). */
+static nctmc_status read_weight_type(const st_file *file, int format,
+                                     nctmc_weight_type *weight_type, char *err, size_t err_size)
+{
+    *weight_type = NCTMC_WEIGHT_F32;
+    if (format < FORMAT_REDUCED)
+        return NCTMC_OK;
+    const char *text = st_file_meta(file, QUANT_META_KEY);
+    nctmc_weight_type t = quant_type_from_name(text);
+    if (t != NCTMC_WEIGHT_BF16 && t != NCTMC_WEIGHT_INT8)
+        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                          "metadata " QUANT_META_KEY " = \"%.40s\" is not bf16 or int8",
+                          text ? text : "(missing)");
+    *weight_type = t;
+    return NCTMC_OK;
+}
+
 /* verify_checksum false: a lazily mapped load, which reads no data. */
 static nctmc_status read_config(const st_file *file, nctmc_model_config *cfg, dit_dims *dims,
-                                bool verify_checksum, char *err, size_t err_size)
+                                nctmc_weight_type *weight_type, bool verify_checksum,
+                                char *err, size_t err_size)
 {
     const char *version = st_file_meta(file, KEY_FORMAT);
     if (!version)
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
                           "not an nctmc checkpoint (no \"" KEY_FORMAT "\" metadata)");
-    int format = strcmp(version, "1") == 0 ? 1 : strcmp(version, "2") == 0 ? 2 : 0;
+    int format = strcmp(version, "1") == 0   ? 1
+                 : strcmp(version, "2") == 0 ? 2
+                 : strcmp(version, "3") == 0 ? FORMAT_REDUCED
+                                             : 0;
     if (format == 0)
         return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
-                          "checkpoint format \"%.32s\" is not one this library reads (1, 2)",
+                          "checkpoint format \"%.32s\" is not one this library reads (1, 2, 3)",
                           version);
     nctmc_status st = check_known_keys(file, format, err, err_size);
+    if (st == NCTMC_OK)
+        st = read_weight_type(file, format, weight_type, err, err_size);
     if (st == NCTMC_OK && verify_checksum)
         st = st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size);
     if (st != NCTMC_OK)
@@ -404,10 +446,15 @@ static bool same_shape(const st_tensor_desc *d, const dit_tensor *t)
  * before anything is allocated, so a damaged configuration cannot ask for
  * more memory than the file itself holds. */
 static nctmc_status check_tensor_set(const st_file *file, const dit_tensor *table, int32_t n,
-                                     const char *prefix, char *err, size_t err_size)
+                                     const char *prefix, nctmc_weight_type weight_type,
+                                     char *err, size_t err_size)
 {
     char name[NCTMC_TENSOR_NAME_MAX + META_KEY_MAX];
     int32_t standard_present = 0;
+    if (weight_type != NCTMC_WEIGHT_F32 && prefix[0])
+        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                          "a checkpoint of %s weights is for sampling only, not a trainer's",
+                          quant_type_name(weight_type));
     for (int32_t k = 0; k < n; k++) {
         snprintf(name, sizeof name, "%s%s", prefix, table[k].name);
         int32_t idx = st_file_find_tensor(file, name);
@@ -415,13 +462,19 @@ static nctmc_status check_tensor_set(const st_file *file, const dit_tensor *tabl
         if (idx < 0 || !st_file_tensor_desc(file, idx, &d))
             return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%s\" is missing",
                               name);
-        if (strcmp(d.dtype, "F32") != 0 || !same_shape(&d, &table[k]))
+        const char *dtype = quant_stored_dtype(&table[k], weight_type);
+        if (strcmp(d.dtype, dtype) != 0 || !same_shape(&d, &table[k]))
             return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
-                              "tensor \"%s\" is not F32 of the shape the configuration implies",
-                              name);
+                              "tensor \"%s\" is not %s of the shape the configuration implies",
+                              name, dtype);
         if (prefix[0] == '\0' || st_file_find_tensor(file, table[k].name) >= 0)
             standard_present++;
     }
+    int32_t n_scales = 0;
+    nctmc_status st = quant_check_scales(file, table, n, weight_type, &n_scales, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
+    standard_present += n_scales;
     /* names outside the known prefixes must all be standard names; standard
      * names never start with a prefix, so counting them is enough */
     int32_t others = 0;
@@ -444,6 +497,8 @@ static nctmc_status read_weights(const st_file *file, const nctmc_model *m, cons
     char name[NCTMC_TENSOR_NAME_MAX + META_KEY_MAX];
     for (int32_t k = 0; k < m->n_tensors; k++) {
         const dit_tensor *t = &m->tensors[k];
+        if (quant_is_packed(m, k))
+            continue; /* quant_fill_model() reads it */
         snprintf(name, sizeof name, "%s%s", prefix, t->name);
         nctmc_status st = st_file_read_f32(file, name, t->n_dims, t->shape, host + t->offset,
                                            err, err_size);
@@ -470,8 +525,8 @@ static nctmc_status upload_weights(nctmc_model *m, const float *host, char *err,
 }
 
 static nctmc_status check_tensors(const nctmc_allocator *alloc, const st_file *file,
-                                  const dit_dims *dims, const char *prefix, char *err,
-                                  size_t err_size)
+                                  const dit_dims *dims, const char *prefix,
+                                  nctmc_weight_type weight_type, char *err, size_t err_size)
 {
     dit_tensor *table = NULL;
     int32_t n = 0;
@@ -479,7 +534,7 @@ static nctmc_status check_tensors(const nctmc_allocator *alloc, const st_file *f
     int64_t n_params;
     if (dit_tensor_table(alloc, dims, &table, &n, &slab_floats, &n_params) != NCTMC_OK)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
-    nctmc_status st = check_tensor_set(file, table, n, prefix, err, err_size);
+    nctmc_status st = check_tensor_set(file, table, n, prefix, weight_type, err, err_size);
     nctmc_mem_free(alloc, table);
     return st;
 }
@@ -488,9 +543,12 @@ static nctmc_status check_tensors(const nctmc_allocator *alloc, const st_file *f
  * from the file next); it reports into ctx->last_error, and err may be that
  * very buffer. */
 static nctmc_status create_model(nctmc_context *ctx, const nctmc_model_config *cfg,
-                                 nctmc_model **out, char *err, size_t err_size)
+                                 nctmc_weight_type weight_type, nctmc_model **out, char *err,
+                                 size_t err_size)
 {
-    nctmc_status st = dit_model_create(ctx, cfg, false, out);
+    nctmc_status st = weight_type == NCTMC_WEIGHT_F32
+                          ? dit_model_create(ctx, cfg, false, out)
+                          : dit_model_create_as(ctx, cfg, weight_type, out);
     if (st != NCTMC_OK && err != ctx->last_error)
         nctmc_fail(err, err_size, st, "%s", ctx->last_error);
     return st;
@@ -507,6 +565,8 @@ static nctmc_status fill_model(nctmc_model *m, const st_file *file, const char *
     if (st == NCTMC_OK)
         st = upload_weights(m, host, err, err_size);
     nctmc_mem_free(&m->ctx->alloc, host);
+    if (st == NCTMC_OK)
+        st = quant_fill_model(m, file, err, err_size);
     return st;
 }
 
@@ -549,17 +609,25 @@ nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
     bool lazy = map && mapping == NCTMC_LOAD_MAP_LAZY;
     nctmc_model_config cfg;
     dit_dims dims;
+    nctmc_weight_type weight_type = NCTMC_WEIGHT_F32;
     nctmc_tokenizer *tok = NULL;
-    nctmc_status st = read_config(file, &cfg, &dims, !lazy, err, err_size);
+    nctmc_status st = read_config(file, &cfg, &dims, &weight_type, !lazy, err, err_size);
+    /* reduced weights are copied (model_quant.c packs them), so a lazy
+     * load of them checks the checksum after all */
+    if (st == NCTMC_OK && weight_type != NCTMC_WEIGHT_F32) {
+        if (lazy)
+            st = st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size);
+        map = lazy = false;
+    }
     if (st == NCTMC_OK)
         st = read_tokenizer(&ctx->alloc, file, &cfg, &tok, err, err_size);
     if (st == NCTMC_OK)
-        st = check_tensors(&ctx->alloc, file, &dims, prefix, err, err_size);
+        st = check_tensors(&ctx->alloc, file, &dims, prefix, weight_type, err, err_size);
     nctmc_model *m = NULL;
     if (st == NCTMC_OK && map)
         st = map_or_copy(ctx, file, &cfg, lazy, &m, err, err_size);
     if (st == NCTMC_OK && !m) {
-        st = create_model(ctx, &cfg, &m, err, err_size);
+        st = create_model(ctx, &cfg, weight_type, &m, err, err_size);
         if (st == NCTMC_OK)
             st = fill_model(m, file, prefix, err, err_size);
     }

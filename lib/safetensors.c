@@ -128,16 +128,27 @@ static int compare_strings(const void *a, const void *b)
 
 /* ---- writing ------------------------------------------------------------ */
 
+/* The written dtype's name and element size; NULL for an unknown one. */
+static const char *write_dtype(const st_tensor_ref *t, size_t *size)
+{
+    switch (t->dtype) {
+    case ST_WRITE_F32: *size = 4; return "F32";
+    case ST_WRITE_BF16: *size = 2; return "BF16";
+    case ST_WRITE_I8: *size = 1; return "I8";
+    default: *size = 0; return NULL;
+    }
+}
+
 /* Bytes of a tensor's data, or false if the shape is invalid or overflows. */
 static bool tensor_bytes(const st_tensor_ref *t, uint64_t *bytes)
 {
-    size_t n = 1;
-    if (t->n_dims < 0 || t->n_dims > NCTMC_MAX_DIMS)
+    size_t n = 1, size;
+    if (t->n_dims < 0 || t->n_dims > NCTMC_MAX_DIMS || !write_dtype(t, &size))
         return false;
     for (int32_t k = 0; k < t->n_dims; k++)
         if (t->shape[k] < 0 || !checked_mul(n, (size_t)t->shape[k], &n))
             return false;
-    if (!checked_mul(n, 4, &n) || n > (size_t)INT64_MAX)
+    if (!checked_mul(n, size, &n) || n > (size_t)INT64_MAX)
         return false;
     *bytes = n;
     return true;
@@ -198,7 +209,7 @@ static nctmc_status check_tensors(const st_tensor_ref *t, int32_t n, char *err, 
         if (!tensor_bytes(&t[i], &bytes))
             return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "safetensors: tensor \"%.64s\" has a bad shape", t[i].name);
-        if (bytes > 0 && !t[i].data)
+        if (bytes > 0 && !(t[i].dtype == ST_WRITE_F32 ? (const void *)t[i].data : t[i].raw))
             return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "safetensors: tensor \"%.64s\" has no data", t[i].name);
     }
@@ -276,7 +287,8 @@ static nctmc_status build_header(st_writer *w, json_buf *b, char *err, size_t er
         tensor_bytes(t, &bytes);
         json_buf_puts(b, i || w->n_meta > 0 ? "," : "");
         json_buf_string(b, t->name);
-        json_buf_puts(b, ":{\"dtype\":\"F32\",\"shape\":[");
+        size_t elem;
+        json_buf_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", write_dtype(t, &elem));
         for (int32_t k = 0; k < t->n_dims; k++)
             json_buf_printf(b, "%s%lld", k ? "," : "", (long long)t->shape[k]);
         if (offset > (uint64_t)INT64_MAX - bytes)
@@ -305,11 +317,35 @@ static nctmc_status write_hashed(atomic_file *af, st_writer *w, const void *data
     return atomic_file_write(af, data, n, err, err_size);
 }
 
+/* BF16 and I8 data: bytes as little-endian 16-bit words or as they are. */
+static nctmc_status write_raw_data(atomic_file *af, st_writer *w, const st_tensor_ref *t,
+                                   uint64_t bytes, uint8_t *chunk, char *err, size_t err_size)
+{
+    if (t->dtype == ST_WRITE_I8)
+        return write_hashed(af, w, t->raw, (size_t)bytes, err, err_size);
+    const uint16_t *src = t->raw;
+    size_t n = (size_t)(bytes / 2);
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < 2 * ST_CHUNK_FLOATS ? n - done : 2 * ST_CHUNK_FLOATS;
+        for (size_t i = 0; i < k; i++) {
+            chunk[2 * i] = (uint8_t)src[done + i];
+            chunk[2 * i + 1] = (uint8_t)(src[done + i] >> 8);
+        }
+        nctmc_status st = write_hashed(af, w, chunk, 2 * k, err, err_size);
+        if (st != NCTMC_OK)
+            return st;
+        done += k;
+    }
+    return NCTMC_OK;
+}
+
 static nctmc_status write_tensor_data(atomic_file *af, st_writer *w, const st_tensor_ref *t,
                                       uint8_t *chunk, char *err, size_t err_size)
 {
     uint64_t bytes = 0;
     tensor_bytes(t, &bytes);
+    if (t->dtype != ST_WRITE_F32)
+        return write_raw_data(af, w, t, bytes, chunk, err, err_size);
     size_t n = (size_t)(bytes / 4);
     for (size_t done = 0; done < n;) {
         size_t k = n - done < ST_CHUNK_FLOATS ? n - done : ST_CHUNK_FLOATS;
@@ -1001,6 +1037,46 @@ nctmc_status st_file_read_f32(const st_file *f, const char *name, int32_t n_dims
                                        err_size);
     if (st == NCTMC_OK)
         f32_from_le(dst, bytes / 4);
+    return st;
+}
+
+nctmc_status st_file_read_raw(const st_file *f, const char *name, const char *dtype,
+                              int32_t n_dims, const int64_t *shape, void *dst, char *err,
+                              size_t err_size)
+{
+    int want = dtype ? find_dtype(dtype) : -1;
+    if (!f || !name || n_dims < 0 || n_dims > ST_MAX_DIMS || (n_dims > 0 && !shape) ||
+        want < 0 || st_dtypes[want].size > 2)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "st_file_read_raw: bad arguments");
+    int32_t k = st_file_find_tensor(f, name);
+    if (k < 0)
+        return nctmc_fail(err, err_size, NCTMC_ERR_NOT_FOUND,
+                          "\"%.300s\" has no tensor \"%.64s\"", f->path, name);
+    const st_entry *e = &f->tensors[k];
+    if (e->dtype != want)
+        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%.64s\" is %s, expected %s",
+                          name, st_dtypes[e->dtype].name, st_dtypes[want].name);
+    if (!same_shape(e, n_dims, shape)) {
+        char got[96], wanted[96];
+        format_shape(got, sizeof got, e->n_dims, e->shape);
+        format_shape(wanted, sizeof wanted, n_dims, shape);
+        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                          "tensor \"%.64s\" has shape %s, expected %s", name, got, wanted);
+    }
+    size_t bytes = (size_t)(e->end - e->begin);
+    if (bytes > 0 && !dst)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "st_file_read_raw: dst is NULL");
+    nctmc_status st = byte_source_read(&f->src, f->data_start + e->begin, dst, bytes, err,
+                                       err_size);
+    if (st == NCTMC_OK && st_dtypes[want].size == 2) {
+        uint8_t *b = dst;
+        for (size_t i = 0; i < bytes / 2; i++) {
+            uint16_t v = (uint16_t)(b[2 * i] | b[2 * i + 1] << 8);
+            memcpy(b + 2 * i, &v, 2);
+        }
+    }
     return st;
 }
 

@@ -22,12 +22,19 @@ typedef struct st_meta {
     const char *value;
 } st_meta;
 
-/* One F32 tensor to write, from host memory. */
+/* The dtypes the writer writes. */
+enum { ST_WRITE_F32 = 0, ST_WRITE_BF16 = 1, ST_WRITE_I8 = 2 };
+
+/* One tensor to write, from host memory: F32 from `data`, or (dtype
+ * ST_WRITE_BF16 / ST_WRITE_I8) bf16 bit patterns (uint16_t) / int8 values
+ * from `raw`. A zero-initialised dtype is F32. */
 typedef struct st_tensor_ref {
     const char *name;
     const float *data;
     int32_t n_dims;
     int64_t shape[NCTMC_MAX_DIMS];
+    int32_t dtype;
+    const void *raw;
 } st_tensor_ref;
 
 /*
@@ -126,6 +133,15 @@ bool st_file_tensor_desc(const st_file *file, int32_t index, st_tensor_desc *des
  */
 nctmc_status st_file_read_f32(const st_file *file, const char *name, int32_t n_dims,
                               const int64_t *shape, float *dst, char *err, size_t err_size);
+
+/*
+ * As st_file_read_f32() for a "BF16" tensor (dst: uint16_t bit patterns,
+ * converted from little-endian) or an "I8" one (dst: int8_t), named by
+ * dtype; NCTMC_ERR_FORMAT for another dtype or shape.
+ */
+nctmc_status st_file_read_raw(const st_file *file, const char *name, const char *dtype,
+                              int32_t n_dims, const int64_t *shape, void *dst, char *err,
+                              size_t err_size);
 
 /* Recomputes the checksum st_write_file_checksummed() stored under key
  * (reading the whole file once). NCTMC_ERR_FORMAT when it is missing, not

@@ -179,6 +179,11 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     if (!out)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "nctmc_trainer_create: out is NULL");
+    if (model->weight_type != NCTMC_WEIGHT_F32)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "nctmc_trainer_create: the model holds reduced-precision (%s) "
+                          "weights, which are for sampling only; train the float model",
+                          model->weight_type == NCTMC_WEIGHT_BF16 ? "bf16" : "int8");
     nctmc_trainer_params full;
     nctmc_status st = trainer_params_read(params, &full, err, err_size);
     params = &full;
@@ -636,6 +641,10 @@ NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *t, nctmc_model 
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!dst)
         return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT, "destination model is NULL");
+    if (dst->weight_type != NCTMC_WEIGHT_F32)
+        return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT,
+                            "the destination model holds reduced-precision weights; copy "
+                            "into a float model and convert it (nctmc_model_convert)");
     if (!same_architecture(t->model, dst))
         return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT,
                             "the destination model's configuration differs from the "

@@ -12,6 +12,9 @@ Usage: check_safetensors.py WRITE_CHECKPOINT_EXE
 3. Python rewrites the checkpoint, recomputing "nctmc.checksum" as
    docs/formats.md says; nctmc_model_load() must accept it and give the same
    weights. Rewritten without that, it must be refused.
+4. An int8 checkpoint (format 3): NumPy reads its I8 weights and F32
+   scales, and scale[o] * q[o, i] in float32 is, bit for bit, what
+   nctmc_model_read_tensor() gives.
 
 The interpreter is $NCTMC_PYTHON if set (this script re-runs itself with it),
 else the one running it. Exits 77 (skipped) when safetensors or numpy cannot
@@ -227,6 +230,41 @@ def check_rewritten(exe, tmp, c_path, tensors, meta):
                   f"a stale checksum is refused: {r.stderr.strip()}")
 
 
+LINEAR = (".attn_qkv.weight", ".attn_out.weight", ".mlp.0.weight", ".mlp.2.weight")
+
+
+def check_int8(exe, tmp):
+    path = os.path.join(tmp, "int8.safetensors")
+    dump = os.path.join(tmp, "int8.txt")
+    r = run(exe, "write-int8", path, dump)
+    check(r.returncode == 0, f"write_checkpoint write-int8: {r.stderr}")
+    if r.returncode != 0:
+        return
+    with open(dump) as f:
+        _, tensors = parse_dump(f.read())
+    check(checksum_ok(header_of(path)[0]), "int8 file: nctmc.checksum")
+    with safe_open(path, framework="numpy") as f:
+        meta = f.metadata()
+        check(meta.get("nctmc.format") == "3", "int8 file is format 3")
+        check(meta.get("nctmc.weights") == "int8", "int8 file records its weights")
+        for name, (_, shape, bits) in tensors.items():
+            linear = name == "output_layer.linear.weight" or (
+                name.startswith("blocks.") and name.endswith(LINEAR))
+            arr = f.get_tensor(name)
+            check(arr.shape == shape, f"int8 file {name}: shape")
+            if linear:
+                scale = f.get_tensor(name + ".scale")
+                check(arr.dtype == np.int8 and scale.dtype == np.float32,
+                      f"{name}: I8 with an F32 scale")
+                check(int(np.abs(arr.astype(np.int32)).max()) <= 127, f"{name}: in -127..127")
+                check(bool((scale > 0).all()), f"{name}: scales > 0")
+                arr = scale[:, None] * arr.astype(np.float32)
+            else:
+                check(arr.dtype == np.float32, f"{name}: F32")
+            got = arr.astype(np.float32).reshape(-1).view(np.uint32).tolist()
+            check(got == bits, f"{name}: the library's values bit for bit")
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
@@ -239,6 +277,7 @@ def main():
         check_python_written(exe, tmp)
         if got:
             check_rewritten(exe, tmp, *got)
+        check_int8(exe, tmp)
     print(f"safetensors_python: {passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
 

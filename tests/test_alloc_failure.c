@@ -101,6 +101,7 @@ typedef struct fixture {
     nctmc_context *ctx;         /* made with the hook */
     nctmc_model *model;         /* loaded on ctx */
     float file_bias[64];        /* output_layer.linear.bias as the file has it */
+    nctmc_model *model_int8;    /* model converted to int8 weights */
     nctmc_model_config cfg;
     int32_t tokens[B * L];
 } fixture;
@@ -264,13 +265,13 @@ static nctmc_status op_forward(fixture *fx, bool *clean)
     return nctmc_model_forward(fx->model, &p);
 }
 
-static nctmc_status op_sample(fixture *fx, bool *clean)
+static nctmc_status sample_model(fixture *fx, const nctmc_model *model, bool *clean)
 {
     nctmc_sampler_params sp;
     nctmc_sampler_params_init(&sp);
     sp.max_batch = B;
     nctmc_sampler *s = (nctmc_sampler *)(uintptr_t)1;
-    nctmc_status st = nctmc_sampler_create(fx->model, &sp, &s);
+    nctmc_status st = nctmc_sampler_create(model, &sp, &s);
     if (st != NCTMC_OK) {
         *clean = s == NULL;
         return st;
@@ -287,6 +288,42 @@ static nctmc_status op_sample(fixture *fx, bool *clean)
     CHECK(fx->hook.n_allocs == allocs, "nctmc_sample() allocates nothing (%lld)",
           (long long)(fx->hook.n_allocs - allocs));
     nctmc_sampler_free(s);
+    return st;
+}
+
+static nctmc_status op_sample(fixture *fx, bool *clean)
+{
+    return sample_model(fx, fx->model, clean);
+}
+
+/* the reduced model's linear layers keep their scratch in the workspace */
+static nctmc_status op_sample_int8(fixture *fx, bool *clean)
+{
+    return sample_model(fx, fx->model_int8, clean);
+}
+
+static nctmc_status op_convert(fixture *fx, bool *clean)
+{
+    nctmc_model *m = (nctmc_model *)(uintptr_t)1;
+    nctmc_status st = nctmc_model_convert(fx->model, NCTMC_WEIGHT_BF16, &m);
+    if (st != NCTMC_OK) {
+        *clean = m == NULL;
+        return st;
+    }
+    CHECK(nctmc_model_weight_type(m) == NCTMC_WEIGHT_BF16 && nctmc_model_get_tokenizer(m),
+          "the converted model is bf16 and has the tokenizer");
+    nctmc_model_free(m);
+    return st;
+}
+
+/* A reduced model's save adds its packed weights and scales. */
+static nctmc_status op_save_int8(fixture *fx, bool *clean)
+{
+    int before = test_count_entries(fx->dir);
+    nctmc_status st = nctmc_model_save(fx->model_int8, fx->save_path);
+    if (st != NCTMC_OK)
+        *clean = test_count_entries(fx->dir) == before;
+    unlink(fx->save_path);
     return st;
 }
 
@@ -546,7 +583,8 @@ static bool setup(fixture *fx)
     return fx->model_bytes &&
            nctmc_model_load_ex(fx->ctx, fx->model_path, &lp, &fx->model) == NCTMC_OK &&
            nctmc_model_read_tensor(fx->model, "output_layer.linear.bias", fx->file_bias, S) ==
-               NCTMC_OK;
+               NCTMC_OK &&
+           nctmc_model_convert(fx->model, NCTMC_WEIGHT_INT8, &fx->model_int8) == NCTMC_OK;
 }
 
 int main(void)
@@ -576,12 +614,16 @@ int main(void)
         {"tokenizers", op_tokenizers},
         {"BPE load, encode, save, load", op_bpe},
         {"dataset open", op_dataset},
+        {"model convert", op_convert},
+        {"sampler create + sample int8", op_sample_int8},
+        {"model save (int8)", op_save_int8},
     };
     int64_t sites = 0;
     for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
         sites += walk(&fx, ops[k].name, ops[k].op);
     printf("%lld allocation sites walked\n", (long long)sites);
 
+    nctmc_model_free(fx.model_int8);
     nctmc_model_free(fx.model);
     nctmc_context_free(fx.ctx);
     CHECK(fx.hook.live_bytes == 0 && fx.hook.live_blocks == 0,

@@ -839,7 +839,7 @@ static void test_container(void)
 
     /* the writer refuses what it cannot write faithfully */
     float data[2] = {1, 2};
-    st_tensor_ref t[2] = {{"a", data, 1, {2}}, {"a", data, 1, {2}}};
+    st_tensor_ref t[2] = {{"a", data, 1, {2}, 0, NULL}, {"a", data, 1, {2}, 0, NULL}};
     st_meta bad_utf8 = {"k", "\xff"};
     st_meta reserved = {"k", "v"};
     CHECK(st_write_file(path, NULL, 0, t, 2, err, sizeof err) == NCTMC_ERR_INVALID_ARGUMENT,
@@ -851,19 +851,19 @@ static void test_container(void)
     CHECK(st_write_file(path, &reserved, 1, t, 2, err, sizeof err) ==
               NCTMC_ERR_INVALID_ARGUMENT,
           "a tensor named __metadata__");
-    t[1] = (st_tensor_ref){"b", NULL, 1, {2}};
+    t[1] = (st_tensor_ref){"b", NULL, 1, {2}, 0, NULL};
     CHECK(st_write_file(path, NULL, 0, t, 2, err, sizeof err) == NCTMC_ERR_INVALID_ARGUMENT,
           "no data");
-    t[1] = (st_tensor_ref){"b", data, 1, {-2}};
+    t[1] = (st_tensor_ref){"b", data, 1, {-2}, 0, NULL};
     CHECK(st_write_file(path, NULL, 0, t, 2, err, sizeof err) == NCTMC_ERR_INVALID_ARGUMENT,
           "negative dimension");
-    t[1] = (st_tensor_ref){"b", data, 5, {2}};
+    t[1] = (st_tensor_ref){"b", data, 5, {2}, 0, NULL};
     CHECK(st_write_file(path, NULL, 0, t, 2, err, sizeof err) == NCTMC_ERR_INVALID_ARGUMENT,
           "5 dimensions");
     CHECK(test_count_entries(scratch) == 0, "nothing written");
     /* a scalar and an empty tensor round-trip */
-    t[0] = (st_tensor_ref){"scalar", data, 0, {0}};
-    t[1] = (st_tensor_ref){"empty", NULL, 2, {0, 3}};
+    t[0] = (st_tensor_ref){"scalar", data, 0, {0}, 0, NULL};
+    t[1] = (st_tensor_ref){"empty", NULL, 2, {0, 3}, 0, NULL};
     CHECK(st_write_file(path, NULL, 0, t, 2, err, sizeof err) == NCTMC_OK &&
               st_read_file(path, &f, err, sizeof err) == NCTMC_OK,
           "scalar and empty: %s", err);

@@ -8,7 +8,10 @@
  *   write_checkpoint dump <file>          any safetensors file as our reader
  *       sees it, printed in the same dump format;
  *   write_checkpoint load <file>          nctmc_model_load(), then the loaded
- *       model's tensors in the dump format.
+ *       model's tensors in the dump format;
+ *   write_checkpoint write-int8 <file> <dump>  the tiny model converted to
+ *       int8 weights (checkpoint format 3), and the dump of its tensors as
+ *       nctmc_model_read_tensor() gives them (dequantised).
  *
  * Dump lines ("hex" is the UTF-8 bytes in lowercase hexadecimal, so any
  * string survives the trip):
@@ -199,6 +202,25 @@ static int write_mode(nctmc_context *ctx, const char *path, const char *dump_pat
     return rc;
 }
 
+static int write_int8_mode(nctmc_context *ctx, const char *path, const char *dump_path)
+{
+    nctmc_model *m = tiny_model(ctx), *q = NULL;
+    if (!m || nctmc_model_convert(m, NCTMC_WEIGHT_INT8, &q) != NCTMC_OK ||
+        nctmc_model_save(q, path) != NCTMC_OK) {
+        fprintf(stderr, "write-int8: %s / %s\n", nctmc_context_last_error(ctx),
+                m ? nctmc_model_last_error(m) : "");
+        nctmc_model_free(q);
+        nctmc_model_free(m);
+        return 1;
+    }
+    FILE *out = fopen(dump_path, "w");
+    int rc = !out || dump_model_tensors(out, q);
+    rc = (out && fclose(out) != 0) || rc;
+    nctmc_model_free(q);
+    nctmc_model_free(m);
+    return rc;
+}
+
 static int load_mode(nctmc_context *ctx, const char *path)
 {
     nctmc_model *m = NULL;
@@ -214,8 +236,10 @@ static int load_mode(nctmc_context *ctx, const char *path)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3 || (strcmp(argv[1], "write") == 0 && argc < 4)) {
-        fprintf(stderr, "usage: write_checkpoint write FILE DUMP | dump FILE | load FILE\n");
+    if (argc < 3 || ((strcmp(argv[1], "write") == 0 || strcmp(argv[1], "write-int8") == 0) &&
+                     argc < 4)) {
+        fprintf(stderr, "usage: write_checkpoint write FILE DUMP | write-int8 FILE DUMP | "
+                        "dump FILE | load FILE\n");
         return 2;
     }
     nctmc_context_params cp;
@@ -228,6 +252,8 @@ int main(int argc, char **argv)
     int rc = 2;
     if (strcmp(argv[1], "write") == 0)
         rc = write_mode(ctx, argv[2], argv[3]);
+    else if (strcmp(argv[1], "write-int8") == 0)
+        rc = write_int8_mode(ctx, argv[2], argv[3]);
     else if (strcmp(argv[1], "dump") == 0)
         rc = dump_file(stdout, argv[2]);
     else if (strcmp(argv[1], "load") == 0)

@@ -101,6 +101,8 @@ static const nctmc_backend_ops cpu_ops = {
     .adamw = cpu_adamw,
     .ema_update = cpu_ema_update,
     .sample_step = cpu_sample_step,
+    .linear_packed_scratch_bytes = cpu_linear_packed_scratch_bytes,
+    .linear_forward_packed = cpu_linear_forward_packed,
 };
 
 nctmc_backend *nctmc_cpu_backend_create(int n_threads, char *err, size_t err_size)
@@ -144,5 +146,6 @@ nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const nctmc_allocato
     cb->base.n_threads = n_threads;
     cb->base.error[0] = '\0';
     cb->base.alloc = alloc;
+    cpu_backend_set_bf16_dot(&cb->base, true);
     return &cb->base;
 }

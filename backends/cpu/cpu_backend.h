@@ -11,6 +11,9 @@
 typedef struct cpu_backend {
     nctmc_backend base;
     cpu_pool *pool;
+    /* Reduced-precision linear layers use the AVX512-BF16 kernel (set at
+     * creation where the CPU has it; cpu_backend_set_bf16_dot()). */
+    bool bf16_dot;
 } cpu_backend;
 
 static inline cpu_backend *cpu_of(nctmc_backend *be)
@@ -36,6 +39,19 @@ void cpu_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t ou
 void cpu_gemm(cpu_backend *cb, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
               float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
               float beta, float *c, int64_t ldc);
+
+/* The fixed tile grid cpu_gemm uses for an [m, n] product over k. */
+void cpu_gemm_tiles(int64_t m, int64_t n, int64_t k, int64_t *tile_m, int64_t *tile_n);
+
+/* cpu_linear_packed.c */
+size_t cpu_linear_packed_scratch_bytes(nctmc_backend *be, int32_t in);
+void cpu_linear_forward_packed(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                               const float *x, const nctmc_packed_weight *w,
+                               const float *bias, float *y, void *scratch);
+/* Chooses the kernel of reduced-precision linear layers: the AVX512-BF16
+ * one when `enable` and the CPU has it, the portable one otherwise (tests
+ * compare both). Returns whether the AVX512-BF16 kernel is now in use. */
+bool cpu_backend_set_bf16_dot(nctmc_backend *be, bool enable);
 
 /* cpu_embedding.c */
 void cpu_embedding_forward(nctmc_backend *be, int64_t rows, int32_t dim, const int32_t *ids,

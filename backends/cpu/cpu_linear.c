@@ -158,6 +158,14 @@ void cpu_linear_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out
     gemm_run(cpu_of(be), &job);
 }
 
+void cpu_gemm_tiles(int64_t m, int64_t n, int64_t k, int64_t *tile_m, int64_t *tile_n)
+{
+    gemm_job job = {.m = m, .n = n, .k = k};
+    gemm_plan(&job);
+    *tile_m = job.tile_m;
+    *tile_n = job.tile_n;
+}
+
 typedef struct dbias_job {
     int64_t rows;
     int32_t cols;

@@ -26,6 +26,7 @@ int cmd_tokenize(int argc, char **argv);
  * (OPENBLAS_NUM_THREADS=1), executing the tool again if they were on
  * (blas_threads.c says why). Returns when they are off, or cannot be. */
 void cli_single_threaded_blas(char **argv);
+int cmd_convert(int argc, char **argv);
 
 /* What `nctmc prepare` writes into its output directory and `train` and
  * `eval` read from it. */

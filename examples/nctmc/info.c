@@ -40,6 +40,11 @@ static void print_model(const nctmc_model *model, const char *path)
            cli_exit_link_names[c.exit_link]);
     printf("             %lld parameters in %d tensors\n", (long long)nctmc_model_n_params(model),
            (int)nctmc_model_n_tensors(model));
+    static const char *const weights[] = {
+        "f32", "bf16 linear layers (sampling only), the rest f32",
+        "int8 linear layers with per-row scales (sampling only), the rest f32"};
+    nctmc_weight_type wt = nctmc_model_weight_type(model);
+    printf("weights      %s\n", wt >= 0 && wt <= NCTMC_WEIGHT_INT8 ? weights[wt] : "?");
     char tok[128];
     cli_describe_tokenizer(nctmc_model_get_tokenizer(model), tok, sizeof tok);
     printf("tokenizer    %s\n", tok);

@@ -22,6 +22,7 @@ static const subcommand subcommands[] = {
     {"eval", cmd_eval, "NELBO in bits/token and exit-rate reliability on held-out data"},
     {"info", cmd_info, "what a checkpoint holds"},
     {"tokenize", cmd_tokenize, "text -> token ids (or back) with a tokenizer or checkpoint"},
+    {"convert", cmd_convert, "a checkpoint with bf16 or int8 linear weights, for sampling"},
 };
 
 static void print_usage(FILE *out)

@@ -138,6 +138,38 @@ has eval.out "exit-rate reliability"
 has eval.out "ECE "
 has eval.out "0.000-"
 
+# --- convert: bf16 and int8 copies sample, evaluate, and cannot be trained ---
+run convert_bf16 convert "$tmp/m.safetensors" --to bf16 --out "$tmp/m-bf16.safetensors"
+has convert_bf16.out "bf16 linear weights"
+run convert_int8 convert "$tmp/m.safetensors" --to int8 --out "$tmp/m-int8.safetensors"
+run info_int8 info "$tmp/m-int8.safetensors"
+has info_int8.out "weights      int8 linear layers"
+has info.out "weights      f32"
+run sample_int8 sample "$tmp/m-int8.safetensors" --n 3 --steps 6 --seed 9 --threads 2 \
+    --no-preview --out "$tmp/int8.txt"
+[ -s "$tmp/int8.txt" ] && ok || bad "sample from the int8 copy wrote nothing"
+run eval_bf16 eval "$tmp/m-bf16.safetensors" --data "$tmp/digits" --sequences 16 \
+    --time-samples 2 --threads 2
+has eval_bf16.out "NELBO"
+if "$nctmc" train --data "$tmp/digits" --resume "$tmp/m-bf16.safetensors" \
+    --out "$tmp/m3.safetensors" --steps 25 >"$tmp/resume_bf16.out" 2>"$tmp/resume_bf16.err"; then
+    bad "train --resume accepted a bf16 checkpoint"
+else
+    ok
+fi
+if "$nctmc" convert "$tmp/m-bf16.safetensors" --to int8 --out "$tmp/x.safetensors" \
+    >"$tmp/reconvert.out" 2>"$tmp/reconvert.err"; then
+    bad "convert accepted a converted checkpoint"
+else
+    ok
+fi
+has reconvert.err "already holds bf16"
+if "$nctmc" convert "$tmp/m.safetensors" --out "$tmp/x.safetensors" >/dev/null 2>&1; then
+    bad "convert without --to"
+else
+    ok
+fi
+
 run resume train --data "$tmp/digits" --resume "$tmp/m.safetensors" --out "$tmp/m2.safetensors" \
     --steps 25 --threads 2 --eval-sequences 8 --eval-time-samples 2
 has resume.err "finished at step 25 of 25"
