@@ -112,6 +112,9 @@ static const nctmc_backend_ops cuda_ops = {
     .adamw = cuda_adamw,
     .ema_update = cuda_ema_update,
     .sample_step = cuda_sample_step,
+    /* no reduced-precision weights on the GPU yet: such models are refused */
+    .linear_packed_scratch_bytes = NULL,
+    .linear_forward_packed = NULL,
 };
 
 /* The first device failure of creation, as a message; false when e is ok. */
