@@ -28,6 +28,11 @@
  * depending on the processor): inside a host application an idle pool must
  * give its cores back at once.
  */
+#if defined(__linux__)
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <sched.h>
+#endif
+
 #include "thread_pool.h"
 
 #include <pthread.h>
@@ -234,8 +239,16 @@ static void *worker_main(void *p)
     return NULL;
 }
 
+/* The cores this process may run on: a process confined to fewer cores than
+ * the machine has (taskset, a container's cpuset) gains nothing from threads
+ * beyond them, and each extra one is a thread the others wait for. */
 int cpu_online_cores(void)
 {
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 1)
+        return CPU_COUNT(&set);
+#endif
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n >= 1 ? (int)n : 1;
 }
