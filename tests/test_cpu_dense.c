@@ -249,6 +249,7 @@ static void test_gemm_thread_invariance(test_rng *rng)
         {false, false, 2048, 384, 1536, 1.0f, 1.0f}, /* dx of mlp.2, accumulating */
         {true, false, 384, 1536, 2048, 1.0f, 0.0f},  /* dw of mlp.0 */
         {false, true, 256, 1536, 384, 1.0f, 0.0f},   /* mlp.0 of one sequence */
+        {false, true, 256, 384, 1536, 1.0f, 0.0f},   /* mlp.2 of one sequence */
         {false, true, 200, 300, 100, 1.0f, 0.0f},    /* ragged, below the split */
         {false, true, 1000, 1000, 100, 0.5f, 1.0f},  /* ragged tiles */
     };
