@@ -99,7 +99,7 @@ struct cpu_pool {
     atomic_llong first_task;    /* task number of the round's task 0 */
     atomic_llong n_tasks;       /* tasks in the round */
     atomic_int width;           /* threads taking part in the round */
-    atomic_ullong ticket;       /* generation << 32 | next task to claim */
+    _Atomic(uint64_t) ticket;   /* generation << 32 | next task to claim */
     atomic_llong finished;      /* tasks of the round finished */
     atomic_bool stopping;
 };
