@@ -6,17 +6,24 @@ machine and while other processes keep cores busy.
     compare_torch_sample.py BENCH_SAMPLE_STEP BENCH_REFERENCE_PY
                             [--threads N] [--batches 1,4] [--steps 8,16,32]
                             [--reps R] [--config NAME] [--load 0,1]
+                            [--rounds K]
 
 Compares libnctmc's tau-leaping step (model evaluation + the fused sampling
 operation) with the reference's (forward, rates, Bernoulli jumps, a
 multinomial draw per position), per background load and batch size:
-    bench=sample_step compare=libnctmc/torch load=L config=... threads=...
+    bench=sample_step compare=libnctmc/torch load=L round=1 config=... threads=...
           batch=... libnctmc_ms=... torch_ms=... speedup=...
 and the latency of a whole sampling call of each number of steps (the
 reference chains the same steps, each one's tokens feeding the next):
-    bench=sample compare=libnctmc/torch load=L ... batch=... steps=...
+    bench=sample compare=libnctmc/torch load=L round=1 ... batch=... steps=...
           libnctmc_ms=... torch_ms=... speedup=...
 speedup = torch_ms / libnctmc_ms (above 1: libnctmc is faster).
+
+--rounds K repeats each pair of measurements K times, the two sides taking
+turns, so a change in the machine's other load hits both sides alike; every
+round prints its own lines (round=i), and with K > 1 a summary per pair
+gives the median speedup and its range:
+    bench=... summary=1 ... speedup_median=... speedup_min=... speedup_max=...
 
 --load lists the background loads to measure under, in this one run: L
 processes, each a busy loop that keeps one core busy the way a host
@@ -80,33 +87,53 @@ def theirs(a, batch, steps, first):
     return {f["bench"]: f for f in lines if f.get("impl") == "torch"}
 
 
-def compare(kind, load, a, batch, extra, mine_ms, their_ms):
-    print("bench=%s compare=libnctmc/torch load=%d config=%s threads=%s batch=%s%s "
+def compare(kind, load, a, batch, extra, mine_ms, their_ms, rnd, speedups):
+    speedup = float(their_ms) / float(mine_ms)
+    speedups.setdefault((kind, batch, extra), []).append(speedup)
+    print("bench=%s compare=libnctmc/torch load=%d round=%d config=%s threads=%s batch=%s%s "
           "libnctmc_ms=%s torch_ms=%s speedup=%.2f"
-          % (kind, load, a.config, a.threads, batch, extra, mine_ms, their_ms,
-             float(their_ms) / float(mine_ms)), flush=True)
+          % (kind, load, rnd, a.config, a.threads, batch, extra, mine_ms, their_ms, speedup),
+          flush=True)
+
+
+def summarise(a, load, speedups):
+    for (kind, batch, extra), v in speedups.items():
+        v = sorted(v)
+        mid = v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
+        print("bench=%s compare=libnctmc/torch summary=1 load=%d rounds=%d config=%s "
+              "threads=%s batch=%s%s speedup_median=%.2f speedup_min=%.2f speedup_max=%.2f"
+              % (kind, load, len(v), a.config, a.threads, batch, extra, mid, v[0], v[-1]),
+              flush=True)
+
+
+def measure_round(a, load, rnd, speedups):
+    for i, steps in enumerate(int(s) for s in a.steps.split(",")):
+        ours = ours_per_batch(a, steps, i == 0)
+        for batch in a.batches.split(","):
+            ref = theirs(a, batch, steps, i == 0)
+            if batch not in ours or "sample" not in ref:
+                raise SystemExit("compare_torch_sample: no batch %s measurement from "
+                                 "both sides" % batch)
+            mine = ours[batch]
+            if i == 0:
+                compare("sample_step", load, a, batch, "", mine["ms_per_step"],
+                        ref["sample_step"]["ms"], rnd, speedups)
+            compare("sample", load, a, batch, " steps=%d" % steps, mine["sample_ms"],
+                    ref["sample"]["ms"], rnd, speedups)
 
 
 def measure_at_load(a, load):
     print("# load=%d: %d busy process(es); load average before: %.2f %.2f %.2f"
           % ((load, load) + os.getloadavg()), flush=True)
     procs = start_load(load)
+    speedups = {}
     try:
-        for i, steps in enumerate(int(s) for s in a.steps.split(",")):
-            ours = ours_per_batch(a, steps, i == 0)
-            for batch in a.batches.split(","):
-                ref = theirs(a, batch, steps, i == 0)
-                if batch not in ours or "sample" not in ref:
-                    raise SystemExit("compare_torch_sample: no batch %s measurement from "
-                                     "both sides" % batch)
-                mine = ours[batch]
-                if i == 0:
-                    compare("sample_step", load, a, batch, "", mine["ms_per_step"],
-                            ref["sample_step"]["ms"])
-                compare("sample", load, a, batch, " steps=%d" % steps, mine["sample_ms"],
-                        ref["sample"]["ms"])
+        for rnd in range(1, a.rounds + 1):
+            measure_round(a, load, rnd, speedups)
     finally:
         stop_load(procs)
+    if a.rounds > 1:
+        summarise(a, load, speedups)
 
 
 def main():
@@ -121,6 +148,8 @@ def main():
     ap.add_argument("--config", default="cpu-small")
     ap.add_argument("--load", default="0",
                     help="comma-separated numbers of busy background processes")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="times each pair is measured, the sides taking turns")
     a = ap.parse_args()
     for load in (int(l) for l in a.load.split(",")):
         measure_at_load(a, load)
