@@ -18,8 +18,8 @@
  * before it rewrites the description and opens it (the next even
  * generation) after; a worker reads the description between its load of
  * the ticket and its claim, and any rewrite it saw has closed the ticket
- * under it, so the claim fails (see read_job). The only wait left is for a task a worker
- * has started.
+ * under it, so the claim fails (see read_job). The only wait left is for a
+ * task a worker has started.
  *
  * Between jobs the workers spin briefly on the ticket (a layer runs a dozen
  * short operations in a row, and waking a sleeping thread costs tens of
