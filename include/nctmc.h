@@ -224,7 +224,8 @@ typedef struct nctmc_context_params {
      *  installed: ..."); with it but without a driver or usable device,
      *  NCTMC_ERR_BACKEND ("no CUDA device: ..."). Default "auto". */
     const char *backend;
-    /** Worker threads for the CPU backend; 0 means all online cores. */
+    /** Worker threads for the CPU backend; 0 means all the cores this process
+     *  may run on (its CPU affinity where the system reports one). */
     int32_t n_threads;
     /** Log callback, or NULL for silence. */
     nctmc_log_fn log_fn;

@@ -249,6 +249,7 @@ static void test_gemm_thread_invariance(test_rng *rng)
         {false, false, 2048, 384, 1536, 1.0f, 1.0f}, /* dx of mlp.2, accumulating */
         {true, false, 384, 1536, 2048, 1.0f, 0.0f},  /* dw of mlp.0 */
         {false, true, 256, 1536, 384, 1.0f, 0.0f},   /* mlp.0 of one sequence */
+        {false, true, 256, 384, 1536, 1.0f, 0.0f},   /* mlp.2 of one sequence */
         {false, true, 200, 300, 100, 1.0f, 0.0f},    /* ragged, below the split */
         {false, true, 1000, 1000, 100, 0.5f, 1.0f},  /* ragged tiles */
     };
@@ -927,6 +928,43 @@ static void test_rotary_roundtrip(const backends *bs, rotary_shape s, const floa
     free(want);
 }
 
+/* The backend keeps the angles of the first shape it rotates; any other
+ * shape computes them per call. Both ways give the same bits. */
+static void test_rotary_table_bits(rotary_shape s, test_rng *rng)
+{
+    rotary_shape other = {2 * 29, 29, 3, 10, 10000.0f};
+    size_t n = rotary_size(s);
+    float *x = random_floats(rng, n, -1.0f, 1.0f);
+    char err[256];
+    nctmc_backend *fresh = nctmc_cpu_backend_create(2, err, sizeof err);
+    nctmc_backend *taken = nctmc_cpu_backend_create(2, err, sizeof err);
+    float *scratch = random_floats(rng, rotary_size(other), -1.0f, 1.0f);
+    taken->ops->rotary_forward(taken, other.rows, other.seq_len, other.heads, other.head_dim,
+                               other.base, scratch);
+    for (int dir = 0; dir < 2; dir++) {
+        float *a = copy_floats(x, n), *b = copy_floats(x, n);
+        nctmc_backend *bes[2] = {fresh, taken};
+        float *ys[2] = {a, b};
+        for (int k = 0; k < 2; k++) {
+            if (dir == 0)
+                bes[k]->ops->rotary_forward(bes[k], s.rows, s.seq_len, s.heads, s.head_dim,
+                                            s.base, ys[k]);
+            else
+                bes[k]->ops->rotary_backward(bes[k], s.rows, s.seq_len, s.heads, s.head_dim,
+                                             s.base, ys[k]);
+        }
+        CHECK(memcmp(a, b, n * sizeof *a) == 0,
+              "rotary %s, head_dim %d: the table's angles give the bits of the per-call ones",
+              dir == 0 ? "forward" : "backward", s.head_dim);
+        free(a);
+        free(b);
+    }
+    fresh->ops->destroy(fresh);
+    taken->ops->destroy(taken);
+    free(scratch);
+    free(x);
+}
+
 typedef struct rotary_objective {
     nctmc_backend *be;
     rotary_shape s;
@@ -976,6 +1014,8 @@ static void test_rotary(const backends *bs, test_rng *rng)
         free(x);
     }
     test_rotary_fd(bs, shapes[0], rng);
+    test_rotary_table_bits(shapes[1], rng);
+    test_rotary_table_bits(shapes[2], rng);
 }
 
 /* ---- embeddings ----------------------------------------------------- */

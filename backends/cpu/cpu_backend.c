@@ -57,6 +57,7 @@ static void cpu_destroy(nctmc_backend *be)
     if (!be)
         return;
     cpu_pool_free(cpu_of(be)->pool);
+    cpu_rope_table_free(cpu_of(be));
     nctmc_mem_free(be->alloc, be);
 }
 
@@ -124,6 +125,7 @@ nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const nctmc_allocato
         snprintf(err, err_size, "out of memory creating the CPU backend");
         return NULL;
     }
+    atomic_init(&cb->rope, NULL);
     cb->pool = cpu_pool_create(n_threads, alloc);
     if (!cb->pool) {
         nctmc_mem_free(alloc, cb);

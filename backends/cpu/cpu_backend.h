@@ -5,8 +5,12 @@
 #ifndef NCTMC_CPU_BACKEND_H
 #define NCTMC_CPU_BACKEND_H
 
+#include <stdatomic.h>
+
 #include "backend.h"
 #include "thread_pool.h"
+
+typedef struct cpu_rope_table cpu_rope_table; /* cpu_rotary.c */
 
 typedef struct cpu_backend {
     nctmc_backend base;
@@ -14,6 +18,9 @@ typedef struct cpu_backend {
     /* Reduced-precision linear layers use the AVX512-BF16 kernel (set at
      * creation where the CPU has it; cpu_backend_set_bf16_dot()). */
     bool bf16_dot;
+    /* the rotary cosines and sines of the first (seq_len, head_dim, base)
+     * used, built once (NULL until then) */
+    _Atomic(cpu_rope_table *) rope;
 } cpu_backend;
 
 static inline cpu_backend *cpu_of(nctmc_backend *be)
@@ -93,6 +100,8 @@ void cpu_rotary_forward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_
                         int32_t head_dim, float base, float *qkv);
 void cpu_rotary_backward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t heads,
                          int32_t head_dim, float base, float *dqkv);
+/* Frees the backend's rotary table (cpu_destroy). */
+void cpu_rope_table_free(cpu_backend *cb);
 
 /* cpu_attention.c */
 size_t cpu_attention_saved_floats(nctmc_backend *be, int32_t batch, int32_t seq_len,

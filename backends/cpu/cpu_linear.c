@@ -28,6 +28,11 @@
 #define GEMM_MAX_TILES 16
 /* No tile edge under this: thinner tiles spend their time packing. */
 #define GEMM_MIN_TILE_EDGE 128
+/* Plans that cut columns first (few rows, see gemm_plan) go down to this
+ * column edge, and cut rows only while they have fewer than
+ * GEMM_COLUMN_PLAN_TILES tiles. */
+#define GEMM_MIN_COLUMN_EDGE 96
+#define GEMM_COLUMN_PLAN_TILES 8
 /* Tile edges are multiples of the widest OpenBLAS micro-kernel, so no tile
  * but the last in a row or column runs a ragged edge. */
 #define GEMM_TILE_ALIGN 16
@@ -61,7 +66,35 @@ static int64_t min64(int64_t a, int64_t b)
 /* Cuts C into row bands first, then the bands into columns, halving each
  * while the pieces keep the minimum edge. Row bands are contiguous in C and
  * share nothing but B; measured on the DiT shapes they beat square tiles of
- * the same count. Only m, n and k decide the grid (see the top of the file). */
+ * the same count.
+ *
+ * Each row band packs its own copy of B's panels and each column band its
+ * own copy of A's, so when A is the smaller operand (m < n: a sampler's one
+ * or few sequences, where B is the layer's weights, cold in memory, and A
+ * the activations, hot in cache) the plan cuts columns first, to narrower
+ * edges, and rows only while it has few tiles. Measured single-threaded on
+ * the batch-1 DiT products with weights out of cache: 256 x 144 tiles ran
+ * at 86 GFLOP/s where 128 x 144 ran at 79, 256 x 192 at 84 against 77.
+ * Only m, n and k decide the grid (see the top of the file). */
+static void plan_rows_first(const gemm_job *job, int64_t target, int64_t *cuts_m,
+                            int64_t *cuts_n)
+{
+    while (*cuts_m * 2 <= target && job->m / (*cuts_m * 2) >= GEMM_MIN_TILE_EDGE)
+        *cuts_m *= 2;
+    while (*cuts_m * *cuts_n * 2 <= target && job->n / (*cuts_n * 2) >= GEMM_MIN_TILE_EDGE)
+        *cuts_n *= 2;
+}
+
+static void plan_columns_first(const gemm_job *job, int64_t target, int64_t *cuts_m,
+                               int64_t *cuts_n)
+{
+    while (*cuts_n * 2 <= target && job->n / (*cuts_n * 2) >= GEMM_MIN_COLUMN_EDGE)
+        *cuts_n *= 2;
+    while (*cuts_m * *cuts_n < GEMM_COLUMN_PLAN_TILES && *cuts_m * *cuts_n * 2 <= target &&
+           job->m / (*cuts_m * 2) >= GEMM_MIN_TILE_EDGE)
+        *cuts_m *= 2;
+}
+
 static void gemm_plan(gemm_job *job)
 {
     double macs = (double)job->m * (double)job->n * (double)job->k;
@@ -71,10 +104,10 @@ static void gemm_plan(gemm_job *job)
         target = wanted >= GEMM_MAX_TILES ? GEMM_MAX_TILES : (int64_t)wanted;
     }
     int64_t cuts_m = 1, cuts_n = 1;
-    while (cuts_m * 2 <= target && job->m / (cuts_m * 2) >= GEMM_MIN_TILE_EDGE)
-        cuts_m *= 2;
-    while (cuts_m * cuts_n * 2 <= target && job->n / (cuts_n * 2) >= GEMM_MIN_TILE_EDGE)
-        cuts_n *= 2;
+    if (job->m < job->n)
+        plan_columns_first(job, target, &cuts_m, &cuts_n);
+    else
+        plan_rows_first(job, target, &cuts_m, &cuts_n);
     job->tile_m = ceil_div(ceil_div(job->m, cuts_m), GEMM_TILE_ALIGN) * GEMM_TILE_ALIGN;
     job->tile_n = ceil_div(ceil_div(job->n, cuts_n), GEMM_TILE_ALIGN) * GEMM_TILE_ALIGN;
     job->tiles_n = ceil_div(job->n, job->tile_n);

@@ -29,10 +29,13 @@ void cpu_pool_free(cpu_pool *pool);
 int cpu_pool_size(const cpu_pool *pool);
 
 /* Runs tasks 0 .. n_tasks - 1 and returns when all are done. Calls from
- * several threads at once are serialised. */
+ * several threads at once are serialised. How many of the pool's threads
+ * take part is the width controller's choice (pool_width.h); which thread
+ * runs a task never changes what it computes. */
 void cpu_pool_run(cpu_pool *pool, int64_t n_tasks, cpu_pool_fn fn, void *arg);
 
-/* The number of online cores (at least 1). */
+/* The number of cores this process may run on: its CPU affinity where the
+ * system reports one, else the online cores (at least 1). */
 int cpu_online_cores(void);
 
 #endif /* NCTMC_THREAD_POOL_H */

@@ -5,9 +5,10 @@
  *
  * Output: one line per (batch, method), key=value pairs:
  *   bench=sample_step config=cpu-small batch=B threads=T steps=N method=M
- *     ms_per_step=... tokens_per_s=... forward_ms=... op_ms=...
- * ms_per_step is the median over the repetitions of (time of nctmc_sample
- * with N steps, no final denoise, no correction) / N; tokens_per_s =
+ *     sample_ms=... ms_per_step=... tokens_per_s=... forward_ms=... op_ms=...
+ * sample_ms is the median over the repetitions of the time of nctmc_sample
+ * with N steps, no final denoise, no correction (the latency of a whole
+ * N-step sampling call); ms_per_step = sample_ms / N; tokens_per_s =
  * batch * length / (ms_per_step / 1000): token positions advanced by one
  * step per second. forward_ms is the median time of the model evaluation
  * alone and op_ms that of the sampling op alone, on the same shape: the
@@ -18,6 +19,9 @@
  *
  * Usage: bench_sample_step [--threads N] [--batches 1,8] [--steps N]
  *        [--reps R] [--method tau|euler|posterior|all] [--config cpu-small|tiny]
+ *        [--parts all|sample]
+ * --parts sample times the sampling call only (forward_ms and op_ms print
+ * as 0).
  */
 #include <math.h>
 #include <stdio.h>
@@ -38,6 +42,7 @@ typedef struct bench_args {
     int n_batches;
     int method;   /* -1: all */
     const char *config;
+    int sample_only;
 } bench_args;
 
 static const char *method_names[] = {"tau-leaping", "euler", "posterior"};
@@ -66,7 +71,7 @@ static int parse_method(const char *s)
 
 static bench_args parse_args(int argc, char **argv)
 {
-    bench_args a = {2, 8, 3, {1, 8}, 2, -1, "cpu-small"};
+    bench_args a = {2, 8, 3, {1, 8}, 2, -1, "cpu-small", 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--threads") == 0) a.threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--batches") == 0) a.n_batches = parse_batches(argv[i + 1], a.batches);
@@ -74,6 +79,7 @@ static bench_args parse_args(int argc, char **argv)
         else if (strcmp(argv[i], "--reps") == 0) a.reps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--method") == 0) a.method = parse_method(argv[i + 1]);
         else if (strcmp(argv[i], "--config") == 0) a.config = argv[i + 1];
+        else if (strcmp(argv[i], "--parts") == 0) a.sample_only = strcmp(argv[i + 1], "sample") == 0;
     }
     if (a.threads < 1) a.threads = 1;
     if (a.steps < 1) a.steps = 1;
@@ -214,11 +220,13 @@ int main(int argc, char **argv)
                 continue;
             int batch = a.batches[k];
             double t = time_sampling(s, &a, batch, method, out);
-            double fwd = time_forward(s, batch, a.reps);
-            double op = time_op(s, batch, method, 20);
+            double fwd = a.sample_only ? 0.0 : time_forward(s, batch, a.reps);
+            double op = a.sample_only ? 0.0 : time_op(s, batch, method, 20);
             printf("bench=sample_step config=%s batch=%d threads=%d steps=%d method=%s "
-                   "ms_per_step=%.2f tokens_per_s=%.1f forward_ms=%.2f op_ms=%.3f\n",
-                   a.config, batch, a.threads, a.steps, method_names[method], 1e3 * t,
+                   "sample_ms=%.1f ms_per_step=%.2f tokens_per_s=%.1f forward_ms=%.2f "
+                   "op_ms=%.3f\n",
+                   a.config, batch, a.threads, a.steps, method_names[method],
+                   1e3 * t * a.steps, 1e3 * t,
                    (double)batch * cfg.seq_len / t, 1e3 * fwd, 1e3 * op);
         }
     free(out);

@@ -14,7 +14,11 @@ same two measurements as the C benchmark:
   sample_step (with --measure sample_step) one tau-leaping step as
               tests/bench/bench_sample_step.c times it: the forward pass,
               the model's rates and jump distribution, each position jumping
-              with probability 1 - exp(-lambda tau) to j ~ r, without autograd.
+              with probability 1 - exp(-lambda tau) to j ~ r, without autograd;
+  sample      (with --measure sample) a whole tau-leaping run of --steps
+              such steps down the C sampler's default uniform grid (0.999 to
+              0.001), each step's tokens feeding the next (what
+              bench_sample_step's sample_ms times).
 --threads N sets both torch's intra-op threads and OpenBLAS's (which does its
 matrix products); OMP_WAIT_POLICY defaults to PASSIVE (see main()). Each
 measurement is run `warmup` times, then `reps` times; the median is reported:
@@ -71,7 +75,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--config", choices=sorted(CONFIGS), default="cpu-small")
     ap.add_argument("--measure", default="forward,train_step",
-                    help="comma-separated: forward, train_step, sample_step")
+                    help="comma-separated: forward, train_step, sample_step, sample")
+    ap.add_argument("--steps", type=int, default=8,
+                    help="steps of the 'sample' measurement")
     args = ap.parse_args()
     threads = max(1, args.threads)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -108,26 +114,42 @@ def main():
     gen = torch.Generator().manual_seed(1)
     tau = 1.0 / 128.0
 
-    def sample_step():
+    def tau_step(x, t_now, step_tau):
         with torch.no_grad():
-            logits, h = ref.forward(params, cfg, x_t, t)
-            log_rate, jump_logprobs = ref.model_outputs(cfg, logits, h, x_t, t)
-            p_jump = -torch.expm1(-torch.exp(log_rate) * tau)
+            logits, h = ref.forward(params, cfg, x, t_now)
+            log_rate, jump_logprobs = ref.model_outputs(cfg, logits, h, x, t_now)
+            p_jump = -torch.expm1(-torch.exp(log_rate) * step_tau)
             jumps = torch.rand(p_jump.shape, generator=gen) < p_jump
             dest = torch.multinomial(torch.exp(jump_logprobs).reshape(-1, cfg.S), 1,
-                                     generator=gen).reshape(x_t.shape)
-            return torch.where(jumps, dest, x_t)
+                                     generator=gen).reshape(x.shape)
+            return torch.where(jumps, dest, x)
+
+    def sample_step():
+        return tau_step(x_t, t, tau)
+
+    # the C sampler's default grid: uniform from t_max = 0.999 to t_min = 0.001
+    t_max, t_min = 1.0 - 1e-3, 1e-3
+    step_tau = (t_max - t_min) / args.steps
+
+    def sample():
+        x = x_t
+        for k in range(args.steps):
+            t_now = torch.full((args.batch,), t_max - k * step_tau)
+            x = tau_step(x, t_now, step_tau)
+        return x
 
     tokens = args.batch * cfg.L
-    known = {"forward": forward, "train_step": train_step, "sample_step": sample_step}
+    known = {"forward": forward, "train_step": train_step, "sample_step": sample_step,
+             "sample": sample}
     for name in args.measure.split(","):
         if name not in known:
             ap.error("unknown measurement %r" % name)
     for name, fn in ((n, known[n]) for n in args.measure.split(",")):
         ms = median_ms(fn, args.warmup, args.reps)
-        print("bench=%s impl=torch config=%s threads=%d batch=%d ms=%.2f tokens_per_s=%.1f "
+        steps = " steps=%d" % args.steps if name == "sample" else ""
+        print("bench=%s impl=torch config=%s threads=%d batch=%d%s ms=%.2f tokens_per_s=%.1f "
               "torch=%s omp_wait=%s" % (name, args.config, torch.get_num_threads(), args.batch,
-                                        ms, tokens / (ms * 1e-3), torch.__version__,
+                                        steps, ms, tokens / (ms * 1e-3), torch.__version__,
                                         os.environ["OMP_WAIT_POLICY"].lower()), flush=True)
 
 
