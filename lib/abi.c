@@ -39,7 +39,7 @@ ABI_STRUCT(abi_eval_params, nctmc_eval_params, user_data, user_data);
 ABI_STRUCT(abi_eval_result, nctmc_eval_result, buckets, n_reliability);
 ABI_STRUCT(abi_sampler_params, nctmc_sampler_params, ctx, ctx);
 ABI_STRUCT(abi_sample_params, nctmc_sample_params, tokens_out, correction_mode);
-/* the release after 0.3.0 */
+/* 0.4.0 */
 ABI_STRUCT(abi_load_params, nctmc_load_params, mapping, mapping);
 
 static size_t min_size(size_t a, size_t b)

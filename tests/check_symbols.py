@@ -4,7 +4,8 @@
 - its soname is libnctmc.so.1;
 - it defines only nctmc_* symbols, each bound to its symbol version
   (objdump -T): NCTMC_1 for 0.2.0's functions, NCTMC_1.1 for those 0.3.0
-  added; and the public functions of nctmc.h are among them.
+  added, NCTMC_1.2 for those 0.4.0 added; and the public functions of
+  nctmc.h are among them.
 
 Usage: check_symbols.py LIBNCTMC_SO [NCTMC_H]. Exits 0 when everything
 holds; scripts/check_install.py runs the same checks on an installed copy.
@@ -93,6 +94,6 @@ if __name__ == "__main__":
     for issue in issues:
         print("FAIL " + issue)
     if not issues:
-        print("symbols: %s exports only nctmc_*, versioned %s (0.3.0's additions %s)"
+        print("symbols: %s exports only nctmc_*, versioned %s (later additions %s)"
               % (SONAME, VERSION_NODE, ", ".join(sorted(set(ADDED.values())))))
     sys.exit(1 if issues else 0)

@@ -227,7 +227,7 @@ LAYOUTS_APPENDED(sample_params, SAMPLE_PARAMS_HEAD, SAMPLE_PARAMS_HEAD_030,
     int64_t (*read_at)(void *, void *, size_t, int64_t);
 LAYOUTS(reader, READER_HEAD, void *user_data;, user_data);
 
-/* first published after 0.3.0 */
+/* first published in 0.4.0 */
 #define LOAD_PARAMS_HEAD size_t struct_size;
 LAYOUTS(load_params, LOAD_PARAMS_HEAD, nctmc_load_mapping mapping;, mapping);
 
