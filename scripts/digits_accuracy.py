@@ -5,7 +5,8 @@ examples/data/digits.txt and classifies them with a classifier that knows
 nothing of the model: scikit-learn's SVC (RBF kernel) fitted on the digits
 themselves. Prints the share of samples classified as the label they were
 drawn with, per class and overall, beside the classifier's own accuracy on
-held-out real digits (its yardstick).
+held-out real digits (its yardstick), and a diversity figure: the mean
+distance between two samples of a class over the same for the real digits.
 
     NCTMC_LIBRARY=build/libnctmc.so.1 /usr/bin/python3 scripts/digits_accuracy.py \\
         build/demo/digits.safetensors [--per-class 50] [--method tau] [--steps 128]
@@ -76,6 +77,22 @@ def draw_samples(path, per_class, method, steps, seed, threads, cfg=1.0, tempera
     return tokens, labels
 
 
+def within_class_spread(images, labels):
+    """Mean Euclidean distance between two different images of one class,
+    averaged over the classes: how varied the images are (guidance and low
+    temperatures shrink it; copies of one digit give 0)."""
+    spreads = []
+    for k in range(10):
+        x = images[labels == k]
+        if len(x) < 2:
+            continue
+        sq = (x * x).sum(1)
+        d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * x @ x.T, 0.0)
+        n = len(x)
+        spreads.append(np.sqrt(d2).sum() / (n * (n - 1)))
+    return float(np.mean(spreads))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoint")
@@ -103,6 +120,9 @@ def main():
           "%.3f classified as their label"
           % (args.method, args.steps, args.cfg, args.temperature, args.per_class, hits.mean()))
     print("per class  %s" % per_class)
+    ratio = within_class_spread(samples, wanted) / within_class_spread(images, labels)
+    print("diversity: mean distance between two samples of a class / the same for "
+          "real digits = %.3f" % ratio)
 
 
 if __name__ == "__main__":
