@@ -104,7 +104,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define NCTMC_VERSION_MAJOR 0
-#define NCTMC_VERSION_MINOR 3
+#define NCTMC_VERSION_MINOR 4
 #define NCTMC_VERSION_PATCH 0
 /** The version as one number, MAJOR*10000 + MINOR*100 + PATCH. */
 #define NCTMC_VERSION_NUMBER \
