@@ -1645,7 +1645,8 @@ NCTMC_API nctmc_status nctmc_infill_params_init_sized(nctmc_infill_params *param
  * character tokenizer every fixed segment must be valid UTF-8 of its
  * alphabet: a range boundary inside a character, or a character the
  * alphabet lacks, is an error naming the byte offset in text. Positions
- * still masked at the end (only with final_denoise 0) decode to nothing.
+ * still masked at the end (only with final_denoise 0) decode as tok's mask
+ * placeholder (nctmc_tokenizer_set_mask_placeholder()), or to nothing.
  *
  * Output: *out_len receives the length of the new text, without the NUL,
  * whenever sampling finished (also on NCTMC_ERR_INVALID_ARGUMENT for a too
