@@ -158,6 +158,7 @@ static nctmc_status auto_slots(const infill_job *job, int32_t k, size_t *n)
 static nctmc_status plan(infill_job *job)
 {
     size_t at = 0;
+    bool clamped = false;
     for (int32_t k = 0; k <= job->n_ranges; k++) {
         size_t start, end, n = 0;
         segment_bounds(job, k, &start, &end);
@@ -182,8 +183,10 @@ static nctmc_status plan(infill_job *job)
         n = (size_t)want;
         if (want == NCTMC_INFILL_AUTO_TOKENS && (st = auto_slots(job, k, &n)) != NCTMC_OK)
             return st;
-        if (n > (size_t)job->s->max_length)
+        if (n > (size_t)job->s->max_length) {
             n = (size_t)job->s->max_length + 1; /* too many anyway; keeps the sum small */
+            clamped = true;
+        }
         job->slots[k] = (int32_t)n;
         at += n;
         job->piece_end[2 * k + 1] = at;
@@ -193,7 +196,7 @@ static nctmc_status plan(infill_job *job)
         return nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "%s: the text and its ranges take %s%zu tokens; the sampler allows "
                           "1 .. %d (its max_length; the model's seq_len at most)",
-                          FN, at > (size_t)job->s->max_length ? "at least " : "", at,
+                          FN, clamped ? "more than " : "", clamped ? at - 1 : at,
                           (int)job->s->max_length);
     return NCTMC_OK;
 }
