@@ -331,6 +331,10 @@ static nctmc_status draw(nctmc_sampler *sampler, nctmc_tokenizer *tok, const sam
     p.correction_mode = (nctmc_correction_mode)o->correct_mode;
     p.callback = on_step;
     bool constrained = job->infill.n_ranges > 0;
+    /* a mask token left by --no-denoise shows as '_', as in unconstrained
+     * samples (cli_decode()) */
+    if (constrained && nctmc_tokenizer_set_mask_placeholder(tok, "_") != NCTMC_OK)
+        return NCTMC_ERR_OUT_OF_MEMORY;
     if (constrained)
         batch = 1;
     else
