@@ -94,6 +94,17 @@ def main():
         p = run([nctmc, "sample", ckpt, "--prefix", "x" * 30, "--length", "24"])
         check(p.returncode != 0 and b"more than the length" in p.stderr,
               "nctmc: a prefix longer than --length: %r" % p.stderr)
+        # a masked model stopped early: the masks left show as '_' (as in
+        # unconstrained samples), the fixed text is kept
+        masked = os.path.join(tmp, "mm.safetensors")
+        check(run([test_infill, "checkpoint", masked, "masked"]).returncode == 0,
+              "write the masked checkpoint")
+        p = run([nctmc, "sample", masked, "--infill", "ab___cd", "--no-denoise", "--steps", "1",
+                 "--t-max", "0.5", "--t-min", "0.45", "--n", "3"])
+        bodies = [s.split(b"---\n", 1)[1] for s in p.stdout.split(b"--- sample ")[1:]]
+        check(p.returncode == 0 and len(bodies) == 3
+              and all(b.startswith(b"ab") and b.endswith(b"cd\n") for b in bodies)
+              and any(b"_" in b for b in bodies), "masked --no-denoise: %r" % p.stdout)
     print("infill example and tool: %s" % ("ok" if failures == 0 else "%d failures" % failures))
     return 1 if failures else 0
 

@@ -7,8 +7,9 @@
  * are untrained (random weights): the property does not depend on them.
  *
  *   test_infill                     runs the tests
- *   test_infill checkpoint PATH     writes a tiny BPE model for the example's
- *                                   test (examples/test_infill.sh)
+ *   test_infill checkpoint PATH [masked]  writes a tiny BPE model (uniform
+ *                                   process, or masked) for the example's
+ *                                   test (examples/check_infill.py)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -410,11 +411,11 @@ static void test_masked(nctmc_context *ctx, const nctmc_tokenizer *bpe)
     nctmc_model_free(m);
 }
 
-static int write_checkpoint(const char *path)
+static int write_checkpoint(const char *path, int32_t process)
 {
     nctmc_context *ctx = tiny_context();
     nctmc_tokenizer *bpe = make_bpe();
-    nctmc_model *m = make_model(ctx, bpe, NCTMC_PROCESS_UNIFORM);
+    nctmc_model *m = make_model(ctx, bpe, process);
     nctmc_status st = nctmc_model_save(m, path);
     if (st != NCTMC_OK)
         fprintf(stderr, "save: %s\n", nctmc_model_last_error(m));
@@ -426,8 +427,10 @@ static int write_checkpoint(const char *path)
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "checkpoint") == 0)
-        return write_checkpoint(argv[2]);
+    if ((argc == 3 || argc == 4) && strcmp(argv[1], "checkpoint") == 0)
+        return write_checkpoint(argv[2], argc == 4 && strcmp(argv[3], "masked") == 0
+                                             ? NCTMC_PROCESS_MASKED
+                                             : NCTMC_PROCESS_UNIFORM);
     nctmc_context *ctx = tiny_context();
     nctmc_tokenizer *bpe = make_bpe(), *chars = make_chars(), *bytes = NULL;
     nctmc_tokenizer_create_bytes(&bytes);
