@@ -1650,7 +1650,8 @@ NCTMC_API nctmc_status nctmc_infill_params_init_sized(nctmc_infill_params *param
  *
  * Output: *out_len receives the length of the new text, without the NUL,
  * whenever sampling finished (also on NCTMC_ERR_INVALID_ARGUMENT for a too
- * small buffer). out = NULL, out_cap = 0 only measures. The result is
+ * small buffer, which is left untouched). out = NULL, out_cap = 0 only
+ * measures. The result is
  * deterministic (nctmc_sample()), so a second call with a large enough
  * buffer gives the same text; pass a generous buffer (for example
  * 2 * text_len + 64 * slots) to sample once. NCTMC_ERR_INVALID_ARGUMENT

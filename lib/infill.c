@@ -230,21 +230,18 @@ static nctmc_status run_sample(infill_job *job)
     return st;
 }
 
-/* Decodes piece by piece into out (NULL: measures), recording where each
- * range landed; *len receives the total. */
+/* Decodes piece by piece into out (NULL: only measures; otherwise out has
+ * room for the text and its NUL), recording where each range landed; *len
+ * receives the total. */
 static nctmc_status decode(infill_job *job, char *out, size_t out_cap, size_t *len,
                            nctmc_text_range *where)
 {
     size_t at = 0, first = 0;
     for (int32_t i = 0; i <= 2 * job->n_ranges; i++) {
         size_t n_bytes = 0, end = job->piece_end[i];
-        bool fits = out != NULL;
-        nctmc_status st = nctmc_tokenizer_decode(job->tok, job->tokens + first, end - first,
-                                                 NULL, 0, &n_bytes);
-        fits = fits && at + n_bytes < out_cap;
-        if (st == NCTMC_OK && fits)
-            st = nctmc_tokenizer_decode(job->tok, job->tokens + first, end - first, out + at,
-                                        out_cap - at, &n_bytes);
+        nctmc_status st =
+            nctmc_tokenizer_decode(job->tok, job->tokens + first, end - first,
+                                   out ? out + at : NULL, out ? out_cap - at : 0, &n_bytes);
         if (st != NCTMC_OK)
             return nctmc_fail(job->err, job->err_size, st, "%s: cannot decode the result: %s",
                               FN, nctmc_tokenizer_last_error(job->tok));
@@ -253,12 +250,12 @@ static nctmc_status decode(infill_job *job, char *out, size_t out_cap, size_t *l
         at += n_bytes;
         first = end;
     }
-    if (out != NULL && at < out_cap)
-        out[at] = '\0';
     *len = at;
     return NCTMC_OK;
 }
 
+/* Measures the text, then writes it when out has room (a too small
+ * buffer is left untouched). */
 static nctmc_status finish(infill_job *job, char *out, size_t out_cap, size_t *out_len)
 {
     nctmc_text_range *where =
@@ -267,16 +264,19 @@ static nctmc_status finish(infill_job *job, char *out, size_t out_cap, size_t *o
         return nctmc_fail(job->err, job->err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "%s: out of memory", FN);
     size_t len = 0;
-    nctmc_status st = decode(job, out, out_cap, &len, where);
-    if (st == NCTMC_OK) {
+    nctmc_status st = decode(job, NULL, 0, &len, where);
+    bool measured = st == NCTMC_OK;
+    if (st == NCTMC_OK && out != NULL && len >= out_cap)
+        st = nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                        "%s: out_cap %zu is too small for the %zu bytes of the new text and "
+                        "its NUL",
+                        FN, out_cap, len);
+    else if (st == NCTMC_OK && out != NULL)
+        st = decode(job, out, out_cap, &len, where);
+    if (measured) {
         *out_len = len;
         if (job->params.ranges_out != NULL)
             memcpy(job->params.ranges_out, where, (size_t)job->n_ranges * sizeof *where);
-        if (out != NULL && len >= out_cap)
-            st = nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                            "%s: out_cap %zu is too small for the %zu bytes of the new text "
-                            "and its NUL",
-                            FN, out_cap, len);
     }
     nctmc_mem_free(&job->tok->alloc, where);
     return st;

@@ -272,10 +272,15 @@ static void test_buffer(nctmc_sampler *s)
     CHECK(infill(s, text, strlen(text), r, 2, NULL, 3, NULL, 0, &need, ro) == NCTMC_OK,
           "measure: %s", nctmc_sampler_last_error(s));
     char *small = malloc(need);
+    memset(small, 'Z', need);
+    bool untouched = true;
     CHECK(infill(s, text, strlen(text), r, 2, NULL, 3, small, need, &got, ro2) ==
                   NCTMC_ERR_INVALID_ARGUMENT &&
               got == need && strstr(nctmc_sampler_last_error(s), "out_cap") != NULL,
           "a buffer without room for the NUL: %zu", got);
+    for (size_t i = 0; i < need; i++)
+        untouched = untouched && small[i] == 'Z';
+    CHECK(untouched, "a too small buffer is left untouched");
     char *exact = malloc(need + 1);
     CHECK(infill(s, text, strlen(text), r, 2, NULL, 3, exact, need + 1, &got, ro2) ==
                   NCTMC_OK &&
