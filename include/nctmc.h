@@ -1582,6 +1582,91 @@ NCTMC_API nctmc_status nctmc_sample(nctmc_sampler *sampler, const nctmc_sample_p
  *  whether the callback or nctmc_sampler_cancel() stopped it. */
 NCTMC_API const char *nctmc_sampler_last_error(const nctmc_sampler *sampler);
 
+/* ------------------------------------------------------------------------ */
+/* Infilling                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Regenerates parts of a text and keeps the rest byte for byte — what an
+ * editor asks for ("rewrite this selection", "fill in here"). The text
+ * outside the ranges is cut into fixed segments (before the first range,
+ * between ranges, after the last) and each segment is encoded ALONE, so a
+ * range may start or end anywhere: mid-word, or (for the byte and BPE
+ * tokenizers) mid-character. Byte-level BPE decoding is concatenative —
+ * decode(a ++ b) = decode(a) ++ decode(b) — so the decoded fixed tokens
+ * give back exactly the fixed bytes, whatever the neighbouring tokens are.
+ * The sequence is [segment 0][range 0's slots][segment 1]...[segment n];
+ * the fixed segments' tokens are clamped (nctmc_sample_params.fixed_mask)
+ * and the slots are sampled. */
+
+/** A half-open byte range [start, end) of a text; start == end is an
+ *  insertion point. Not versioned: this layout never changes. */
+typedef struct nctmc_text_range {
+    size_t start;
+    size_t end;
+} nctmc_text_range;
+
+/** range_tokens entry: the default number of slots for that range. */
+#define NCTMC_INFILL_AUTO_TOKENS (-1)
+
+typedef struct nctmc_infill_params {
+    size_t struct_size;
+    /** The sampling settings (method, n_steps, grid, t_max, t_min,
+     *  temperature, final_denoise, labels (one entry), cfg_scale, cfg_rule,
+     *  correction, seed, first_sequence, callback); NULL = the defaults of
+     *  nctmc_sample_params_init(). The call sets batch (1), length,
+     *  fixed_tokens, fixed_mask and tokens_out itself: they must be left at
+     *  their defaults (batch 1 or 0, the others 0 / NULL). */
+    const nctmc_sample_params *sample;
+    /** [n_ranges] the number of tokens to generate for each range (>= 0;
+     *  0 deletes the range), or NCTMC_INFILL_AUTO_TOKENS; NULL = auto for
+     *  every range. Auto: as many tokens as the range's original text
+     *  takes when encoded alone (for a character tokenizer, its number of
+     *  UTF-8 lead bytes, so that text outside the alphabet may be
+     *  replaced), and at least 1. */
+    const int32_t *range_tokens;
+    /** Out, optional: [n_ranges] where each range's new text lies in the
+     *  output, written whenever *out_len is. */
+    nctmc_text_range *ranges_out;
+} nctmc_infill_params;
+
+/** Fills *params with the defaults (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_infill_params_init_sized(nctmc_infill_params *params, size_t size);
+#define nctmc_infill_params_init(p) nctmc_infill_params_init_sized((p), sizeof *(p))
+
+/**
+ * Regenerates the n_ranges (>= 1) byte ranges of text[0 .. text_len) with
+ * the sampler's model and returns the whole new text in out, NUL-terminated:
+ * every byte outside the ranges is unchanged. tok encodes and decodes
+ * (NULL = the model's tokenizer); it must be a byte, character or BPE
+ * tokenizer whose vocabulary is the model's data tokens, and is only read
+ * (the call works on its own copy). Ranges must be sorted, non-overlapping
+ * (touching is fine) and within the text; the fixed tokens plus the slots
+ * must fit the sampler's max_length (at most the model's seq_len). For a
+ * character tokenizer every fixed segment must be valid UTF-8 of its
+ * alphabet: a range boundary inside a character, or a character the
+ * alphabet lacks, is an error naming the byte offset in text. Positions
+ * still masked at the end (only with final_denoise 0) decode as tok's mask
+ * placeholder (nctmc_tokenizer_set_mask_placeholder()), or to nothing.
+ *
+ * Output: *out_len receives the length of the new text, without the NUL,
+ * whenever sampling finished (also on NCTMC_ERR_INVALID_ARGUMENT for a too
+ * small buffer, which is left untouched). out = NULL, out_cap = 0 only
+ * measures. The result is
+ * deterministic (nctmc_sample()), so a second call with a large enough
+ * buffer gives the same text; pass a generous buffer (for example
+ * 2 * text_len + 64 * slots) to sample once. NCTMC_ERR_INVALID_ARGUMENT
+ * with a message for a bad argument or range, too many tokens, or a
+ * segment the tokenizer cannot encode; the sampler's errors
+ * (NCTMC_ERR_CANCELLED from the callback or nctmc_sampler_cancel(), ...)
+ * as nctmc_sample(). Errors are stored in the sampler
+ * (nctmc_sampler_last_error()).
+ */
+NCTMC_API nctmc_status nctmc_infill(nctmc_sampler *sampler, const nctmc_tokenizer *tok,
+                                    const char *text, size_t text_len,
+                                    const nctmc_text_range *ranges, int32_t n_ranges,
+                                    const nctmc_infill_params *params, char *out,
+                                    size_t out_cap, size_t *out_len);
+
 #ifdef __cplusplus
 }
 #endif

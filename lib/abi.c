@@ -41,6 +41,7 @@ ABI_STRUCT(abi_sampler_params, nctmc_sampler_params, ctx, ctx);
 ABI_STRUCT(abi_sample_params, nctmc_sample_params, tokens_out, correction_mode);
 /* 0.4.0 */
 ABI_STRUCT(abi_load_params, nctmc_load_params, mapping, mapping);
+ABI_STRUCT(abi_infill_params, nctmc_infill_params, ranges_out, ranges_out);
 
 static size_t min_size(size_t a, size_t b)
 {

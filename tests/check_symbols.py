@@ -27,6 +27,8 @@ ADDED = {
     "nctmc_dataset_writer_create": "NCTMC_1.2",
     "nctmc_dataset_writer_free": "NCTMC_1.2",
     "nctmc_dataset_writer_last_error": "NCTMC_1.2",
+    "nctmc_infill": "NCTMC_1.2",
+    "nctmc_infill_params_init_sized": "NCTMC_1.2",
     "nctmc_load_params_init_sized": "NCTMC_1.2",
     "nctmc_model_convert": "NCTMC_1.2",
     "nctmc_model_is_mapped": "NCTMC_1.2",

@@ -44,6 +44,8 @@ int main(void)
     nctmc_eval_result er;
     nctmc_sampler_params spp;
     nctmc_sample_params sp;
+    nctmc_infill_params ip;
+    nctmc_text_range range;
     nctmc_tokenizer_kind kind = NCTMC_TOKENIZER_IMAGE;
     nctmc_status status = NCTMC_OK;
     status |= nctmc_context_params_init(&cp);
@@ -58,6 +60,11 @@ int main(void)
     status |= nctmc_eval_result_init(&er);
     status |= nctmc_sampler_params_init(&spp);
     status |= nctmc_sample_params_init(&sp);
+    status |= nctmc_infill_params_init(&ip);
+    range.start = 0;
+    range.end = 0;
+    ip.sample = &sp;
+    ip.ranges_out = &range;
     cp.log_fn = on_log;
     cp.log_level = NCTMC_LOG_ERROR;
     mc.process = NCTMC_PROCESS_MIXTURE;

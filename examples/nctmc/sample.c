@@ -45,65 +45,102 @@ typedef struct sample_options {
     bool verbose;
 } sample_options;
 
-/* What to draw: how many sequences, how long, with which labels and which
- * positions clamped. */
+/* A text constraint as nctmc_infill() takes it: the fixed text, the byte
+ * ranges to generate and how many tokens each gets. */
+typedef struct infill_request {
+    char *text;
+    size_t len;
+    nctmc_text_range *ranges;
+    int32_t *slots;
+    int32_t n_ranges;
+} infill_request;
+
+/* What to draw: how many sequences, how long, with which labels, and the
+ * text constraint (then each sample is drawn by nctmc_infill() and kept as
+ * text). */
 typedef struct sample_job {
     int64_t n;
     int32_t length;
     int32_t *labels;        /* [n] or NULL */
-    int32_t *fixed_tokens;  /* [length] or NULL: the same for every sample */
-    uint8_t *fixed_mask;    /* [length] or NULL */
+    infill_request infill;  /* n_ranges 0: none */
     int32_t per_row;        /* images per grid row */
     int64_t n_done;         /* samples drawn (fewer after Ctrl-C) */
-    int32_t *tokens;        /* [n * length] */
+    int32_t *tokens;        /* [n * length], without a constraint */
+    char **texts;           /* [n], with one */
+    size_t *text_lens;      /* [n] */
 } sample_job;
 
 static void job_free(sample_job *job)
 {
     free(job->labels);
-    free(job->fixed_tokens);
-    free(job->fixed_mask);
+    free(job->infill.text);
+    free(job->infill.ranges);
+    free(job->infill.slots);
     free(job->tokens);
+    for (int64_t i = 0; job->texts != NULL && i < job->n; i++)
+        free(job->texts[i]);
+    free(job->texts);
+    free(job->text_lens);
 }
 
 /* ---- constraints --------------------------------------------------------- */
 
-/* Appends n positions: clamped to tokens[], or free when tokens is NULL. */
-static bool layout_push(sample_job *job, const int32_t *tokens, size_t n)
+/* The tokens text[0..len) takes, encoded alone, into *n. */
+static bool count_tokens(nctmc_tokenizer *tok, const char *text, size_t len, size_t *n)
 {
-    int32_t *t = realloc(job->fixed_tokens, (job->length + n + 1) * sizeof *t);
-    if (t != NULL)
-        job->fixed_tokens = t;
-    uint8_t *m = t ? realloc(job->fixed_mask, job->length + n + 1) : NULL;
-    if (m != NULL)
-        job->fixed_mask = m;
-    if (t == NULL || m == NULL) {
+    *n = 0;
+    if (len == 0)
+        return true;
+    nctmc_status st = nctmc_tokenizer_encode(tok, text, len, NULL, 0, n);
+    if (st != NCTMC_OK)
+        cli_fail("sample", "cannot encode the constraint", st, nctmc_tokenizer_last_error(tok));
+    return st == NCTMC_OK;
+}
+
+/* Adds a range at the end of the request's text, of `slots` tokens. */
+static bool request_range(infill_request *r, int32_t slots)
+{
+    nctmc_text_range *ranges = realloc(r->ranges, (size_t)(r->n_ranges + 1) * sizeof *ranges);
+    if (ranges != NULL)
+        r->ranges = ranges;
+    int32_t *counts = ranges ? realloc(r->slots, (size_t)(r->n_ranges + 1) * sizeof *counts)
+                             : NULL;
+    if (counts != NULL)
+        r->slots = counts;
+    if (ranges == NULL || counts == NULL) {
         cli_error("sample", "out of memory");
         return false;
     }
-    for (size_t i = 0; i < n; i++) {
-        t[job->length + i] = tokens ? tokens[i] : 0;
-        m[job->length + i] = tokens != NULL;
-    }
-    job->length += (int32_t)n;
+    r->ranges[r->n_ranges] = (nctmc_text_range){r->len, r->len};
+    r->slots[r->n_ranges++] = slots;
     return true;
 }
 
-/* Appends text[0..len), encoded, as clamped positions. */
-static bool layout_push_text(sample_job *job, nctmc_tokenizer *tok, const char *text,
-                             size_t len)
+/* Appends text[0..len) to the request's text; fixed text (tok not NULL)
+ * adds its tokens to the job's length. */
+static bool request_text(infill_request *r, sample_job *job, nctmc_tokenizer *tok,
+                         const char *text, size_t len)
 {
-    int32_t *tokens = NULL;
     size_t n = 0;
-    if (!cli_encode("sample", tok, text, len, &tokens, &n))
+    char *grown = realloc(r->text, r->len + len + 1);
+    if (grown == NULL) {
+        cli_error("sample", "out of memory");
         return false;
-    bool ok = layout_push(job, tokens, n);
-    free(tokens);
-    return ok;
+    }
+    r->text = grown;
+    memcpy(r->text + r->len, text, len);
+    r->len += len;
+    if (tok == NULL)
+        return true;
+    if (!count_tokens(tok, text, len, &n))
+        return false;
+    job->length += (int32_t)(n < (size_t)INT32_MAX / 2 ? n : (size_t)INT32_MAX / 2);
+    return true;
 }
 
-/* An infilling pattern: runs of the blank character are positions to
- * generate (one per character), everything else is clamped text. */
+/* An infilling pattern: each run of the blank character is a range of the
+ * text, one token per blank; the rest is fixed text. The blanks stay in
+ * the request's text, inside the ranges, where they are replaced. */
 static bool layout_infill(sample_job *job, nctmc_tokenizer *tok, const char *pattern, char blank)
 {
     job->length = 0;
@@ -112,32 +149,42 @@ static bool layout_infill(sample_job *job, nctmc_tokenizer *tok, const char *pat
         size_t len = 0;
         while (p[len] != '\0' && (p[len] == blank) == free_run)
             len++;
-        if (!(free_run ? layout_push(job, NULL, len) : layout_push_text(job, tok, p, len)))
+        if (free_run && len > (size_t)INT32_MAX / 4) {
+            cli_error("sample", "the blank run is too long");
+            return false;
+        }
+        bool ok = free_run ? request_range(&job->infill, (int32_t)len) : true;
+        ok = ok && request_text(&job->infill, job, free_run ? NULL : tok, p, len);
+        if (ok && free_run) {
+            job->infill.ranges[job->infill.n_ranges - 1].end = job->infill.len;
+            job->length += (int32_t)len;
+        }
+        if (!ok)
             return false;
         p += len;
     }
     return true;
 }
 
-/* A prefix and/or suffix clamped at the ends of a sequence of `length`. */
+/* A prefix and/or suffix at the ends of a sequence of `length`: one range
+ * between them (an insertion point) of what the length leaves. */
 static bool layout_ends(sample_job *job, nctmc_tokenizer *tok, const char *prefix,
                         const char *suffix, int32_t length)
 {
     job->length = 0;
-    int32_t *suffix_tokens = NULL;
     size_t n_suffix = 0;
-    if (suffix && !cli_encode("sample", tok, suffix, strlen(suffix), &suffix_tokens, &n_suffix))
+    if (suffix && !count_tokens(tok, suffix, strlen(suffix), &n_suffix))
         return false;
-    bool ok = !prefix || layout_push_text(job, tok, prefix, strlen(prefix));
+    bool ok = !prefix || request_text(&job->infill, job, tok, prefix, strlen(prefix));
     int64_t free_len = (int64_t)length - job->length - (int64_t)n_suffix;
     if (ok && free_len < 0) {
         cli_error("sample", "the prefix and suffix take %lld tokens, more than the length %d",
                   (long long)(job->length + (int64_t)n_suffix), (int)length);
         ok = false;
     }
-    ok = ok && layout_push(job, NULL, (size_t)free_len);
-    ok = ok && layout_push(job, suffix_tokens, n_suffix);
-    free(suffix_tokens);
+    ok = ok && request_range(&job->infill, (int32_t)free_len);
+    job->length += (int32_t)free_len;
+    ok = ok && (!suffix || request_text(&job->infill, job, tok, suffix, strlen(suffix)));
     return ok;
 }
 
@@ -199,15 +246,24 @@ static bool plan_job(sample_job *job, const sample_options *o, const nctmc_model
         ok = layout_ends(job, tok, o->prefix, o->suffix, length);
     else
         job->length = length;
-    if (ok && (job->length < 1 || job->length > cfg->seq_len)) {
+    if (!ok)
+        return false;
+    if (job->length < 1 || job->length > cfg->seq_len) {
         cli_error("sample", "the sequences would have %d tokens; the model allows 1 .. %d",
                   (int)job->length, (int)cfg->seq_len);
         return false;
     }
-    job->tokens = ok ? malloc((size_t)(job->n * job->length) * sizeof(int32_t)) : NULL;
-    if (ok && job->tokens == NULL)
+    if (job->infill.n_ranges > 0) {
+        job->texts = calloc((size_t)job->n, sizeof *job->texts);
+        job->text_lens = calloc((size_t)job->n, sizeof *job->text_lens);
+        ok = job->texts != NULL && job->text_lens != NULL;
+    } else {
+        job->tokens = malloc((size_t)(job->n * job->length) * sizeof(int32_t));
+        ok = job->tokens != NULL;
+    }
+    if (!ok)
         cli_error("sample", "out of memory for %lld samples", (long long)job->n);
-    return job->tokens != NULL;
+    return ok;
 }
 
 /* ---- drawing ------------------------------------------------------------- */
@@ -228,45 +284,61 @@ static int32_t on_step(int32_t step, int32_t n_steps, const int32_t *tokens, int
     return !cli_interrupt_requested();
 }
 
-/* The same clamped positions for every row of a batch. */
-static bool expand_fixed(const sample_job *job, int32_t batch, int32_t **tokens, uint8_t **mask)
+/* One constrained sample, drawn and decoded by nctmc_infill(): the fixed
+ * text is kept byte for byte, for every tokenizer kind that encodes text. */
+static nctmc_status draw_text(nctmc_sampler *sampler, nctmc_tokenizer *tok, sample_job *job,
+                              const nctmc_sample_params *p, int64_t i)
 {
-    if (job->fixed_mask == NULL)
-        return true;
-    *tokens = malloc((size_t)batch * (size_t)job->length * sizeof **tokens);
-    *mask = malloc((size_t)batch * (size_t)job->length);
-    if (*tokens == NULL || *mask == NULL)
-        return false;
-    for (int32_t b = 0; b < batch; b++) {
-        memcpy(*tokens + (size_t)b * job->length, job->fixed_tokens,
-               (size_t)job->length * sizeof **tokens);
-        memcpy(*mask + (size_t)b * job->length, job->fixed_mask, (size_t)job->length);
+    const infill_request *r = &job->infill;
+    nctmc_infill_params ip;
+    nctmc_infill_params_init(&ip);
+    ip.sample = p;
+    ip.range_tokens = r->slots;
+    /* a first guess of the size, then the exact one (the result is the same) */
+    size_t cap = r->len + 16 * (size_t)job->length + 1, len = 0;
+    char *text = malloc(cap);
+    if (text == NULL)
+        return NCTMC_ERR_OUT_OF_MEMORY;
+    nctmc_status st =
+        nctmc_infill(sampler, tok, r->text, r->len, r->ranges, r->n_ranges, &ip, text, cap, &len);
+    if (st == NCTMC_ERR_INVALID_ARGUMENT && len >= cap) {
+        char *bigger = realloc(text, len + 1);
+        st = bigger == NULL ? NCTMC_ERR_OUT_OF_MEMORY
+                            : nctmc_infill(sampler, tok, r->text, r->len, r->ranges,
+                                           r->n_ranges, &ip, bigger, len + 1, &len);
+        text = bigger != NULL ? bigger : text;
     }
-    return true;
+    if (st != NCTMC_OK) {
+        free(text);
+        return st;
+    }
+    job->texts[i] = text;
+    job->text_lens[i] = len;
+    return NCTMC_OK;
 }
 
-/* Draws job->n sequences batch by batch. Row k's random stream is
- * first_sequence + k, so the samples do not depend on --batch. */
-static nctmc_status draw(nctmc_sampler *sampler, const sample_options *o, sample_job *job,
-                         int32_t batch)
+/* Draws job->n sequences batch by batch (one at a time under a text
+ * constraint). Row k's random stream is first_sequence + k, so the samples
+ * do not depend on --batch. */
+static nctmc_status draw(nctmc_sampler *sampler, nctmc_tokenizer *tok, const sample_options *o,
+                         sample_job *job, int32_t batch)
 {
     nctmc_sample_params p = o->params;
-    p.length = job->length;
     p.method = (nctmc_sample_method)o->method;
     p.grid = (nctmc_time_grid)o->grid;
     p.final_denoise = !o->no_denoise;
     p.cfg_rule = (nctmc_cfg_rule)o->cfg_rule;
     p.correction_mode = (nctmc_correction_mode)o->correct_mode;
     p.callback = on_step;
-    int32_t *fixed_tokens = NULL;
-    uint8_t *fixed_mask = NULL;
-    if (!expand_fixed(job, batch, &fixed_tokens, &fixed_mask)) {
-        free(fixed_tokens);
-        free(fixed_mask);
+    bool constrained = job->infill.n_ranges > 0;
+    /* a mask token left by --no-denoise shows as '_', as in unconstrained
+     * samples (cli_decode()) */
+    if (constrained && nctmc_tokenizer_set_mask_placeholder(tok, "_") != NCTMC_OK)
         return NCTMC_ERR_OUT_OF_MEMORY;
-    }
-    p.fixed_tokens = fixed_tokens;
-    p.fixed_mask = fixed_mask;
+    if (constrained)
+        batch = 1;
+    else
+        p.length = job->length;
     sample_progress sp;
     progress_begin(&sp.bar, "sample", 0, job->n * p.n_steps, 0);
     p.user_data = &sp;
@@ -275,15 +347,17 @@ static nctmc_status draw(nctmc_sampler *sampler, const sample_options *o, sample
         p.batch = job->n - job->n_done < batch ? (int32_t)(job->n - job->n_done) : batch;
         p.first_sequence = job->n_done;
         p.labels = job->labels ? job->labels + job->n_done : NULL;
-        p.tokens_out = job->tokens + job->n_done * job->length;
         sp.done_before = job->n_done * p.n_steps;
-        st = nctmc_sample(sampler, &p);
+        if (constrained) {
+            st = draw_text(sampler, tok, job, &p, job->n_done);
+        } else {
+            p.tokens_out = job->tokens + job->n_done * job->length;
+            st = nctmc_sample(sampler, &p);
+        }
         if (st == NCTMC_OK)
             job->n_done += p.batch;
     }
     progress_end(&sp.bar);
-    free(fixed_tokens);
-    free(fixed_mask);
     return st;
 }
 
@@ -309,6 +383,18 @@ static bool write_samples(FILE *out, const sample_job *job, nctmc_tokenizer *tok
         const int32_t *seq = job->tokens + i * job->length;
         if (job->n > 1)
             write_sample_header(out, job, i);
+        if (job->texts != NULL) {
+            /* written as it is (or escaped), like a decoded sample */
+            const char *text = job->texts[i];
+            size_t len = job->text_lens[i];
+            if (terminal)
+                cli_write_escaped(out, text, true);
+            else
+                fwrite(text, 1, len, out);
+            if (len == 0 || text[len - 1] != '\n')
+                fputc('\n', out);
+            continue;
+        }
         if (tok == NULL) {
             for (int32_t k = 0; k < job->length; k++)
                 fprintf(out, "%s%d", k ? " " : "", (int)seq[k]);
@@ -411,10 +497,12 @@ static bool output(nctmc_context *ctx, const sample_options *o, const sample_job
 
 /* Creates the sampler, draws the job, reports the time taken; returns
  * the exit status. After Ctrl-C the samples finished so far are kept. */
-static int draw_job(nctmc_context *ctx, const nctmc_model *model, const sample_options *o,
-                    sample_job *job)
+static int draw_job(nctmc_context *ctx, const nctmc_model *model, nctmc_tokenizer *tok,
+                    const sample_options *o, sample_job *job)
 {
     int32_t batch = job->n < o->batch ? (int32_t)job->n : o->batch;
+    if (job->infill.n_ranges > 0)
+        batch = 1;
     nctmc_sampler_params sp;
     nctmc_sampler_params_init(&sp);
     sp.max_batch = batch;
@@ -424,7 +512,7 @@ static int draw_job(nctmc_context *ctx, const nctmc_model *model, const sample_o
     if (st != NCTMC_OK)
         return cli_fail("sample", "cannot create the sampler", st, nctmc_context_last_error(ctx));
     double t0 = cli_now();
-    st = draw(sampler, o, job, batch);
+    st = draw(sampler, tok, o, job, batch);
     if (st != NCTMC_OK && st != NCTMC_ERR_CANCELLED) {
         cli_fail("sample", "sampling failed", st, nctmc_sampler_last_error(sampler));
         job->n_done = 0;
@@ -450,7 +538,7 @@ static int sample(nctmc_context *ctx, const char *ckpt, const sample_options *o)
     memset(&job, 0, sizeof job);
     int rc = 1;
     if (check_request(o, &cfg, tok, ckpt) && plan_job(&job, o, &cfg, tok)) {
-        rc = draw_job(ctx, model, o, &job);
+        rc = draw_job(ctx, model, tok, o, &job);
         if (job.n_done > 0 && !output(ctx, o, &job, tok))
             rc = 1;
     }
