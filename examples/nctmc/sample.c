@@ -380,7 +380,6 @@ static bool write_samples(FILE *out, const sample_job *job, nctmc_tokenizer *tok
 {
     bool terminal = isatty(fileno(out)) != 0;
     for (int64_t i = 0; i < job->n_done; i++) {
-        const int32_t *seq = job->tokens + i * job->length;
         if (job->n > 1)
             write_sample_header(out, job, i);
         if (job->texts != NULL) {
@@ -395,6 +394,8 @@ static bool write_samples(FILE *out, const sample_job *job, nctmc_tokenizer *tok
                 fputc('\n', out);
             continue;
         }
+        /* infilled samples have only texts: the tokens exist from here on */
+        const int32_t *seq = job->tokens + i * job->length;
         if (tok == NULL) {
             for (int32_t k = 0; k < job->length; k++)
                 fprintf(out, "%s%d", k ? " " : "", (int)seq[k]);
