@@ -95,25 +95,6 @@ static bool write_shard(nctmc_context *ctx, const char *dir, const char *shown, 
     return st == NCTMC_OK;
 }
 
-static bool write_tokenizer(const char *dir, const char *shown, nctmc_tokenizer *tok)
-{
-    char *path = cli_path_join(dir, CLI_TOKENIZER_FILE);
-    char *final = cli_path_join(shown, CLI_TOKENIZER_FILE);
-    nctmc_status st = NCTMC_ERR_OUT_OF_MEMORY;
-    if (path != NULL && final != NULL)
-        st = nctmc_tokenizer_save(tok, path);
-    char what[128];
-    cli_describe_tokenizer(tok, what, sizeof what);
-    if (st != NCTMC_OK)
-        cli_fail("prepare", final ? final : CLI_TOKENIZER_FILE, st,
-                 nctmc_tokenizer_last_error(tok));
-    else
-        cli_printf(stdout, "  %-12s %s  %s\n", CLI_TOKENIZER_FILE, what, final);
-    free(path);
-    free(final);
-    return st == NCTMC_OK;
-}
-
 /* The manifest of the digits directory: its shards as written. */
 static bool write_digits_manifest(nctmc_context *ctx, const prepare_options *o,
                                   const char *staging, bool with_val)
@@ -164,7 +145,7 @@ static bool write_outputs(nctmc_context *ctx, const prepare_options *o, nctmc_to
     staged_dir sd;
     if (!staged_dir_begin("prepare", out, &sd))
         return false;
-    bool ok = write_tokenizer(sd.staging, out, tok) &&
+    bool ok = prepare_write_tokenizer(tok, sd.staging, out) &&
               write_shard(ctx, sd.staging, out, CLI_TRAIN_SHARD, train, vocab, seq_len,
                           n_classes) &&
               (val->n_tokens == 0 ||

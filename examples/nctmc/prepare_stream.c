@@ -585,7 +585,7 @@ static void report_counts(const stream_run *run)
            run->seconds, rate, run->p.threads, run->p.threads == 1 ? "" : "s");
 }
 
-static bool save_tokenizer(nctmc_tokenizer *tok, const char *dir, const char *shown)
+bool prepare_write_tokenizer(nctmc_tokenizer *tok, const char *dir, const char *shown)
 {
     char *path = cli_path_join(dir, CLI_TOKENIZER_FILE);
     char *final = cli_path_join(shown, CLI_TOKENIZER_FILE);
@@ -638,7 +638,7 @@ static bool produce(stream_run *run, staged_dir *sd)
         printf("  (too little data for a validation split of %g: it takes every k-th "
                "segment of at most %d KiB)\n",
                (double)run->o->val_fraction, (int)(CORPUS_SEGMENT >> 10));
-    ok = ok && save_tokenizer(run->tok, sd->staging, run->o->out_dir) &&
+    ok = ok && prepare_write_tokenizer(run->tok, sd->staging, run->o->out_dir) &&
          write_manifest(run, sd->staging, val_written);
     split_close(&run->e.train);
     split_close(&run->e.val);

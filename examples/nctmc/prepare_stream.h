@@ -29,6 +29,11 @@ typedef struct stream_options {
 int prepare_stream(nctmc_context *ctx, const stream_options *o, char *const *args,
                    int n_args);
 
+/** Saves tok as DIR/tokenizer.txt and prints its line of the summary
+ *  (`shown` is the directory named to the user: the final one, not the
+ *  staging one); false after printing the reason. */
+bool prepare_write_tokenizer(nctmc_tokenizer *tok, const char *dir, const char *shown);
+
 /** Item i of n goes to validation: exactly floor(n * f) of any n first
  *  items, spread evenly (every 10th for f = 0.1), the first at index 9. */
 bool prepare_goes_to_validation(int64_t i, double fraction);
