@@ -351,7 +351,7 @@ nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const struct nctmc_a
  * per-row math it shares (lcond_math.h, sample_math.h, philox.h) is inline
  * in headers.
  */
-#define NCTMC_BACKEND_ABI_VERSION 3u
+#define NCTMC_BACKEND_ABI_VERSION 4u
 #define NCTMC_BACKEND_MODULE_ENTRY "nctmc_backend_module_entry"
 
 typedef struct nctmc_backend_module {
@@ -373,6 +373,11 @@ typedef struct nctmc_backend_module {
     void (*set_attention)(nctmc_backend *be, int mode);
     void (*set_bf16)(nctmc_backend *be, bool bf16);
     void (*describe)(nctmc_backend *be, char *buf, size_t size);
+    /* The device's memory (benchmarks): the most in use, by every process
+     * and the driver's own (the whole device, as nvidia-smi counts), seen
+     * after any of this backend's allocations, and the device's total, in
+     * bytes. */
+    void (*memory)(nctmc_backend *be, size_t *peak_used, size_t *total);
 } nctmc_backend_module;
 
 typedef const nctmc_backend_module *(*nctmc_backend_module_entry_fn)(void);

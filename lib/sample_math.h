@@ -17,6 +17,16 @@
  * inverse CDF of one uniform walked in the same order, recomputing the very
  * weights whose total it compares against — so a draw is a pure function of
  * (inputs, uniform), whatever thread or kernel evaluates it.
+ *
+ * Every loop over the vocabulary goes through four primitives ("Vocabulary
+ * loops" below: max, sum, sum-then-draw, argmax) over a term chosen by
+ * sm_terms. On the host they are the sequential loops just described. A
+ * CUDA translation unit that defines SM_BLOCK_LOOPS runs each row with a
+ * whole thread block and supplies block-cooperative versions
+ * (backends/cuda/cuda_sample.cu): the same terms and the same j-order draw,
+ * with the sums taken in a fixed blocked order — so the totals a draw
+ * compares against differ from the host's in the last bits, and a draw can
+ * differ only where the uniform falls within that rounding of a boundary.
  */
 #ifndef NCTMC_SAMPLE_MATH_H
 #define NCTMC_SAMPLE_MATH_H
@@ -134,6 +144,249 @@ static inline NCTMC_HD double sm_jump_weight(const sm_jump *J, int32_t j)
     return exp(sm_jump_logit(J, j) - J->max);
 }
 
+/* log r(j | i) for j != i (-inf at j = i). */
+static inline NCTMC_HD double sm_jump_logprob(const sm_jump *J, int32_t j)
+{
+    if (j == J->i)
+        return -INFINITY;
+    return sm_jump_logit(J, j) - J->max - J->log_sum;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Clean-token recovery (paper App. E, for every process): p0's weights     */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The true reverse rate out of i given the other positions is
+ *   lambda(i) r(j | i) = sigma_t pi_i q(j) / q(i),  q = alpha p0 + (1 - alpha) pi,
+ * q the marginal of this position's x_t given the rest (the rate
+ * factorisation R_t(i, j) = R_fwd(j, i) q(j) / q(i), with R_fwd(j, i) =
+ * sigma pi_i). Summing over j != i and inverting:
+ *   q(i) = sigma pi_i / (sigma pi_i + lambda) = 1 / (1 + e^rho),
+ *   rho  = log lambda - log(sigma pi_i),
+ *   q(j) = (1 - q(i)) r(j | i)                                  (j != i),
+ *   p0   = Normalize over data tokens of [(q - (1 - alpha) pi) / alpha]_+.
+ * Uniform: pi = 1/S, the paper's formula. Masked, at the mask: lambda is the
+ * exact sigma alpha / (1 - alpha), so q(m) = 1 - alpha and p0 = r exactly.
+ * A state the forward process never enters (pi_i = 0: a data token under the
+ * masked process) has rate 0 and says nothing; there x0 = i for certain, so
+ * p0 = e_i. p0 is p(x0 | the other positions): the current token's own
+ * evidence is not in it (DESIGN §1).
+ *
+ * Fallbacks (documented in docs/math.md): if clipping leaves no mass on any
+ * data token (the mixture's mask entry took it all), p0 is q restricted to
+ * the data tokens; if that is empty too, uniform over them.
+ */
+enum { SM_P0_CLIPPED = 0, SM_P0_NOISED = 1, SM_P0_POINT = 2, SM_P0_UNIFORM = 3 };
+
+typedef struct sm_p0 {
+    sm_jump J;
+    int32_t mode;
+    int32_t n_data;      /* data tokens are 0 .. n_data - 1 */
+    double q_i;          /* recovered q(i) */
+    double q_rest;       /* 1 - q(i), computed on its own for precision */
+    double beta_i;       /* (1 - alpha) pi_i */
+    double beta_data;    /* (1 - alpha) pi of a data token */
+    double total;        /* sum of sm_p0_weight over the data tokens, in order */
+} sm_p0;
+
+/* The unnormalised p0(j) of a data token j (the 1/alpha drops out). */
+static inline NCTMC_HD double sm_p0_weight(const sm_p0 *P, int32_t j)
+{
+    int32_t i = P->J.i;
+    switch (P->mode) {
+    case SM_P0_POINT: return j == i ? 1.0 : 0.0;
+    case SM_P0_UNIFORM: return 1.0;
+    case SM_P0_NOISED:
+        return j == i ? P->q_i : P->q_rest * exp(sm_jump_logprob(&P->J, j));
+    default: {
+        double d = j == i ? P->q_i - P->beta_i
+                          : P->q_rest * exp(sm_jump_logprob(&P->J, j)) - P->beta_data;
+        return d > 0.0 ? d : 0.0;
+    }
+    }
+}
+
+/* p0 at a data token j. */
+static inline NCTMC_HD double sm_p0_prob(const sm_p0 *P, int32_t j)
+{
+    return sm_p0_weight(P, j) / P->total;
+}
+
+/* m(x): the forward marginal at s of the recovered p0. */
+static inline NCTMC_HD double sm_posterior_m(const nctmc_fp *fp, const sm_p0 *P,
+                                             double alpha_s, int32_t x)
+{
+    double p0 = x < P->n_data ? sm_p0_prob(P, x) : 0.0;
+    return alpha_s * p0 + (1.0 - alpha_s) * fp_prior(fp, x);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Vocabulary loops                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* The terms a loop walks: one value per j = 0 .. n-1, `skip` left out. */
+enum {
+    SM_TERM_JUMP_LOGIT = 0,  /* g_j of J (for its max) */
+    SM_TERM_JUMP_WEIGHT = 1, /* exp(g_j - max) of J */
+    SM_TERM_P0_WEIGHT = 2,   /* sm_p0_weight of P */
+    SM_TERM_POSTERIOR_M = 3, /* m(j) of P at alpha_s = a */
+    SM_TERM_TEMPERED_P0 = 4, /* (p0 weight / wmax)^(1/tau): a = log wmax, b = 1/tau */
+    SM_TERM_DENOISE = 5      /* p0 weight times q(i | j): a at j = i, b elsewhere; or
+                                the weight alone when flag is 0 (i is not data) */
+};
+
+typedef struct sm_terms {
+    int32_t kind;
+    int32_t n;
+    int32_t skip;        /* a j to leave out, or -1 */
+    int32_t flag;
+    const sm_jump *J;
+    const sm_p0 *P;
+    const nctmc_fp *fp;
+    double a, b;
+} sm_terms;
+
+static inline NCTMC_HD sm_terms sm_terms_of(int32_t kind, int32_t n, int32_t skip,
+                                            const sm_jump *J, const sm_p0 *P)
+{
+    sm_terms T;
+    T.kind = kind;
+    T.n = n;
+    T.skip = skip;
+    T.flag = 0;
+    T.J = J;
+    T.P = P;
+    T.fp = 0;
+    T.a = 0.0;
+    T.b = 0.0;
+    return T;
+}
+
+static inline NCTMC_HD double sm_term(const sm_terms *T, int32_t j)
+{
+    switch (T->kind) {
+    case SM_TERM_JUMP_LOGIT: return sm_jump_logit(T->J, j);
+    case SM_TERM_JUMP_WEIGHT: return sm_jump_weight(T->J, j);
+    case SM_TERM_P0_WEIGHT: return sm_p0_weight(T->P, j);
+    case SM_TERM_POSTERIOR_M: return sm_posterior_m(T->fp, T->P, T->a, j);
+    case SM_TERM_TEMPERED_P0: {
+        double w = sm_p0_weight(T->P, j);
+        return w > 0.0 ? exp((log(w) - T->a) * T->b) : 0.0;
+    }
+    default: {
+        double s = sm_p0_weight(T->P, j);
+        if (T->flag)
+            s *= j == T->P->J.i ? T->a : T->b;
+        return s;
+    }
+    }
+}
+
+/* The sequential loops: j = 0 .. n-1 in order. */
+
+/* max(init, every term), NaN terms ignored. */
+static inline NCTMC_HD double sm_seq_vmax(sm_terms T, double init)
+{
+    double m = init;
+    for (int32_t j = 0; j < T.n; j++)
+        if (j != T.skip) {
+            double v = sm_term(&T, j);
+            m = v > m ? v : m;
+        }
+    return m;
+}
+
+static inline NCTMC_HD double sm_seq_vsum(sm_terms T)
+{
+    double s = 0.0;
+    for (int32_t j = 0; j < T.n; j++)
+        if (j != T.skip)
+            s += sm_term(&T, j);
+    return s;
+}
+
+/* The first j whose running sum exceeds target; if none does (rounding),
+ * the last j with a positive term; if none has one, `last`. */
+static inline NCTMC_HD int32_t sm_seq_vpick(sm_terms T, double target, int32_t last)
+{
+    double cum = 0.0;
+    for (int32_t j = 0; j < T.n; j++) {
+        if (j == T.skip)
+            continue;
+        double w = sm_term(&T, j);
+        if (w > 0.0)
+            last = j;
+        cum += w;
+        if (cum > target)
+            return j;
+    }
+    return last;
+}
+
+/* The categorical draw with uniform u: sm_seq_vpick at u times the total. */
+static inline NCTMC_HD int32_t sm_seq_vdraw(sm_terms T, double u, int32_t last)
+{
+    return sm_seq_vpick(T, u * sm_seq_vsum(T), last);
+}
+
+/* The smallest j holding the largest term (terms are >= 0; 0 if every term
+ * is NaN). */
+static inline NCTMC_HD int32_t sm_seq_vargmax(sm_terms T)
+{
+    int32_t best = 0;
+    double best_score = -1.0;
+    for (int32_t j = 0; j < T.n; j++) {
+        if (j == T.skip)
+            continue;
+        double s = sm_term(&T, j);
+        if (s > best_score) {
+            best_score = s;
+            best = j;
+        }
+    }
+    return best;
+}
+
+/* The block-cooperative loops of a CUDA translation unit that asks for them
+ * (every thread of the block calls with the same terms and gets the same
+ * result; see backends/cuda/cuda_sample.cu), else the sequential ones. */
+#if defined(SM_BLOCK_LOOPS) && defined(__CUDA_ARCH__)
+static __device__ double sm_block_vmax(sm_terms T, double init);
+static __device__ double sm_block_vsum(sm_terms T);
+static __device__ int32_t sm_block_vpick(sm_terms T, double u, int scale_by_total,
+                                         int32_t last);
+static __device__ int32_t sm_block_vargmax(sm_terms T);
+#define SM_LOOP(block, sequential) block
+#else
+#define SM_LOOP(block, sequential) sequential
+#endif
+
+static inline NCTMC_HD double sm_vmax(sm_terms T, double init)
+{
+    return SM_LOOP(sm_block_vmax(T, init), sm_seq_vmax(T, init));
+}
+
+static inline NCTMC_HD double sm_vsum(sm_terms T)
+{
+    return SM_LOOP(sm_block_vsum(T), sm_seq_vsum(T));
+}
+
+static inline NCTMC_HD int32_t sm_vpick(sm_terms T, double target, int32_t last)
+{
+    return SM_LOOP(sm_block_vpick(T, target, 0, last), sm_seq_vpick(T, target, last));
+}
+
+static inline NCTMC_HD int32_t sm_vdraw(sm_terms T, double u, int32_t last)
+{
+    return SM_LOOP(sm_block_vpick(T, u, 1, last), sm_seq_vdraw(T, u, last));
+}
+
+static inline NCTMC_HD int32_t sm_vargmax(sm_terms T)
+{
+    return SM_LOOP(sm_block_vargmax(T), sm_seq_vargmax(T));
+}
+
 /* Two passes over the row: the max, then the sum of exponentials. */
 static inline NCTMC_HD sm_jump sm_jump_init(const float *z, const float *zu, double w,
                                             double temperature, int32_t S, int32_t i)
@@ -145,26 +398,11 @@ static inline NCTMC_HD sm_jump sm_jump_init(const float *z, const float *zu, dou
     J.inv_temp = 1.0 / temperature;
     J.S = S;
     J.i = i;
-    J.max = -INFINITY;
-    for (int32_t j = 0; j < S; j++)
-        if (j != i) {
-            double g = sm_jump_logit(&J, j);
-            J.max = g > J.max ? g : J.max;
-        }
+    J.max = sm_vmax(sm_terms_of(SM_TERM_JUMP_LOGIT, S, i, &J, 0), -INFINITY);
     J.sum = 0.0;
-    for (int32_t j = 0; j < S; j++)
-        if (j != i)
-            J.sum += sm_jump_weight(&J, j);
+    J.sum = sm_vsum(sm_terms_of(SM_TERM_JUMP_WEIGHT, S, i, &J, 0));
     J.log_sum = log(J.sum);
     return J;
-}
-
-/* log r(j | i) for j != i (-inf at j = i). */
-static inline NCTMC_HD double sm_jump_logprob(const sm_jump *J, int32_t j)
-{
-    if (j == J->i)
-        return -INFINITY;
-    return sm_jump_logit(J, j) - J->max - J->log_sum;
 }
 
 /* j ~ r by the inverse CDF of u over j = 0 .. S-1 (j != i). The walk adds
@@ -172,19 +410,25 @@ static inline NCTMC_HD double sm_jump_logprob(const sm_jump *J, int32_t j)
  * still leave u * total unreached, the last state with weight is taken. */
 static inline NCTMC_HD int32_t sm_jump_pick(const sm_jump *J, double u)
 {
-    double target = u * J->sum, cum = 0.0;
-    int32_t last = J->i;
-    for (int32_t j = 0; j < J->S; j++) {
-        if (j == J->i)
-            continue;
-        double wj = sm_jump_weight(J, j);
-        if (wj > 0.0)
-            last = j;
-        cum += wj;
-        if (cum > target)
-            return j;
-    }
-    return last;
+    return sm_vpick(sm_terms_of(SM_TERM_JUMP_WEIGHT, J->S, J->i, J, 0), u * J->sum, J->i);
+}
+
+/* sm_jump_init then sm_jump_pick in one go: on a device the pick reuses the
+ * blocked partial sums of the total instead of passing over the row again. */
+static inline NCTMC_HD int32_t sm_jump_draw(const float *z, const float *zu, double w,
+                                            double temperature, int32_t S, int32_t i, double u)
+{
+    sm_jump J;
+    J.z = z;
+    J.zu = zu;
+    J.w = w;
+    J.inv_temp = 1.0 / temperature;
+    J.S = S;
+    J.i = i;
+    J.max = sm_vmax(sm_terms_of(SM_TERM_JUMP_LOGIT, S, i, &J, 0), -INFINITY);
+    J.sum = 0.0;
+    J.log_sum = 0.0;
+    return sm_vdraw(sm_terms_of(SM_TERM_JUMP_WEIGHT, S, i, &J, 0), u, i);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -256,69 +500,9 @@ static inline NCTMC_HD double sm_euler_prob(double log_rate, double tau)
 /* Clean-token recovery (paper App. E, for every process)                   */
 /* ------------------------------------------------------------------------ */
 
-/*
- * The true reverse rate out of i given the other positions is
- *   lambda(i) r(j | i) = sigma_t pi_i q(j) / q(i),  q = alpha p0 + (1 - alpha) pi,
- * q the marginal of this position's x_t given the rest (the rate
- * factorisation R_t(i, j) = R_fwd(j, i) q(j) / q(i), with R_fwd(j, i) =
- * sigma pi_i). Summing over j != i and inverting:
- *   q(i) = sigma pi_i / (sigma pi_i + lambda) = 1 / (1 + e^rho),
- *   rho  = log lambda - log(sigma pi_i),
- *   q(j) = (1 - q(i)) r(j | i)                                  (j != i),
- *   p0   = Normalize over data tokens of [(q - (1 - alpha) pi) / alpha]_+.
- * Uniform: pi = 1/S, the paper's formula. Masked, at the mask: lambda is the
- * exact sigma alpha / (1 - alpha), so q(m) = 1 - alpha and p0 = r exactly.
- * A state the forward process never enters (pi_i = 0: a data token under the
- * masked process) has rate 0 and says nothing; there x0 = i for certain, so
- * p0 = e_i. p0 is p(x0 | the other positions): the current token's own
- * evidence is not in it (DESIGN §1).
- *
- * Fallbacks (documented in docs/math.md): if clipping leaves no mass on any
- * data token (the mixture's mask entry took it all), p0 is q restricted to
- * the data tokens; if that is empty too, uniform over them.
- */
-enum { SM_P0_CLIPPED = 0, SM_P0_NOISED = 1, SM_P0_POINT = 2, SM_P0_UNIFORM = 3 };
-
-typedef struct sm_p0 {
-    sm_jump J;
-    int32_t mode;
-    int32_t n_data;      /* data tokens are 0 .. n_data - 1 */
-    double q_i;          /* recovered q(i) */
-    double q_rest;       /* 1 - q(i), computed on its own for precision */
-    double beta_i;       /* (1 - alpha) pi_i */
-    double beta_data;    /* (1 - alpha) pi of a data token */
-    double total;        /* sum of sm_p0_weight over the data tokens, in order */
-} sm_p0;
-
-/* The unnormalised p0(j) of a data token j (the 1/alpha drops out). */
-static inline NCTMC_HD double sm_p0_weight(const sm_p0 *P, int32_t j)
-{
-    int32_t i = P->J.i;
-    switch (P->mode) {
-    case SM_P0_POINT: return j == i ? 1.0 : 0.0;
-    case SM_P0_UNIFORM: return 1.0;
-    case SM_P0_NOISED:
-        return j == i ? P->q_i : P->q_rest * exp(sm_jump_logprob(&P->J, j));
-    default: {
-        double d = j == i ? P->q_i - P->beta_i
-                          : P->q_rest * exp(sm_jump_logprob(&P->J, j)) - P->beta_data;
-        return d > 0.0 ? d : 0.0;
-    }
-    }
-}
-
 static inline NCTMC_HD double sm_p0_sum(const sm_p0 *P)
 {
-    double s = 0.0;
-    for (int32_t j = 0; j < P->n_data; j++)
-        s += sm_p0_weight(P, j);
-    return s;
-}
-
-/* p0 at a data token j. */
-static inline NCTMC_HD double sm_p0_prob(const sm_p0 *P, int32_t j)
-{
-    return sm_p0_weight(P, j) / P->total;
+    return sm_vsum(sm_terms_of(SM_TERM_P0_WEIGHT, P->n_data, -1, &P->J, P));
 }
 
 /* Recovers p0 at time t (alpha = alpha_t, log_sigma = log sigma_t) from the
@@ -384,14 +568,6 @@ typedef struct sm_posterior {
     double move;     /* unnormalised */
 } sm_posterior;
 
-/* m(x): the forward marginal at s of the recovered p0. */
-static inline NCTMC_HD double sm_posterior_m(const nctmc_fp *fp, const sm_p0 *P,
-                                             double alpha_s, int32_t x)
-{
-    double p0 = x < P->n_data ? sm_p0_prob(P, x) : 0.0;
-    return alpha_s * p0 + (1.0 - alpha_s) * fp_prior(fp, x);
-}
-
 static inline NCTMC_HD sm_posterior sm_posterior_init(const nctmc_fp *fp, const sm_p0 *P,
                                                       double alpha_t, double alpha_s)
 {
@@ -424,26 +600,13 @@ static inline NCTMC_HD double sm_posterior_prob(const nctmc_fp *fp, const sm_p0 
 static inline NCTMC_HD int32_t sm_posterior_draw(const nctmc_fp *fp, const sm_p0 *P,
                                                  const sm_posterior *Q, sm_uniforms u)
 {
-    int32_t i = P->J.i, S = fp->vocab;
+    int32_t i = P->J.i;
     if (!(Q->move > 0.0) || u.decide * (Q->stay + Q->move) < Q->stay)
         return i;
-    double sum = 0.0;
-    for (int32_t x = 0; x < S; x++)
-        if (x != i)
-            sum += sm_posterior_m(fp, P, Q->alpha_s, x);
-    double target = u.pick * sum, cum = 0.0;
-    int32_t last = i;
-    for (int32_t x = 0; x < S; x++) {
-        if (x == i)
-            continue;
-        double m = sm_posterior_m(fp, P, Q->alpha_s, x);
-        if (m > 0.0)
-            last = x;
-        cum += m;
-        if (cum > target)
-            return x;
-    }
-    return last;
+    sm_terms T = sm_terms_of(SM_TERM_POSTERIOR_M, fp->vocab, i, &P->J, P);
+    T.fp = fp;
+    T.a = Q->alpha_s;
+    return sm_vdraw(T, u.pick, i);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -457,21 +620,12 @@ static inline NCTMC_HD int32_t sm_posterior_draw(const nctmc_fp *fp, const sm_p0
 static inline NCTMC_HD int32_t sm_denoise(const nctmc_fp *fp, const sm_p0 *P, double alpha)
 {
     int32_t i = P->J.i;
-    int32_t i_is_data = i < P->n_data;
     double lik_other = (1.0 - alpha) * fp_prior(fp, i);
-    double lik_same = alpha + lik_other;
-    int32_t best = 0;
-    double best_score = -1.0;
-    for (int32_t x = 0; x < P->n_data; x++) {
-        double s = sm_p0_weight(P, x);
-        if (i_is_data)
-            s *= x == i ? lik_same : lik_other;
-        if (s > best_score) {
-            best_score = s;
-            best = x;
-        }
-    }
-    return best;
+    sm_terms T = sm_terms_of(SM_TERM_DENOISE, P->n_data, -1, &P->J, P);
+    T.flag = i < P->n_data;
+    T.a = alpha + lik_other;
+    T.b = lik_other;
+    return sm_vargmax(T);
 }
 
 /* Self-correction proposal: x0 ~ Temp(p0; tau_sc) ∝ p0^(1/tau_sc), computed
@@ -480,29 +634,11 @@ static inline NCTMC_HD int32_t sm_denoise(const nctmc_fp *fp, const sm_p0 *P, do
 static inline NCTMC_HD int32_t sm_correct_propose(const sm_p0 *P, double tau_sc, double u,
                                                   float *prob)
 {
-    double wmax = 0.0;
-    for (int32_t x = 0; x < P->n_data; x++) {
-        double w = sm_p0_weight(P, x);
-        wmax = w > wmax ? w : wmax;
-    }
-    double inv_tau = 1.0 / tau_sc, log_wmax = log(wmax), sum = 0.0;
-    for (int32_t x = 0; x < P->n_data; x++) {
-        double w = sm_p0_weight(P, x);
-        sum += w > 0.0 ? exp((log(w) - log_wmax) * inv_tau) : 0.0;
-    }
-    double target = u * sum, cum = 0.0;
-    int32_t pick = -1, last = 0;
-    for (int32_t x = 0; x < P->n_data && pick < 0; x++) {
-        double w = sm_p0_weight(P, x);
-        double tw = w > 0.0 ? exp((log(w) - log_wmax) * inv_tau) : 0.0;
-        if (tw > 0.0)
-            last = x;
-        cum += tw;
-        if (cum > target)
-            pick = x;
-    }
-    if (pick < 0)
-        pick = last;
+    double wmax = sm_vmax(sm_terms_of(SM_TERM_P0_WEIGHT, P->n_data, -1, &P->J, P), 0.0);
+    sm_terms T = sm_terms_of(SM_TERM_TEMPERED_P0, P->n_data, -1, &P->J, P);
+    T.a = log(wmax);
+    T.b = 1.0 / tau_sc;
+    int32_t pick = sm_vdraw(T, u, 0);
     *prob = (float)sm_p0_prob(P, pick);
     return pick;
 }
@@ -623,8 +759,8 @@ static inline NCTMC_HD int32_t sm_row_jump(const sm_step *st, const sm_row_in *i
                                              : sm_tau_leap_prob(log_rate, st->tau);
     if (!(u.decide < p))
         return in->i;
-    sm_jump J = sm_jump_init(in->z, in->zu, st->cfg_scale, st->temperature, st->fp.vocab, in->i);
-    return sm_jump_pick(&J, u.pick);
+    return sm_jump_draw(in->z, in->zu, st->cfg_scale, st->temperature, st->fp.vocab, in->i,
+                        u.pick);
 }
 
 /* One row. `proposal` and `prob` are written only by CORRECT, `*x_out` by

@@ -919,10 +919,10 @@ static int count_differences(const int32_t *a, const int32_t *b, size_t n)
 
 /* cfg: the unconditional pass's logits differ from the conditional ones,
  * combined by cfg_rule (SM_CFG_*). */
-static void test_sample_step(test_rng *rng, nctmc_fp fp, bool cfg, int32_t cfg_rule,
-                             const char *label)
+static void test_sample_step(test_rng *rng, nctmc_fp fp, int32_t B, int32_t L, bool cfg,
+                             int32_t cfg_rule, const char *label)
 {
-    loss_case c = loss_case_make(rng, fp, 8, 32, fp.vocab + 3);
+    loss_case c = loss_case_make(rng, fp, B, L, fp.vocab + 3);
     size_t N = (size_t)c.B * c.L;
     float *uncond = cfg ? hrand(rng, N * c.V, -3.0f, 3.0f) : NULL;
     uint8_t *fixed = xcalloc(N, 1);
@@ -1358,30 +1358,43 @@ int main(void)
               "mixture/cosine/noise-posterior link");
     test_loss(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_COSINE, 50304), 2, 3, 50304,
               "uniform/cosine");
+    /* the row cached in shared memory without vector loads (odd stride),
+     * and a row too long for shared memory (read twice) */
+    test_loss(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 50304), 2, 3, 50307,
+              "uniform/linear odd stride");
+    test_loss(&rng, make_fp(NCTMC_FP_MASKED, NCTMC_FP_COSINE, 60000), 2, 3, 60000,
+              "masked/cosine beyond shared memory");
 
     printf("optimiser\n");
     test_optim(&rng, 1000003);
 
     printf("sampling operation\n");
-    test_sample_step(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 37), false, SM_CFG_SEPARATE,
-                     "uniform");
-    test_sample_step(&rng, make_fp(NCTMC_FP_MASKED, NCTMC_FP_COSINE, 37), false, SM_CFG_SEPARATE,
-                     "masked");
-    test_sample_step(&rng, make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37), false,
+    test_sample_step(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 37), 8, 32, false,
+                     SM_CFG_SEPARATE, "uniform");
+    test_sample_step(&rng, make_fp(NCTMC_FP_MASKED, NCTMC_FP_COSINE, 37), 8, 32, false,
+                     SM_CFG_SEPARATE, "masked");
+    test_sample_step(&rng, make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37), 8, 32, false,
                      SM_CFG_SEPARATE, "mixture");
-    test_sample_step(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_COSINE, 37), true, SM_CFG_SEPARATE,
-                     "uniform cfg");
+    test_sample_step(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_COSINE, 37), 8, 32, true,
+                     SM_CFG_SEPARATE, "uniform cfg");
     /* rate-level guidance: the exit rate reads every logit of both passes */
-    test_sample_step(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 37), true, SM_CFG_RATES,
-                     "uniform cfg rates");
-    test_sample_step(&rng, make_fp(NCTMC_FP_MASKED, NCTMC_FP_COSINE, 37), true, SM_CFG_RATES,
+    test_sample_step(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 37), 8, 32, true,
+                     SM_CFG_RATES, "uniform cfg rates");
+    test_sample_step(&rng, make_fp(NCTMC_FP_MASKED, NCTMC_FP_COSINE, 37), 8, 32, true, SM_CFG_RATES,
                      "masked cfg rates");
-    test_sample_step(&rng, make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37), true, SM_CFG_RATES,
-                     "mixture cfg rates");
-    test_sample_step(&rng, with_link(make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 37)), true,
+    test_sample_step(&rng, make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37), 8, 32, true,
+                     SM_CFG_RATES, "mixture cfg rates");
+    test_sample_step(&rng, with_link(make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 37)), 8, 32, true,
                      SM_CFG_SEPARATE, "uniform noise-posterior link cfg");
-    test_sample_step(&rng, with_link(make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37)), true,
+    test_sample_step(&rng, with_link(make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 37)), 8, 32, true,
                      SM_CFG_RATES, "mixture noise-posterior link cfg rates");
+    /* rows of paper size: every warp's chunk of the block loops in use */
+    test_sample_step(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 50304), 2, 64, false,
+                     SM_CFG_SEPARATE, "uniform S50304");
+    test_sample_step(&rng, make_fp(NCTMC_FP_MASKED, NCTMC_FP_COSINE, 50304), 2, 64, true,
+                     SM_CFG_RATES, "masked cfg rates S50304");
+    test_sample_step(&rng, make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_LOGLINEAR, 5001), 2, 64, true,
+                     SM_CFG_SEPARATE, "mixture cfg S5001");
 
     printf("contexts and the whole model\n");
     test_contexts();

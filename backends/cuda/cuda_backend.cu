@@ -202,6 +202,7 @@ extern "C" nctmc_backend *nctmc_cuda_backend_create(int device, bool bf16, char 
     cb->sm_count = prop.multiProcessorCount;
     cb->cc_major = prop.major;
     cb->cc_minor = prop.minor;
+    cb->smem_optin = prop.sharedMemPerBlockOptin;
     snprintf(cb->device_name, sizeof cb->device_name, "%.120s", prop.name);
     cb->bf16 = bf16;
     cb->attention_mode = NCTMC_CUDA_ATTENTION_AUTO;
@@ -212,6 +213,7 @@ extern "C" nctmc_backend *nctmc_cuda_backend_create(int device, bool bf16, char 
         cuda_destroy(&cb->base);
         return NULL;
     }
+    cuda_note_memory(cb);
     cb->base.ops = &cuda_ops;
     cb->base.name = bf16 ? "cuda-bf16" : "cuda";
     cb->base.n_threads = 1;
@@ -229,6 +231,14 @@ extern "C" void nctmc_cuda_backend_set_bf16(nctmc_backend *be, bool bf16)
     cuda_backend *cb = cuda_of(be);
     cb->bf16 = bf16;
     cb->base.name = bf16 ? "cuda-bf16" : "cuda";
+}
+
+extern "C" void nctmc_cuda_backend_memory(nctmc_backend *be, size_t *peak_used, size_t *total)
+{
+    cuda_backend *cb = cuda_of(be);
+    cuda_note_memory(cb);
+    *peak_used = cb->peak_used;
+    *total = cb->total;
 }
 
 extern "C" void nctmc_cuda_backend_describe(nctmc_backend *be, char *buf, size_t size)

@@ -56,6 +56,11 @@ void nctmc_cuda_backend_set_bf16(nctmc_backend *be, bool bf16);
  * declined. */
 void nctmc_cuda_backend_describe(nctmc_backend *be, char *buf, size_t size);
 
+/* The device memory in use at most (the whole device, every process and
+ * the CUDA context included), seen after any of this backend's
+ * allocations and now, and the device's total, in bytes (benchmarks). */
+void nctmc_cuda_backend_memory(nctmc_backend *be, size_t *peak_used, size_t *total);
+
 #ifdef __cplusplus
 }
 #endif

@@ -74,6 +74,10 @@ typedef struct cuda_backend {
     int device;
     int sm_count;
     int cc_major, cc_minor;
+    size_t smem_optin;          /* shared memory a block may opt in to */
+    size_t lcond_smem;          /* dynamic shared memory lcond_kernel may use now */
+    size_t lcond_static_smem;   /* its static shared memory + 1; 0 until asked */
+    size_t peak_used, total;    /* device memory in use at most / in all (bytes) */
     char device_name[128];
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -122,6 +126,8 @@ static inline bool cuda_launched(cuda_backend *cb, const char *kernel)
 void *cuda_scratch(cuda_backend *cb, size_t bytes);
 /* dst[i] = src[i] rounded to bfloat16. */
 void cuda_to_bf16(cuda_backend *cb, int64_t n, const float *src, __nv_bfloat16 *dst);
+/* Notes the device's memory in use after an allocation (the peak). */
+void cuda_note_memory(cuda_backend *cb);
 /* bytes rounded up to a multiple of 64. */
 static inline size_t cuda_round64(size_t bytes)
 {

@@ -12,6 +12,13 @@
  * lib/forward_process.h, compiled for the device (NCTMC_HD), the same code
  * the CPU backend runs. The gradient pass writes each logit's gradient
  * from that logit alone, so d_logits may be the logits buffer.
+ *
+ * Memory traffic. The loss reads every logit and the gradient pass reads
+ * them again and writes as many gradients: at paper scale (16 x 512 rows
+ * of 50304) that is 1.6 GB a pass. Where the row fits in the block's shared
+ * memory (S floats; 227 KB on an H100 holds 58k) the first pass keeps it
+ * there, so the logits cross the memory bus once. Rows are read and written
+ * four floats at a time where the row's start is 16-byte aligned.
  */
 #include <math.h>
 
@@ -19,6 +26,10 @@
 #include "lcond_math.h"
 
 #define LOSS_THREADS 256
+/* The loss kernel: many threads per row, since with the row cached one
+ * block fills an SM's shared memory. */
+#define LCOND_THREADS 1024
+#define LCOND_BATCH 4
 
 /* The running (max, sum of exp(z - max)) of a set of logits. */
 typedef struct softmax_acc {
@@ -99,9 +110,83 @@ __device__ softmax_acc row_stats(const float *z, int32_t S, int32_t n_data, int3
     return a;
 }
 
-__global__ void lcond_kernel(nctmc_lcond_args a)
+/* One logit into the row's statistics. */
+__device__ __forceinline__ void lcond_take(softmax_acc *acc, double *dev, float v, int32_t j,
+                                           int32_t i, int32_t n_data, float ref)
 {
+    if (j == i)
+        return;
+    acc_add(acc, v);
+    if (j < n_data)
+        *dev += (double)v - (double)ref;
+}
+
+/* (max, sum exp) and the data tokens' deviation sum of the row, copying
+ * the row into `cache` when given. Four logits a load when `vec`. */
+__device__ softmax_acc lcond_pass_stats(const float *z, float *cache, bool vec, int32_t S,
+                                       int32_t n_data, int32_t i, float ref, double *sum_data)
+{
+    __shared__ float sh_max[32], sh_sum[32];
+    __shared__ double sh_dev[32];
+    softmax_acc a = {-INFINITY, 0.0f};
+    double dev = 0.0;
+    int32_t head = 0;
+    if (vec) {
+        /* LCOND_BATCH loads in flight per thread before any is used: with
+         * one block per SM (the cached row fills its shared memory) the
+         * loads of one thread are what keeps the memory bus busy */
+        const float4 *z4 = (const float4 *)z;
+        int32_t n4 = S / 4, step = (int32_t)blockDim.x;
+        head = n4 * 4;
+        for (int32_t q0 = (int32_t)threadIdx.x; q0 < n4; q0 += LCOND_BATCH * step) {
+            float4 v[LCOND_BATCH];
+#pragma unroll
+            for (int b = 0; b < LCOND_BATCH; b++)
+                if (q0 + b * step < n4)
+                    v[b] = z4[q0 + b * step];
+#pragma unroll
+            for (int b = 0; b < LCOND_BATCH; b++) {
+                int32_t q = q0 + b * step;
+                if (q >= n4)
+                    break;
+                if (cache)
+                    ((float4 *)cache)[q] = v[b];
+                lcond_take(&a, &dev, v[b].x, 4 * q, i, n_data, ref);
+                lcond_take(&a, &dev, v[b].y, 4 * q + 1, i, n_data, ref);
+                lcond_take(&a, &dev, v[b].z, 4 * q + 2, i, n_data, ref);
+                lcond_take(&a, &dev, v[b].w, 4 * q + 3, i, n_data, ref);
+            }
+        }
+    }
+    for (int32_t j = head + (int32_t)threadIdx.x; j < S; j += (int32_t)blockDim.x) {
+        float v = z[j];
+        if (cache)
+            cache[j] = v;
+        lcond_take(&a, &dev, v, j, i, n_data, ref);
+    }
+    a = acc_block(a, sh_max, sh_sum);
+    *sum_data = cuda_block_sum(dev, sh_dev);
+    return a;
+}
+
+__device__ __forceinline__ float lcond_grad(const lcond_grad_coef &g, float z, int32_t j,
+                                            int32_t S, int32_t i, int32_t mask, int32_t x0)
+{
+    if (j >= S || j == i)
+        return 0.0f;
+    float v = g.scale * expf(z - g.lse) - (j == mask ? g.sub_mask : g.sub_data);
+    return j == x0 ? v - g.sub_x0 : v;
+}
+
+/* vec: the row's logits and gradients are 16-byte aligned (row_stride a
+ * multiple of 4, buffers aligned); cached: the row is kept in dynamic
+ * shared memory between the passes. */
+__global__ void __launch_bounds__(LCOND_THREADS) lcond_kernel(nctmc_lcond_args a, bool vec,
+                                                              bool cached)
+{
+    extern __shared__ float4 row_cache4[];
     __shared__ lcond_grad_coef coef;
+    float *cache = cached ? (float *)row_cache4 : NULL;
     int64_t r = blockIdx.x;
     const nctmc_fp fp = a.fp;
     const float *z = a.logits + r * a.row_stride;
@@ -110,7 +195,7 @@ __global__ void lcond_kernel(nctmc_lcond_args a)
     /* any logit the row really has serves as the reference */
     float ref = z[i == 0 ? 1 : 0];
     double dev_data = 0.0;
-    softmax_acc st = row_stats(z, S, n_data, i, ref, &dev_data);
+    softmax_acc st = lcond_pass_stats(z, cache, vec, S, n_data, i, ref, &dev_data);
     if (threadIdx.x == 0) {
         double t = (double)a.times[r / a.seq_len];
         float h = a.rate_h ? a.rate_h[r] : 0.0f;
@@ -136,19 +221,34 @@ __global__ void lcond_kernel(nctmc_lcond_args a)
     }
     if (!a.d_logits)
         return;
-    /* every read of the row above happens before any write below */
+    /* every read of the row above happens before any write below (the
+     * gradients may overwrite the logits) */
     __syncthreads();
     lcond_grad_coef g = coef;
+    const float *src = cache ? cache : z;
     float *d = a.d_logits + r * a.row_stride;
-    for (int32_t j = (int32_t)threadIdx.x; j < a.row_stride; j += (int32_t)blockDim.x) {
-        float v = 0.0f;
-        if (j < S && j != i) {
-            v = g.scale * expf(z[j] - g.lse) - (j == mask ? g.sub_mask : g.sub_data);
-            if (j == x0)
-                v -= g.sub_x0;
+    int32_t head = 0;
+    if (vec) {
+        head = a.row_stride / 4 * 4;
+        for (int32_t q = (int32_t)threadIdx.x; q < a.row_stride / 4; q += (int32_t)blockDim.x) {
+            int32_t j = 4 * q;
+            /* the padding (j >= S) is neither read nor cached */
+            float4 v = j + 3 < S ? ((const float4 *)src)[q] : make_float4(0.f, 0.f, 0.f, 0.f);
+            if (j + 3 >= S) {
+                v.x = j < S ? src[j] : 0.0f;
+                v.y = j + 1 < S ? src[j + 1] : 0.0f;
+                v.z = j + 2 < S ? src[j + 2] : 0.0f;
+            }
+            float4 o;
+            o.x = lcond_grad(g, v.x, j, S, i, mask, x0);
+            o.y = lcond_grad(g, v.y, j + 1, S, i, mask, x0);
+            o.z = lcond_grad(g, v.z, j + 2, S, i, mask, x0);
+            o.w = lcond_grad(g, v.w, j + 3, S, i, mask, x0);
+            ((float4 *)d)[q] = o;
         }
-        d[j] = v;
     }
+    for (int32_t j = head + (int32_t)threadIdx.x; j < a.row_stride; j += (int32_t)blockDim.x)
+        d[j] = lcond_grad(g, j < S ? src[j] : 0.0f, j, S, i, mask, x0);
 }
 
 __global__ void jump_output_kernel(nctmc_jump_output_args a)
@@ -185,7 +285,26 @@ void cuda_lcond(nctmc_backend *be, const nctmc_lcond_args *args)
     cuda_backend *cb = cuda_of(be);
     if (args->n_rows <= 0 || !rows_fit(cb, args->n_rows, "lcond"))
         return;
-    lcond_kernel<<<(unsigned)args->n_rows, LOSS_THREADS, 0, cb->stream>>>(*args);
+    uintptr_t bases = (uintptr_t)args->logits | (uintptr_t)args->d_logits;
+    bool vec = args->row_stride % 4 == 0 && bases % 16 == 0;
+    size_t bytes = cuda_round64((size_t)args->fp.vocab * sizeof(float));
+    if (!cb->lcond_static_smem) {
+        cudaFuncAttributes fa;
+        if (!cuda_check(cb, cudaFuncGetAttributes(&fa, lcond_kernel), "lcond: attributes"))
+            return;
+        cb->lcond_static_smem = fa.sharedSizeBytes + 1; /* + 1: known, even when 0 */
+    }
+    bool cached = bytes + cb->lcond_static_smem <= cb->smem_optin;
+    if (cached && bytes > cb->lcond_smem) {
+        if (!cuda_check(cb, cudaFuncSetAttribute(lcond_kernel,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)bytes),
+                        "lcond: shared memory"))
+            return;
+        cb->lcond_smem = bytes;
+    }
+    lcond_kernel<<<(unsigned)args->n_rows, LCOND_THREADS, cached ? bytes : 0, cb->stream>>>(
+        *args, vec, cached);
     cuda_launched(cb, "lcond");
 }
 

@@ -12,6 +12,18 @@
  */
 #include "cuda_internal.cuh"
 
+void cuda_note_memory(cuda_backend *cb)
+{
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+        cudaGetLastError(); /* a statistic only */
+        return;
+    }
+    cb->total = total;
+    if (total - free_bytes > cb->peak_used)
+        cb->peak_used = total - free_bytes;
+}
+
 /* cudaMalloc aligns to 256 bytes; a request of 0 bytes still gets a
  * distinct pointer. */
 void *cuda_alloc(nctmc_backend *be, size_t bytes)
@@ -27,6 +39,7 @@ void *cuda_alloc(nctmc_backend *be, size_t bytes)
         cudaFree(p);
         return NULL;
     }
+    cuda_note_memory(cb);
     return p;
 }
 
@@ -99,6 +112,7 @@ void *cuda_scratch(cuda_backend *cb, size_t bytes)
         return NULL;
     }
     cb->scratch_bytes = want;
+    cuda_note_memory(cb);
     return cb->scratch;
 }
 

@@ -23,6 +23,7 @@ static const nctmc_backend_module cuda_module = {
     .set_attention = set_attention,
     .set_bf16 = nctmc_cuda_backend_set_bf16,
     .describe = nctmc_cuda_backend_describe,
+    .memory = nctmc_cuda_backend_memory,
 };
 
 /* Declared here only: the core resolves it by name (NCTMC_BACKEND_MODULE_ENTRY). */

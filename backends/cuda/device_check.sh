@@ -1,17 +1,21 @@
 #!/bin/sh
 # backends/cuda/device_check.sh — every GPU check of the CUDA backend in one
-# go, on a machine with an NVIDIA GPU (about 6-8 minutes on an H100):
-#   1. build the CUDA backend's conformance test and benchmark (and the
-#      module libnctmc-cuda.so they load) here, or use the binaries carried
-#      in build-device-cuda/ (see --prepare);
+# go, on a machine with an NVIDIA GPU (about 5 minutes on an H100):
+#   1. use the binaries carried in build-device-cuda/ (see --prepare), or
+#      build the CUDA backend's conformance test and benchmark (and the
+#      module libnctmc-cuda.so they load) here;
 #   2. the conformance test: every operation against the CPU backend, the
 #      whole model's outputs and gradients, the samplers, determinism;
-#   3. the paper-small benchmark (training tokens/s, bf16 MFU, sampling
-#      steps/s) of libnctmc in TF32 and bf16, then the PyTorch reference
-#      (tests/reference/bench_reference_gpu.py) on the same GPU, side by side.
+#   3. the paper-small benchmark of libnctmc (training, forward and sampling
+#      at batch 16 in TF32 and bf16, the sampling and loss kernels alone, bf16
+#      training at batch 64, peak device memory), then the PyTorch reference
+#      (tests/reference/bench_reference_gpu.py) on the same GPU: eager bf16
+#      with SDPA at batch 16 (with sampling), and torch.compile bf16 at
+#      batch 16 and 64, each in its own process so that its memory is its
+#      own; then the comparison table.
 # Results go to $OUT (the device tool's folder) or /tmp/nctmc-device-check:
-# device.txt, build.log, conformance.log, bench_libnctmc.log, bench_torch.log,
-# compare.txt. The exit status is the conformance test's.
+# device.txt, build.log, conformance.log, bench_libnctmc.log,
+# bench_torch.log, compare.txt. The exit status is the conformance test's.
 #
 #   sh backends/cuda/device_check.sh            on the GPU machine
 #   sh backends/cuda/device_check.sh --prepare  on a machine with the CUDA
@@ -67,10 +71,14 @@ export LD_LIBRARY_PATH
   nvcc --version | tail -n 2; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; } >"$out/device.txt" 2>&1
 cat "$out/device.txt"
 
-# 1. build here when the tools are here, else the carried binaries
+# 1. the carried binaries when there are some (device time is scarce), else
+#    build here when the tools are here
 bin=""
 build="/tmp/nctmc-build-cuda"
-if command -v meson >/dev/null && command -v nvcc >/dev/null &&
+if [ -x "$carried/test_cuda_conformance" ] && [ -x "$carried/bench_gpu_train" ]; then
+    echo "device_check: using the binaries in $carried"
+    bin="$carried"
+elif command -v meson >/dev/null && command -v nvcc >/dev/null &&
     meson setup "$build" "$root" -Dcuda=enabled -Dreference_tests=disabled >"$out/build.log" 2>&1 &&
     ninja -C "$build" tests/test_cuda_conformance tests/bench_gpu_train libnctmc-cuda.so \
         >>"$out/build.log" 2>&1; then
@@ -79,9 +87,6 @@ if command -v meson >/dev/null && command -v nvcc >/dev/null &&
     # folder up, so name it
     NCTMC_CUDA_MODULE="$build/libnctmc-cuda.so"
     export NCTMC_CUDA_MODULE
-elif [ -x "$carried/test_cuda_conformance" ]; then
-    echo "device_check: no build here (see build.log); using the binaries in $carried"
-    bin="$carried"
 else
     tail -n 30 "$out/build.log"
     echo "device_check: cannot build here and no carried binaries (run --prepare where the"
@@ -99,12 +104,22 @@ echo "device_check: conformance exit status $status"
 [ "$mode" = "--quick" ] && exit "$status"
 
 # 3. the benchmark, libnctmc then PyTorch on the same GPU
-timeout 300 "$bin/bench_gpu_train" --config paper-small --batch 16 --reps 5 --warmup 2 \
-    --sample-batch 16 --sample-steps 16 >"$out/bench_libnctmc.log" 2>&1
+{
+    timeout 240 "$bin/bench_gpu_train" --config paper-small --batch 16 --reps 5 --warmup 2 \
+        --sample-batch 16 --sample-steps 16 --kernel-batch 16
+    timeout 90 "$bin/bench_gpu_train" --config paper-small --batch 64 --reps 3 --warmup 1 \
+        --precision bf16 --sample-batch 0 --kernel-batch 0
+} >"$out/bench_libnctmc.log" 2>&1
 cat "$out/bench_libnctmc.log"
-PYTHONDONTWRITEBYTECODE=1 timeout 360 python3 "$root/tests/reference/bench_reference_gpu.py" \
-    --config paper-small --batch 16 --reps 5 --warmup 2 --sample-batch 16 --sample-steps 16 \
-    >"$out/bench_torch.log" 2>&1
+torch_bench() { # extra arguments; appends to bench_torch.log
+    PYTHONDONTWRITEBYTECODE=1 timeout 200 python3 "$root/tests/reference/bench_reference_gpu.py" \
+        --config paper-small --precision bf16 --reps 5 --warmup 2 "$@" \
+        >>"$out/bench_torch.log" 2>&1
+}
+: >"$out/bench_torch.log"
+torch_bench --batch 16 --attention sdpa --sample-batch 16 --sample-steps 16
+torch_bench --batch 16 --compile only --sample-batch 0
+torch_bench --batch 64 --compile only --sample-batch 0
 cat "$out/bench_torch.log"
 python3 "$root/tests/bench/compare_torch_gpu.py" "$out/bench_libnctmc.log" \
     "$out/bench_torch.log" | tee "$out/compare.txt"

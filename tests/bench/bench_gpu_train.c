@@ -11,7 +11,15 @@
  *               over the whole parameter slab;
  *   sample_step nctmc_sample() with --sample-steps steps and no final
  *               denoising, divided by the steps: one model evaluation plus
- *               the fused sampling operation per step.
+ *               the fused sampling operation per step;
+ *   kernel      the two row kernels alone on --kernel-batch sequences of
+ *               random logits of the config's shape (paper-small: 16 x 512
+ *               rows of 50304): sample_step for tau-leaping (a 16-step
+ *               grid at t = 0.5, and one step from t = 0.999 where most
+ *               rows jump), posterior and denoise, with the fraction of rows
+ *               that moved; lcond with the logits' gradients;
+ *   memory      the device memory in use at most while training (the whole
+ *               device as nvidia-smi counts it, CUDA context included).
  * Each is run in TF32 and in bf16 mode (--precision).
  *
  * Model FLOPs, the standard count (Kaplan et al. / PaLM's MFU):
@@ -33,11 +41,16 @@
  *   bench=train_step ... (the same fields)
  *   bench=sample_step impl=libnctmc precision=... method=tau-leaping batch=...
  *        steps=... ms_per_step=... steps_per_s=... tokens_per_s=...
+ *   bench=memory impl=libnctmc precision=... config=... batch=...
+ *        peak_device_mib=... device_total_mib=...
+ *   bench=kernel impl=libnctmc op=sample_step method=... rows=... vocab=...
+ *        ms=... gb_per_s=... moved=...   (op=lcond: no method, no moved)
  * Exits 77 ("skipped", with the reason) when no usable GPU is present.
  *
  * Usage: bench_gpu_train [--config paper-small|cpu-small|tiny] [--batch B]
  *        [--reps R] [--warmup W] [--precision tf32|bf16|both]
- *        [--sample-batch B] [--sample-steps N] [--peak-tflops X]
+ *        [--sample-batch B] [--sample-steps N] [--kernel-batch B]
+ *        [--peak-tflops X]
  */
 #include <math.h>
 #include <stdio.h>
@@ -49,18 +62,19 @@
 #include "context.h"
 #include "cuda_backend.h"
 #include "dit.h"
+#include "sample_math.h"
 #include "bench_util.h"
 
 typedef struct bench_args {
     const char *config;
     const char *precision;
-    int batch, reps, warmup, sample_batch, sample_steps;
+    int batch, reps, warmup, sample_batch, sample_steps, kernel_batch;
     double peak_tflops;
 } bench_args;
 
 static bench_args parse_args(int argc, char **argv)
 {
-    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 0.0};
+    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0.0};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (strcmp(k, "--config") == 0) a.config = v;
@@ -71,12 +85,14 @@ static bench_args parse_args(int argc, char **argv)
         else if (strcmp(k, "--sample-batch") == 0) a.sample_batch = atoi(v);
         else if (strcmp(k, "--sample-steps") == 0) a.sample_steps = atoi(v);
         else if (strcmp(k, "--peak-tflops") == 0) a.peak_tflops = atof(v);
+        else if (strcmp(k, "--kernel-batch") == 0) a.kernel_batch = atoi(v);
     }
     if (a.batch < 1) a.batch = 1;
     if (a.reps < 1) a.reps = 1;
     if (a.warmup < 0) a.warmup = 0;
     if (a.sample_batch < 0) a.sample_batch = 0;
     if (a.sample_steps < 1) a.sample_steps = 1;
+    if (a.kernel_batch < 0) a.kernel_batch = 0;
     return a;
 }
 
@@ -213,6 +229,155 @@ static void *alloc_or_die(nctmc_backend *be, size_t bytes)
     return p;
 }
 
+/* A pseudo-random float in [lo, hi) from a 32-bit hash of k. */
+static float hash_uniform(uint32_t k, float lo, float hi)
+{
+    k ^= k >> 16;
+    k *= 0x7feb352du;
+    k ^= k >> 15;
+    k *= 0x846ca68bu;
+    k ^= k >> 16;
+    return lo + (hi - lo) * (float)(k >> 8) * (1.0f / 16777216.0f);
+}
+
+/* Median seconds of one call of `op` (synchronised each time). */
+typedef void (*kernel_fn)(nctmc_backend *be, const void *args);
+
+static void call_sample_step(nctmc_backend *be, const void *args)
+{
+    be->ops->sample_step(be, (const nctmc_sample_step_args *)args);
+}
+
+static void call_lcond(nctmc_backend *be, const void *args)
+{
+    be->ops->lcond(be, (const nctmc_lcond_args *)args);
+}
+
+static double time_kernel(nctmc_backend *be, kernel_fn fn, const void *args, int reps)
+{
+    double *times = malloc(sizeof(double) * (size_t)reps);
+    for (int i = -2; i < reps; i++) {
+        double t0 = now_s();
+        fn(be, args);
+        if (be->ops->synchronize(be) != NCTMC_OK) {
+            fprintf(stderr, "bench_gpu_train: %s\n", be->error);
+            exit(1);
+        }
+        if (i >= 0)
+            times[i] = now_s() - t0;
+    }
+    double t = median(times, reps);
+    free(times);
+    return t;
+}
+
+/* Random logits on the device: a block of distinct rows uploaded once per
+ * slot (uploading all of paper scale's 1.6 GB from the host would take
+ * longer than the benchmark). */
+static float *random_logits(nctmc_backend *be, int64_t N, int32_t V)
+{
+    const int64_t block_rows = 64;
+    float *block = malloc(sizeof(float) * (size_t)(block_rows * V));
+    for (int64_t k = 0; k < block_rows * V; k++)
+        block[k] = hash_uniform((uint32_t)k * 2654435761u + 12345u, -4.0f, 4.0f);
+    float *d = alloc_or_die(be, sizeof(float) * (size_t)N * (size_t)V);
+    for (int64_t r = 0; r < N; r += block_rows) {
+        int64_t n = N - r < block_rows ? N - r : block_rows;
+        be->ops->upload(be, d + r * V, block, sizeof(float) * (size_t)(n * V));
+    }
+    free(block);
+    return d;
+}
+
+static void bench_kernels(nctmc_backend *be, const dit_dims *z, const bench_args *a)
+{
+    if (a->kernel_batch == 0)
+        return;
+    int64_t N = (int64_t)a->kernel_batch * z->L;
+    int32_t V = z->V, S = z->S;
+    float *logits = random_logits(be, N, V);
+    float *grads = alloc_or_die(be, sizeof(float) * (size_t)N * (size_t)V);
+    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
+    float *h = malloc(sizeof(float) * (size_t)N), *times = malloc(sizeof(float) * a->kernel_batch);
+    for (int64_t r = 0; r < N; r++) {
+        x_0[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)S);
+        x_t[r] = r % 3 ? x_0[r] : (int32_t)(((uint32_t)r * 40503u) % (uint32_t)S);
+        h[r] = hash_uniform((uint32_t)r + 77u, -2.0f, 2.0f);
+    }
+    for (int b = 0; b < a->kernel_batch; b++)
+        times[b] = (float)(b + 0.5) / (float)a->kernel_batch;
+    int32_t *d_xt = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    int32_t *d_x0 = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    int32_t *d_out = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    float *d_h = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *d_times = alloc_or_die(be, sizeof(float) * (size_t)a->kernel_batch);
+    float *d_loss = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *d_dh = alloc_or_die(be, sizeof(float) * (size_t)N);
+    be->ops->upload(be, d_xt, x_t, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, d_x0, x_0, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, d_h, h, sizeof(float) * (size_t)N);
+    be->ops->upload(be, d_times, times, sizeof(float) * (size_t)a->kernel_batch);
+    nctmc_fp fp = {NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, S, 0.0f, 1e-3f, NCTMC_FP_LINK_SIGMA};
+    double row_gb = (double)N * V * sizeof(float) * 1e-9;
+    int reps = a->reps < 10 ? 10 : a->reps;
+
+    static const struct {
+        int32_t method;
+        double t, s;
+        const char *name;
+    } runs[] = {{SM_METHOD_TAU_LEAPING, 0.5, 0.5 - 1.0 / 16, "tau-leaping"},
+                {SM_METHOD_TAU_LEAPING, 0.999, 0.001, "tau-leaping-one-step"},
+                {SM_METHOD_POSTERIOR, 0.5, 0.5 - 1.0 / 16, "posterior"},
+                {SM_METHOD_DENOISE, 0.001, 0.001, "denoise"}};
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        nctmc_sample_step_args sa;
+        memset(&sa, 0, sizeof sa);
+        sa.n_rows = N;
+        sa.seq_len = z->L;
+        sa.row_stride = V;
+        sa.method = runs[k].method;
+        sa.logits = logits;
+        sa.rate_h = d_h;
+        sa.cfg_scale = 1.0f;
+        sa.x_t = d_xt;
+        sa.t = runs[k].t;
+        sa.s = runs[k].s;
+        sa.temperature = 1.0f;
+        sa.correction_temperature = 1.0f;
+        sa.seed = 99;
+        sa.step = 3;
+        sa.fp = fp;
+        sa.x_out = d_out;
+        double t = time_kernel(be, call_sample_step, &sa, reps);
+        int32_t *out = malloc(sizeof(int32_t) * (size_t)N);
+        be->ops->download(be, out, d_out, sizeof(int32_t) * (size_t)N);
+        int64_t moved = 0;
+        for (int64_t r = 0; r < N; r++)
+            moved += out[r] != x_t[r];
+        free(out);
+        printf("bench=kernel impl=libnctmc op=sample_step method=%s rows=%lld vocab=%d ms=%.3f "
+               "gb_per_s=%.0f moved=%.3f\n",
+               runs[k].name, (long long)N, V, 1e3 * t, row_gb / t, (double)moved / (double)N);
+        fflush(stdout);
+    }
+
+    nctmc_lcond_args la = {N,      z->L,   V,  logits, d_h,      d_xt, d_x0, d_times, fp,
+                           1e-4f, d_loss, grads, d_dh, NULL};
+    double t = time_kernel(be, call_lcond, &la, reps);
+    /* read once and written once when the row stays in shared memory */
+    printf("bench=kernel impl=libnctmc op=lcond rows=%lld vocab=%d ms=%.3f gb_per_s=%.0f\n",
+           (long long)N, V, 1e3 * t, 2.0 * row_gb / t);
+    fflush(stdout);
+
+    void *bufs[] = {logits, grads, d_xt, d_x0, d_out, d_h, d_times, d_loss, d_dh};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        be->ops->free(be, bufs[k]);
+    free(x_t);
+    free(x_0);
+    free(h);
+    free(times);
+}
+
 int main(int argc, char **argv)
 {
     bench_args a = parse_args(argc, argv);
@@ -288,10 +453,19 @@ int main(int argc, char **argv)
         report("forward", precision, &a, z, t_fwd, train_flops / 3.0, peak);
         double t_step = time_pass(&s, be, true, &a);
         report("train_step", precision, &a, z, t_step, train_flops, peak);
+        size_t peak_used = 0, total = 0;
+        cuda->memory(be, &peak_used, &total);
+        printf("bench=memory impl=libnctmc precision=%s config=%s batch=%d peak_device_mib=%.0f "
+               "device_total_mib=%.0f\n",
+               precision, a.config, a.batch, (double)peak_used / 1048576.0,
+               (double)total / 1048576.0);
         cuda->describe(be, desc, sizeof desc);
         printf("# %s: %s\n", precision, desc);
         bench_sampling(s.model, precision, &a);
     }
+
+    cuda->set_bf16(be, false);
+    bench_kernels(be, z, &a);
 
     be->ops->free(be, s.grads);
     be->ops->free(be, s.m);

@@ -3,8 +3,8 @@ tests/bench/bench_gpu_train.c (libnctmc's CUDA backend) on the same GPU.
 
     python3 bench_reference_gpu.py [--config paper-small|cpu-small|tiny] [--batch 16]
         [--reps 5] [--warmup 2] [--precision tf32|bf16|both]
-        [--attention reference|sdpa|both] [--sample-batch 16] [--sample-steps 16]
-        [--peak-tflops X]
+        [--attention reference|sdpa|both] [--compile off|on|only]
+        [--sample-batch 16] [--sample-steps 16] [--peak-tflops X]
 
 The same model (nctmc_reference.py, float32 master weights), batch and
 measurements as the C benchmark:
@@ -14,6 +14,20 @@ measurements as the C benchmark:
                (torch.optim.AdamW, foreach), an EMA of the weights;
   sample_step  one tau-leaping step: forward, the jump probability
                1 - exp(-lambda tau) and a draw from r(. | x_t), per step.
+--compile adds (on) or runs alone (only) what a PyTorch user would run
+for speed: impl=torch-compile, the same model under torch.compile (default
+mode) with torch's SDPA attention and AdamW(fused=True); the forward and
+the loss (forward, model outputs, L_cond) are compiled, backward runs
+through the compiled graph, the optimiser step is the fused kernel.
+Compilation happens in the warm-up calls, which are not timed; its time is
+printed as compile_s.
+
+Memory: every measurement line carries peak_alloc_mib (the most torch's
+allocator held in tensors during it, torch.cuda.max_memory_allocated after
+a reset) and device_used_mib (the whole device in use right after it, as
+nvidia-smi counts: CUDA context and the allocator's cache included — the
+figure to set beside libnctmc's peak_device_mib).
+
 Precision: tf32 (float32 with TF32 tensor-core products, as libnctmc's
 "cuda") or bf16 (torch.autocast to bfloat16, as "cuda-bf16"). Attention:
 "reference" is the reference's own softmax(Q K^T) V; "sdpa" replaces it with
@@ -87,9 +101,13 @@ def sdpa_attention(qkv, cfg):
 
 
 def timed(fn, warmup, reps):
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    timed.warmup_s = time.perf_counter() - t0
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -107,6 +125,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--precision", choices=["tf32", "bf16", "both"], default="both")
     ap.add_argument("--attention", choices=["reference", "sdpa", "both"], default="both")
+    ap.add_argument("--compile", choices=["off", "on", "only"], default="off")
     ap.add_argument("--sample-batch", type=int, default=16)
     ap.add_argument("--sample-steps", type=int, default=16)
     ap.add_argument("--peak-tflops", type=float, default=0.0)
@@ -136,15 +155,24 @@ def main():
     ema = [p.detach().clone() for p in params.values()]
     original_attention = ref.attention
 
-    def report(what, precision, attention, seconds, flops):
+    def memory_fields():
+        free, total = torch.cuda.mem_get_info()
+        return "peak_alloc_mib=%.0f device_used_mib=%.0f" % (
+            torch.cuda.max_memory_allocated() / 2 ** 20, (total - free) / 2 ** 20)
+
+    def report(what, precision, attention, seconds, flops, impl="torch"):
         tf = flops * tokens / seconds * 1e-12
-        print("bench=%s impl=torch precision=%s attention=%s config=%s batch=%d ms=%.2f "
-              "tokens_per_s=%.1f model_tflops=%.1f mfu_bf16=%.4f"
-              % (what, precision, attention, args.config, args.batch, 1e3 * seconds,
-                 tokens / seconds, tf, tf / peak if peak else float("nan")), flush=True)
+        extra = " compile_s=%.1f" % timed.warmup_s if impl == "torch-compile" else ""
+        print("bench=%s impl=%s precision=%s attention=%s config=%s batch=%d ms=%.2f "
+              "tokens_per_s=%.1f model_tflops=%.1f mfu_bf16=%.4f %s%s"
+              % (what, impl, precision, attention, args.config, args.batch, 1e3 * seconds,
+                 tokens / seconds, tf, tf / peak if peak else float("nan"), memory_fields(),
+                 extra), flush=True)
 
     precisions = ["tf32", "bf16"] if args.precision == "both" else [args.precision]
     attentions = ["reference", "sdpa"] if args.attention == "both" else [args.attention]
+    if args.compile == "only":
+        attentions = []
     for precision in precisions:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -198,8 +226,57 @@ def main():
                       "tokens_per_s=%.1f"
                       % (precision, attention, args.config, args.sample_batch, args.sample_steps,
                          1e3 * step, 1.0 / step, args.sample_batch * cfg.L / step), flush=True)
+        if args.compile != "off":
+            bench_compiled(args, cfg, params, x_t, x0, t, precision, report, train_flops)
     ref.attention = original_attention
     return 0
+
+
+def bench_compiled(args, cfg, params, x_t, x0, t, precision, report, train_flops):
+    """The torch.compile variant: SDPA attention, compiled forward and loss,
+    fused AdamW, the same clipping and EMA."""
+    original_attention = ref.attention
+    ref.attention = sdpa_attention
+    torch._dynamo.reset()
+    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16")
+    opt = torch.optim.AdamW(list(params.values()), lr=3e-4, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=0.01, fused=True)
+    ema = [p.detach().clone() for p in params.values()]
+
+    def forward_fn(p, x, tt):
+        return ref.forward(p, cfg, x, tt)
+
+    def loss_fn(p, x, x_clean, tt):
+        logits, h = ref.forward(p, cfg, x, tt)
+        log_rate, logp = ref.model_outputs(cfg, logits.float(), h.float(), x, tt)
+        return ref.lcond_loss_fast(cfg, log_rate, logp, x, x_clean, tt).mean()
+
+    forward_c = torch.compile(forward_fn)
+    loss_c = torch.compile(loss_fn)
+
+    def forward():
+        with torch.no_grad(), amp:
+            forward_c(params, x_t, t)
+
+    def train_step():
+        opt.zero_grad(set_to_none=True)
+        with amp:
+            loss = loss_c(params, x_t, x0, t)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+        opt.step()
+        with torch.no_grad():
+            torch._foreach_mul_(ema, 0.9999)
+            torch._foreach_add_(ema, [p.detach() for p in params.values()], alpha=1e-4)
+
+    # compiling happens in the first calls: at least two warm-ups
+    warm = max(args.warmup, 2)
+    report("forward", precision, "sdpa", timed(forward, warm, args.reps), train_flops / 3.0,
+           impl="torch-compile")
+    report("train_step", precision, "sdpa", timed(train_step, warm, args.reps), train_flops,
+           impl="torch-compile")
+    del opt, ema
+    ref.attention = original_attention
 
 
 if __name__ == "__main__":

@@ -157,12 +157,12 @@ def schedule(cfg, t):
     return a, -da / a
 
 
-def prior(cfg, dtype=torch.float64):
+def prior(cfg, dtype=torch.float64, device=None):
     """pi over the S states."""
     S = cfg.S
     if cfg.process == "uniform":
-        return torch.full((S,), 1.0 / S, dtype=dtype)
-    pi = torch.zeros(S, dtype=dtype)
+        return torch.full((S,), 1.0 / S, dtype=dtype, device=device)
+    pi = torch.zeros(S, dtype=dtype, device=device)
     if cfg.process == "masked":
         pi[S - 1] = 1.0
     else:
@@ -174,7 +174,7 @@ def prior(cfg, dtype=torch.float64):
 def q_t0(cfg, t, x0):
     """q_{t|0}(. | x0) = a e_{x0} + (1 - a) pi, shape [B, L, S]."""
     a, _ = schedule(cfg, t)
-    pi = prior(cfg, t.dtype)
+    pi = prior(cfg, t.dtype, t.device)
     onehot = F.one_hot(x0, cfg.S).to(t.dtype)
     return a[:, None, None] * onehot + (1.0 - a)[:, None, None] * pi
 
@@ -217,7 +217,7 @@ def modulate(x, shift, scale):
 
 def timestep_features(t, dtype):
     half = TIME_FEATURES // 2
-    k = torch.arange(half, dtype=dtype)
+    k = torch.arange(half, dtype=dtype, device=t.device)
     freqs = torch.exp(-math.log(10000.0) * k / half)
     arg = t.to(dtype)[:, None] * freqs[None, :]
     return torch.cat([torch.cos(arg), torch.sin(arg)], dim=-1)
@@ -227,9 +227,9 @@ def rotary(x, L, dtype):
     """NeoX half-split rotary on x [B, H, L, D] at positions 0 .. L-1."""
     D = x.shape[-1]
     half = D // 2
-    a = torch.arange(half, dtype=dtype)
+    a = torch.arange(half, dtype=dtype, device=x.device)
     inv_freq = ROPE_BASE ** (-2.0 * a / D)
-    angle = torch.arange(L, dtype=dtype)[:, None] * inv_freq[None, :]   # [L, D/2]
+    angle = torch.arange(L, dtype=dtype, device=x.device)[:, None] * inv_freq[None, :]   # [L, D/2]
     cos, sin = torch.cos(angle), torch.sin(angle)
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
@@ -271,7 +271,7 @@ def conditioning(p, cfg, t, labels):
     cond = silu(a)
     if cfg.n_classes > 0:
         if labels is None:
-            labels = torch.full((t.shape[0],), cfg.n_classes, dtype=torch.long)
+            labels = torch.full((t.shape[0],), cfg.n_classes, dtype=torch.long, device=t.device)
         cond = cond + p["label_embed.embedding"][labels.long()]
     else:
         assert labels is None
@@ -347,7 +347,7 @@ def noise_posterior_rate(cfg, h, x_t, t):
     lam_c = reverse_rates(cfg, x_t, i.clamp(max=n - 1), t).sum(-1)
     lam_n = reverse_rates(cfg, x_t, other, t).sum(-1)
     a, _ = schedule(cfg, t)
-    pi = prior(cfg, t.dtype)
+    pi = prior(cfg, t.dtype, t.device)
     # q(x_t = i | x0) summed over the data tokens x0 != i, and at x0 = i
     p_clean = a[:, None] + (1.0 - a)[:, None] * pi[i]
     p_noise = (n - 1) * (1.0 - a)[:, None] * pi[i]
@@ -368,7 +368,7 @@ def reverse_rates(cfg, x_t, x0, t):
     into i. 0 at j = i, and everywhere when pi_i = 0."""
     _, sigma = schedule(cfg, t)
     q = q_t0(cfg, t, x0)                                  # [B, L, S]
-    pi = prior(cfg, t.dtype)
+    pi = prior(cfg, t.dtype, t.device)
     i = x_t.long()
     pi_i = pi[i]                                          # [B, L]
     q_i = q.gather(-1, i[..., None])[..., 0]              # [B, L]
@@ -430,7 +430,7 @@ def lcond_loss_fast(cfg, log_rate, jump_logprobs, x_t, x0, t):
     depend on the parameters). Not for the masked process (log_rate = -inf)."""
     S = cfg.S
     a, sigma = schedule(cfg, t.to(jump_logprobs.dtype))
-    pi = prior(cfg, jump_logprobs.dtype)
+    pi = prior(cfg, jump_logprobs.dtype, jump_logprobs.device)
     i = x_t.long()
     pi_i = pi[i]
     a_ = a[:, None]
