@@ -11,13 +11,15 @@
 # that Python reads our checkpoints and that our BPE tokenizer gives the
 # same ids as Hugging Face's; and `unicodedata2` at the Unicode version
 # `tokenizers` matches with (16.0), from which
-# scripts/gen_unicode_tables.py made lib/unicode_tables.c.
+# scripts/gen_unicode_tables.py made lib/unicode_tables.c. `fortunes` is the
+# text corpus of docs/quality.md ("A text model that writes",
+# scripts/text_corpus.py).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="gcc pkg-config meson ninja-build libopenblas-dev"
 test_pkgs="clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-venv python3-pytest
-    python3-setuptools python3-wheel"
+    python3-setuptools python3-wheel fortunes"
 
 pkgs="$build_pkgs"
 [ "${1:-}" = "--build" ] || pkgs="$pkgs $test_pkgs"

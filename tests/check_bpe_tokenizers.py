@@ -16,7 +16,10 @@ apostrophes, added-token fragments) and on 100 kB runs without spaces:
    Tokenizer.encode();
 2. the same through vocab.json + merges.txt (`--merges`), whose added tokens
    the library infers;
-3. `nctmc tokenize --decode` gives back the exact bytes.
+3. `nctmc tokenize --decode` gives back the exact bytes;
+4. `nctmc prepare --tokenizer-file tokenizer.json` writes a shard of exactly
+   those ids, each document ended by the <|endoftext|> id, and a tokenizer
+   file that encodes the same.
 
 Sources that are absent are skipped. The interpreter is $NCTMC_PYTHON if set
 (the script re-runs itself with it); exits 77 (skipped) when `tokenizers`
@@ -26,6 +29,7 @@ import argparse
 import gzip
 import os
 import random
+import struct
 import subprocess
 import sys
 import tempfile
@@ -236,6 +240,52 @@ def compare(name, tok, text, ours):
     return False
 
 
+def read_stream_shard(path):
+    """The tokens of a stream shard (docs/formats.md, "Token shards")."""
+    with open(path, "rb") as f:
+        data = f.read()
+    width, n = struct.unpack_from("<I", data, 12)[0], struct.unpack_from("<Q", data, 32)[0]
+    code = {1: "B", 2: "H", 4: "I"}[width]
+    return list(struct.unpack_from("<%d%s" % (n, code), data, 48))
+
+
+def check_prepare(tool, tok, docs, d):
+    """`nctmc prepare --tokenizer-file tokenizer.json`: the shard holds each
+    document's ids from `tokenizers`, then the <|endoftext|> id; the
+    tokenizer file it saves encodes like tokenizer.json."""
+    docs = [x for x in docs[:300] if x]
+    src = os.path.join(d, "prepare-docs")
+    os.makedirs(src, exist_ok=True)
+    for i, doc in enumerate(docs):  # a file is a document, read in name order
+        with open(os.path.join(src, "%05d.txt" % i), "wb") as f:
+            f.write(doc.encode())
+    out = os.path.join(d, "prepared")
+    r = subprocess.run([tool, "prepare", "--tokenizer-file", os.path.join(d, "tokenizer.json"),
+                        "--val-fraction", "0", "--threads", "2", "--out", out, src],
+                       capture_output=True)
+    if r.returncode != 0:
+        print("FAIL prepare --tokenizer-file tokenizer.json: " + r.stderr.decode(errors="replace"))
+        return False
+    eot = tok.token_to_id(ADDED[0])
+    want = []
+    for doc in docs:
+        want += tok.encode(doc).ids + [eot]
+    got = read_stream_shard(os.path.join(out, "train.bin"))
+    if got != want:
+        print("FAIL prepare --tokenizer-file tokenizer.json: the shard differs from tokenizers' "
+              "ids at token %d of %d" % (first_difference(got, want), len(want)))
+        return False
+    text = "".join(docs).encode()
+    saved = run_tool(tool, ["--tokenizer", os.path.join(out, "tokenizer.txt")], text)
+    if [int(t) for t in saved.split()] != tok.encode("".join(docs)).ids:
+        print("FAIL prepare's saved tokenizer.txt encodes differently from tokenizer.json")
+        return False
+    print(f"ok: prepare --tokenizer-file tokenizer.json: {len(docs)} documents, {len(got)} "
+          "tokens as tokenizers gives them, each document ended by <|endoftext|>; its "
+          "tokenizer.txt encodes the same")
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("tool")
@@ -286,6 +336,7 @@ def main():
                         failed += 1
                     else:
                         print(f"ok: {name}: decode gives the {len(data)} bytes back")
+        failed += not check_prepare(args.tool, tok, test, d)
     print(f"tokenizer: {len(tok.get_vocab())} tokens, {n_merges} merges; "
           f"{'FAILED' if failed else 'all identical'}")
     return 1 if failed else 0

@@ -141,6 +141,20 @@ char *cli_decode(const char *cmd, nctmc_tokenizer *tok, const int32_t *tokens, s
  */
 nctmc_tokenizer *cli_model_tokenizer(const nctmc_model *model);
 
+/** Whether the first bytes of a file (head, n of them) begin a JSON object
+ *  once leading whitespace is skipped: how a Hugging Face tokenizer.json is
+ *  told from a tokenizer file of `nctmc prepare` ("nctmc-tokenizer ..."). */
+bool cli_looks_like_json(const char *head, size_t n);
+
+/**
+ * Loads a tokenizer file of either kind: a Hugging Face tokenizer.json
+ * (nctmc_tokenizer_load_hf_json()) or a file nctmc_tokenizer_save() wrote
+ * (nctmc_tokenizer_load()), told apart by the first bytes. On failure the
+ * message names cmd and the file, and the status is returned.
+ */
+nctmc_status cli_load_tokenizer_file(const char *cmd, nctmc_context *ctx, const char *path,
+                                     nctmc_tokenizer **out);
+
 /** One line describing a tokenizer ("bytes, 256 tokens"), into buf. */
 void cli_describe_tokenizer(const nctmc_tokenizer *tok, char *buf, size_t size);
 

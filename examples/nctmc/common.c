@@ -292,6 +292,34 @@ nctmc_tokenizer *cli_model_tokenizer(const nctmc_model *model)
     return copy;
 }
 
+bool cli_looks_like_json(const char *head, size_t n)
+{
+    size_t i = 0;
+    while (i < n && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t'))
+        i++;
+    return i < n && head[i] == '{';
+}
+
+nctmc_status cli_load_tokenizer_file(const char *cmd, nctmc_context *ctx, const char *path,
+                                     nctmc_tokenizer **out)
+{
+    *out = NULL;
+    /* 64 bytes: tokenizer.json may start with a little whitespace */
+    char head[64] = {0};
+    size_t n = 0;
+    FILE *f = fopen(path, "rb");
+    if (f != NULL) {
+        n = fread(head, 1, sizeof head, f);
+        fclose(f);
+    }
+    /* an unreadable file goes to the loader, whose message says why */
+    nctmc_status st = cli_looks_like_json(head, n) ? nctmc_tokenizer_load_hf_json(ctx, path, out)
+                                                   : nctmc_tokenizer_load(ctx, path, out);
+    if (st != NCTMC_OK)
+        cli_fail(cmd, path, st, nctmc_context_last_error(ctx));
+    return st;
+}
+
 void cli_describe_tokenizer(const nctmc_tokenizer *tok, char *buf, size_t size)
 {
     if (tok == NULL) {

@@ -230,8 +230,8 @@ int cmd_prepare(int argc, char **argv)
         CLI_OPT_CHOICE("--tokenizer", t->tokenizer, text_tokenizer_names,
                        "bytes: 256 tokens, any input; chars: the corpus's own characters"),
         CLI_OPT_STRING("--tokenizer-file", t->tokenizer_file, "FILE",
-                       "use this saved tokenizer (any kind, e.g. another directory's "
-                       "tokenizer.txt)"),
+                       "use this tokenizer: a saved one of any kind (e.g. another "
+                       "directory's tokenizer.txt) or a Hugging Face tokenizer.json"),
         CLI_OPT_FLOAT("--val-fraction", t->val_fraction, "F", 0.0, 0.9,
                       "share held out for validation (every k-th segment)"),
         CLI_OPT_INT("--seq-len", t->seq_len, "N", 0, 1 << 20,

@@ -364,9 +364,8 @@ static nctmc_tokenizer *make_tokenizer(nctmc_context *ctx, const stream_options 
     nctmc_tokenizer *tok = NULL;
     nctmc_status st = NCTMC_OK;
     if (o->tokenizer_file) {
-        st = nctmc_tokenizer_load(ctx, o->tokenizer_file, &tok);
-        if (st != NCTMC_OK)
-            cli_fail("prepare", o->tokenizer_file, st, nctmc_context_last_error(ctx));
+        /* a tokenizer file of prepare, or a Hugging Face tokenizer.json */
+        st = cli_load_tokenizer_file("prepare", ctx, o->tokenizer_file, &tok);
     } else if (o->tokenizer == NCTMC_TOKENIZER_CHARS) {
         tok = gather_chars(ctx, o, co, p, files, n_files);
     } else {

@@ -27,10 +27,7 @@ static bool sniff(const char *path, source_kind *kind)
     char head[16] = {0};
     size_t n = fread(head, 1, sizeof head, f);
     fclose(f);
-    size_t i = 0;
-    while (i < n && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t'))
-        i++;
-    if (i < n && head[i] == '{')
+    if (cli_looks_like_json(head, n))
         *kind = SOURCE_JSON;
     else if (n >= 15 && memcmp(head, "nctmc-tokenizer", 15) == 0)
         *kind = SOURCE_NCTMC;
