@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Learning curves for issue 9: held-out NELBO of one process against
+training tokens, from one run with a constant learning rate (after the
+warm-up) evaluated at fixed steps, so that every point is what a run of
+that length would give with the paper's constant-rate recipe.
+
+  learning_curve.py run --source copychain --process uniform --out U.json
+  learning_curve.py table U.json M.json [...]
+
+The size, batch, learning rate, warm-up and EMA are the quality benchmark's
+CPU budget (docs/quality.md, "The budget"), except that the rate stays
+constant instead of decaying (a cosine that ends at the last step would make
+each intermediate point a different schedule); the model's defaults are the
+library's (log-SNR time input, noise-posterior link). Every step trains on
+fresh source samples; every point evaluates the EMA weights on the same
+held-out sequences (bench_quality.py's HELDOUT_SEED). The table sets the
+processes of a source side by side with the gap and its ratio to the
+source's entropy. Nothing is tuned to a process: both get the same settings.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_quality as BQ  # noqa: E402  (sets up the binding's path)
+import nctmc  # noqa: E402
+import sources as S  # noqa: E402
+
+DEFAULT_POINTS = "250,500,1000,2000,3000,4000"
+
+
+def run(args):
+    source = S.make_source(args.source)
+    ctx = nctmc.Context(backend="cpu", threads=args.threads)
+    budget = BQ.BUDGETS["cpu"]
+    cfg = dict(vocab_size=source.vocab + (0 if args.process == "uniform" else 1),
+               seq_len=source.length, n_layers=budget["layers"], d_model=budget["d_model"],
+               n_heads=budget["heads"], cond_dim=budget["cond"], process=args.process,
+               seed=args.seed)
+    points = sorted(int(p) for p in args.points.split(","))
+    model = nctmc.Model.create(ctx, **cfg)
+    trainer = nctmc.Trainer(model, batch_size=budget["batch"], learning_rate=budget["lr"],
+                            warmup_steps=budget["warmup"], total_steps=points[-1],
+                            min_lr_ratio=1.0, ema_decay=budget["ema"], seed=args.seed)
+    heldout = source.sample(args.eval_seqs, np.random.default_rng(BQ.HELDOUT_SEED))
+    data_rng = np.random.default_rng([args.seed, 1])
+    ema_model = nctmc.Model.create(ctx, **cfg)
+    curve, step, cpu0 = [], 0, time.process_time()
+    for point in points:
+        while step < point:
+            n = min(50, point - step)
+            batch = source.sample(n * budget["batch"], data_rng).reshape(
+                n, budget["batch"], source.length)
+            for k in range(n):
+                trainer.step(batch[k])
+            step += n
+        trainer.copy_weights_to(ema_model, ema=True)
+        ev = ema_model.eval(heldout, time_samples=args.eval_time_samples, batch_size=128, seed=0)
+        curve.append({"step": step, "tokens": step * budget["batch"] * source.length,
+                      "nelbo": ev["nelbo_bits_per_token"], "se": ev["std_error_bits"],
+                      "cpu_seconds": time.process_time() - cpu0})
+        print("%s %s step %d: NELBO %.4f +- %.4f (%.0f s CPU)"
+              % (args.source, args.process, step, curve[-1]["nelbo"], curve[-1]["se"],
+                 curve[-1]["cpu_seconds"]), file=sys.stderr, flush=True)
+    ref, _ = S.source_reference(source, n=20000, seed=BQ.REFERENCE_SEED)
+    out = {"source": args.source, "process": args.process, "config": cfg,
+           "budget": {k: budget[k] for k in ("batch", "lr", "warmup", "ema")},
+           "schedule": "constant after warm-up", "eval_seqs": args.eval_seqs,
+           "eval_time_samples": args.eval_time_samples, "threads": args.threads,
+           "entropy_bits_per_token": ref["entropy_bits_per_token"], "curve": curve}
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+
+
+def table(paths):
+    runs = [json.load(open(p)) for p in paths]
+    for src in sorted({r["source"] for r in runs}):
+        by = {r["process"]: r for r in runs if r["source"] == src}
+        H = next(iter(by.values()))["entropy_bits_per_token"]
+        names = sorted(by)
+        print("\n%s (source entropy %.4f bits/token)\n" % (src, H))
+        head = "| steps | tokens | " + " | ".join("%s NELBO" % n for n in names)
+        if "uniform" in by and "masked" in by:
+            head += " | uniform − masked | gap / entropy"
+        print(head + " |")
+        print("|" + "---|" * (head.count("|") - 0))
+        steps = sorted({c["step"] for r in by.values() for c in r["curve"]})
+        for s in steps:
+            cells, vals = [], {}
+            for n in names:
+                c = [c for c in by[n]["curve"] if c["step"] == s]
+                if c:
+                    vals[n] = c[0]
+                    cells.append("%.3f ± %.3f" % (c[0]["nelbo"], c[0]["se"]))
+                else:
+                    cells.append("—")
+            tokens = next(iter(vals.values()))["tokens"] if vals else 0
+            row = "| %d | %.2fM | %s" % (s, tokens / 1e6, " | ".join(cells))
+            if "uniform" in vals and "masked" in vals:
+                gap = vals["uniform"]["nelbo"] - vals["masked"]["nelbo"]
+                row += " | %+.3f | %.1f%%" % (gap, 100.0 * gap / H)
+            print(row + " |")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--source", choices=["copychain", "brackets"], required=True)
+    r.add_argument("--process", choices=["uniform", "masked", "mixture"], required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--points", default=DEFAULT_POINTS, help="steps to evaluate at")
+    r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--eval-seqs", type=int, default=1024)
+    r.add_argument("--eval-time-samples", type=int, default=16)
+    t = sub.add_parser("table")
+    t.add_argument("paths", nargs="+")
+    args = ap.parse_args(argv)
+    if args.cmd == "run":
+        run(args)
+    else:
+        table(args.paths)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
