@@ -104,7 +104,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define NCTMC_VERSION_MAJOR 0
-#define NCTMC_VERSION_MINOR 4
+#define NCTMC_VERSION_MINOR 5
 #define NCTMC_VERSION_PATCH 0
 /** The version as one number, MAJOR*10000 + MINOR*100 + PATCH. */
 #define NCTMC_VERSION_NUMBER \
@@ -1071,6 +1071,16 @@ typedef struct nctmc_trainer_params {
      *  nctmc_train_stats reports is then the weighted mean, an estimate of
      *  the same objective. Saved in trainer checkpoints. */
     nctmc_time_sampling time_sampling;
+    /** Activation recomputation (flag; default 0, appended in 0.5.0): keep
+     *  only each block's output between the forward and the backward pass,
+     *  and run each block's forward again right before its backward. The
+     *  same gradients and weights bit for bit (the backends are
+     *  deterministic), about a third more computation per step, and a
+     *  fraction of the activation memory (for paper-small, ~1/10 of the
+     *  per-block activations; the logits [batch x length x vocab] remain),
+     *  so a larger batch fits on a GPU or in RAM. Not saved in trainer
+     *  checkpoints: it changes how a step runs, not what it computes. */
+    int32_t activation_recompute;
 } nctmc_trainer_params;
 
 /** Fills *params with the defaults listed above (see "Versioned structs"). */

@@ -5,6 +5,12 @@
  * layer down to the embedding; d_u holds the gradient of whatever a branch
  * produced last; d_cond collects the conditioning gradient from every
  * adaLN modulation before it flows into the time MLP.
+ *
+ * A recomputing workspace (DIT_WS_TRAINING_RECOMPUTE) holds one block's
+ * activations at a time: each block's forward runs again, from the block
+ * input the residual stream kept, right before its backward. The backends'
+ * operations are deterministic, so the recomputed activations are the
+ * first pass's bit for bit, and so are the gradients.
  */
 #include "dit_internal.h"
 
@@ -86,6 +92,8 @@ static void block_backward(const nctmc_model *m, dit_workspace *ws, int32_t k, i
     dit_layer_acts *a = dit_layer(ws, k);
     const dit_block_view *w = &m->view.blocks[k];
     dit_block_view *gw = &g->blocks[k];
+    if (ws->recompute && ws->acts_layer != k)
+        dit_block_forward(m, ws, k, B, L);
     mlp_branch_backward(m, ws, a, w, gw, (int64_t)B * L, L, acc);
     attention_branch_backward(m, ws, a, w, gw, B, L, acc);
     be->ops->linear_backward(be, B, m->dims.c, 6 * m->dims.d, ws->cond, w->ada_w,

@@ -86,10 +86,11 @@ static void mlp_branch(const nctmc_model *m, dit_workspace *ws, dit_layer_acts *
                                     a->mod + MOD_GATE_MLP * z->d, ms, a->x_out);
 }
 
-static void block_forward(const nctmc_model *m, dit_workspace *ws, int32_t k, int32_t B,
-                          int32_t L)
+void dit_block_forward(const nctmc_model *m, dit_workspace *ws, int32_t k, int32_t B,
+                       int32_t L)
 {
     dit_layer_acts *a = dit_layer(ws, k);
+    ws->acts_layer = k;
     const dit_block_view *w = &m->view.blocks[k];
     ws->be->ops->linear_forward(ws->be, B, m->dims.c, 6 * m->dims.d, ws->cond, w->ada_w,
                                 w->ada_b, a->mod);
@@ -122,6 +123,6 @@ void dit_forward(const nctmc_model *m, dit_workspace *ws, const dit_batch *b)
                                false);
     time_conditioning(m, ws, b->batch);
     for (int32_t k = 0; k < m->dims.n_layers; k++)
-        block_forward(m, ws, k, b->batch, b->length);
+        dit_block_forward(m, ws, k, b->batch, b->length);
     output_layer(m, ws, b->batch, b->length);
 }

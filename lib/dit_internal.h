@@ -51,6 +51,11 @@ typedef struct dit_grad_scratch {
 struct dit_workspace {
     nctmc_backend *be;
     bool training;
+    /* DIT_WS_TRAINING_RECOMPUTE: the blocks share one set of activations
+     * (each block keeps its own mod and x_out); acts_layer is the block
+     * whose activations that set holds now (-1: none) */
+    bool recompute;
+    int32_t acts_layer;
     int32_t max_batch;
     int32_t max_length;
     void *arena;
@@ -104,6 +109,11 @@ static inline dit_layer_acts *dit_layer(dit_workspace *ws, int32_t k)
 {
     return &ws->layers[ws->n_layer_acts == 1 ? 0 : k];
 }
+
+/* Block k's forward pass (dit_forward.c): its modulation, attention and MLP
+ * branches, from its input to its output in the residual stream. */
+void dit_block_forward(const nctmc_model *m, dit_workspace *ws, int32_t k, int32_t B,
+                       int32_t L);
 
 /* Backward pass: given d_logits (in place in ws->logits) and
  * ws->grad.d_rate_h from the loss op, writes (or adds) every parameter's

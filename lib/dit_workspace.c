@@ -75,6 +75,17 @@ static void plan_layer(arena_plan *p, dit_layer_acts *a, const ws_sizes *z, bool
     }
 }
 
+/* A block of a recomputing workspace past the first: its own modulation and
+ * output (the residual stream the backward pass restarts it from), every
+ * other activation shared with block 0's. */
+static void plan_stream_layer(arena_plan *p, dit_layer_acts *a, const dit_layer_acts *first,
+                              const ws_sizes *z)
+{
+    *a = *first;
+    plan_f(p, &a->mod, z->B, 6 * z->d);
+    plan_f(p, &a->x_out, z->N, z->d);
+}
+
 static void plan_grads(arena_plan *p, dit_grad_scratch *g, const ws_sizes *z)
 {
     plan_f(p, &g->d_x, z->N, z->d);
@@ -103,8 +114,12 @@ static void plan_workspace(arena_plan *p, dit_workspace *ws, const ws_sizes *z)
     plan_f(p, &ws->t_a3, z->B, z->c);
     plan_f(p, &ws->cond, z->B, z->c);
     plan_f(p, &ws->x_embed, z->N, z->d);
-    for (int32_t k = 0; k < ws->n_layer_acts; k++)
-        plan_layer(p, &ws->layers[k], z, ws->training);
+    for (int32_t k = 0; k < ws->n_layer_acts; k++) {
+        if (ws->recompute && k > 0)
+            plan_stream_layer(p, &ws->layers[k], &ws->layers[0], z);
+        else
+            plan_layer(p, &ws->layers[k], z, ws->training);
+    }
     plan_f(p, &ws->modf, z->B, 2 * z->d);
     plan_f(p, &ws->lnf_mean, z->N, 1);
     plan_f(p, &ws->lnf_rstd, z->N, 1);
@@ -195,10 +210,14 @@ static nctmc_status alloc_host_staging(dit_workspace *ws, const nctmc_model *m, 
 }
 
 nctmc_status dit_workspace_create(const nctmc_model *m, nctmc_backend *be, int32_t B,
-                                  int32_t L, bool training, dit_workspace **out, char *err,
+                                  int32_t L, int32_t mode, dit_workspace **out, char *err,
                                   size_t err_size)
 {
     *out = NULL;
+    if (mode != DIT_WS_INFERENCE && mode != DIT_WS_TRAINING && mode != DIT_WS_TRAINING_RECOMPUTE)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "workspace mode %d",
+                          (int)mode);
+    bool training = mode != DIT_WS_INFERENCE;
     nctmc_status st = check_shape(m, B, L, err, err_size);
     if (st != NCTMC_OK)
         return st;
@@ -210,6 +229,8 @@ nctmc_status dit_workspace_create(const nctmc_model *m, nctmc_backend *be, int32
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     ws->be = be;
     ws->training = training;
+    ws->recompute = mode == DIT_WS_TRAINING_RECOMPUTE;
+    ws->acts_layer = -1;
     ws->max_batch = B;
     ws->max_length = L;
     ws->time_input_kind = m->config.time_input;
@@ -311,6 +332,11 @@ nctmc_status dit_batch_validate(const nctmc_model *m, const dit_workspace *ws,
     if (!b->x_0)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "x_0 must not be NULL");
     return check_tokens(b->x_0, n, fp_n_data(&m->fp), "x_0", "of data tokens", err, err_size);
+}
+
+size_t dit_workspace_bytes(const dit_workspace *ws)
+{
+    return ws->arena_bytes;
 }
 
 float *dit_ws_logits(const dit_workspace *ws)

@@ -212,8 +212,10 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
         nctmc_trainer_free(t);
         return nctmc_fail(err, err_size, st, "out of memory allocating the trainer's slabs");
     }
-    st = dit_workspace_create(model, t->be, params->batch_size, t->seq_len, true, &t->ws, err,
-                              err_size);
+    st = dit_workspace_create(model, t->be, params->batch_size, t->seq_len,
+                              params->activation_recompute ? DIT_WS_TRAINING_RECOMPUTE
+                                                           : DIT_WS_TRAINING,
+                              &t->ws, err, err_size);
     if (st != NCTMC_OK) {
         nctmc_trainer_free(t);
         return st;

@@ -10,6 +10,7 @@
  *    and every gradient tensor, for each forward process, in TF32 and bf16
  *    modes and with both attention implementations; and bitwise
  *    repeatability of the CUDA loss and gradients.
+ *    Activation recomputation gives the same gradients bit for bit.
  * 3. The samplers: the fused sampling operation row by row against the CPU
  *    (same Philox streams, same per-row math: the same tokens), and the
  *    public sampler on the CUDA context giving the same samples twice.
@@ -1120,6 +1121,29 @@ static void compare_grads(const char *label, const nctmc_model *m, const float *
     printf("  %-52s %9.2e  (tol %.0e, worst: %s)\n", label, worst, tol, worst_name);
 }
 
+/* Activation recomputation (DIT_WS_TRAINING_RECOMPUTE) on the GPU: the loss
+ * and gradients of the full workspace, bit for bit. */
+static void check_recompute(model_run *r, const dit_batch *b, const model_result *full,
+                            const char *label, const char *mode)
+{
+    nctmc_backend *be = r->ctx->backend;
+    dit_workspace *kept = r->ws, *re = NULL;
+    char err[256];
+    if (dit_workspace_create(r->model, be, b->batch, b->length, DIT_WS_TRAINING_RECOMPUTE, &re,
+                             err, sizeof err) != NCTMC_OK) {
+        CHECK(false, "model %s %s: recomputing workspace: %s", label, mode, err);
+        return;
+    }
+    r->ws = re;
+    model_result got = model_evaluate(r, b);
+    r->ws = kept;
+    CHECK(got.mean_loss == full->mean_loss &&
+              memcmp(got.grads, full->grads, r->model->slab_floats * sizeof(float)) == 0,
+          "model %s %s: recomputation gives other gradients", label, mode);
+    model_result_free(&got);
+    dit_workspace_free(re);
+}
+
 static void test_model(test_rng *rng, nctmc_process process, nctmc_schedule schedule,
                        int32_t n_classes, const char *label)
 {
@@ -1171,6 +1195,7 @@ static void test_model(test_rng *rng, nctmc_process process, nctmc_schedule sche
                   memcmp(got.grads, again.grads, gpu.model->slab_floats * sizeof(float)) == 0 &&
                   memcmp(got.logits, again.logits, N * V * sizeof(float)) == 0,
               "model %s %s: two CUDA runs differ", label, modes[k].name);
+        check_recompute(&gpu, &b, &got, label, modes[k].name);
         char desc[512];
         CUDA->describe(be, desc, sizeof desc);
         printf("    %s\n", desc);

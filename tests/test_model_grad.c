@@ -3,8 +3,8 @@
  * central finite differences (per element for a sample of every tensor, and
  * along random directions through all parameters at once), for every forward
  * process; per-sequence loss weights (importance sampling of t); gradient
- * accumulation; and bitwise determinism run after run and across thread
- * counts.
+ * accumulation; bitwise determinism run after run and across thread
+ * counts; and activation recomputation giving the same bits.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -26,14 +26,15 @@ typedef struct grad_fixture {
     float *weights;      /* [B] loss weights, or NULL */
 } grad_fixture;
 
-static nctmc_model_config small_config(nctmc_process process, int32_t n_classes)
+static nctmc_model_config small_config(nctmc_process process, int32_t n_classes,
+                                       int32_t n_layers)
 {
     nctmc_model_config c;
     nctmc_model_config_init(&c);
     c.vocab_size = 9;
     c.vocab_pad_multiple = 4; /* V = 12 > S: padding must stay out of the math */
     c.seq_len = 5;
-    c.n_layers = 2;
+    c.n_layers = n_layers;
     c.d_model = 16;
     c.n_heads = 2;
     c.cond_dim = 8;
@@ -52,8 +53,8 @@ static size_t slab_bytes(const nctmc_model *m)
 
 /* Random weights everywhere (zero-initialised tensors included, so every
  * gradient path carries signal), a random batch with x_t ~ q(. | x0). */
-static void fixture_init(grad_fixture *f, nctmc_process process, int32_t n_classes,
-                         int n_threads, uint64_t seed)
+static void fixture_init_layers(grad_fixture *f, nctmc_process process, int32_t n_classes,
+                                int n_threads, uint64_t seed, int32_t n_layers)
 {
     memset(f, 0, sizeof *f);
     nctmc_context_params p;
@@ -61,7 +62,7 @@ static void fixture_init(grad_fixture *f, nctmc_process process, int32_t n_class
     p.backend = "cpu";
     p.n_threads = n_threads;
     nctmc_context_create(&p, &f->ctx);
-    nctmc_model_config cfg = small_config(process, n_classes);
+    nctmc_model_config cfg = small_config(process, n_classes, n_layers);
     CHECK(nctmc_model_create(f->ctx, &cfg, &f->model) == NCTMC_OK, "create: %s",
           nctmc_context_last_error(f->ctx));
     nctmc_model *m = f->model;
@@ -102,6 +103,12 @@ static void fixture_init(grad_fixture *f, nctmc_process process, int32_t n_class
           "workspace: %s", err);
     f->grads = be->ops->alloc(be, slab_bytes(m));
     f->host_grads = calloc(m->slab_floats, sizeof(float));
+}
+
+static void fixture_init(grad_fixture *f, nctmc_process process, int32_t n_classes,
+                         int n_threads, uint64_t seed)
+{
+    fixture_init_layers(f, process, n_classes, n_threads, seed, 2);
 }
 
 static void fixture_free(grad_fixture *f)
@@ -337,6 +344,59 @@ static void test_determinism(void)
     free(ref);
 }
 
+/* A recomputing workspace (DIT_WS_TRAINING_RECOMPUTE) gives the loss and
+ * the gradients of a full one bit for bit — for a 4-layer model (three
+ * blocks run again), twice in a row (the second forward starts with block
+ * 0's activations in the shared set), with accumulation — in a smaller
+ * arena. */
+static void test_recompute(nctmc_process process, int32_t n_classes, const char *what)
+{
+    grad_fixture f;
+    fixture_init_layers(&f, process, n_classes, 2, 4321 + (uint64_t)process, 4);
+    nctmc_model *m = f.model;
+    nctmc_backend *be = f.ctx->backend;
+    size_t n = m->slab_floats;
+    double want_loss = eval_loss(&f, true);
+    float *want = malloc(slab_bytes(m)), *want_acc = malloc(slab_bytes(m));
+    memcpy(want, f.host_grads, slab_bytes(m));
+    dit_batch b = fixture_batch(&f);
+    double loss = 0.0;
+    char err[256];
+    /* a second batch accumulated onto the slab of the first */
+    CHECK(dit_loss(m, f.ws, &b, f.grads, true, &loss, err, sizeof err) == NCTMC_OK, "%s", err);
+    be->ops->download(be, want_acc, f.grads, slab_bytes(m));
+    size_t full_bytes = dit_workspace_bytes(f.ws);
+    dit_workspace_free(f.ws);
+    CHECK(dit_workspace_create(m, be, f.B, f.L, DIT_WS_TRAINING_RECOMPUTE, &f.ws, err,
+                               sizeof err) == NCTMC_OK,
+          "recomputing workspace: %s", err);
+    for (int round = 0; round < 2; round++) {
+        memset(f.host_grads, 0xff, slab_bytes(m));
+        double loss = eval_loss(&f, true);
+        CHECK(memcmp(&loss, &want_loss, sizeof loss) == 0, "%s recompute round %d: loss %.17g "
+              "vs %.17g", what, round, loss, want_loss);
+        CHECK(memcmp(f.host_grads, want, slab_bytes(m)) == 0,
+              "%s recompute round %d: gradients identical", what, round);
+    }
+    /* accumulation onto an existing slab: the same sums */
+    CHECK(dit_loss(m, f.ws, &b, f.grads, true, &loss, err, sizeof err) == NCTMC_OK, "%s", err);
+    be->ops->download(be, f.host_grads, f.grads, slab_bytes(m));
+    CHECK(memcmp(f.host_grads, want_acc, n * sizeof(float)) == 0,
+          "%s recompute: accumulated gradients identical", what);
+    size_t re_bytes = dit_workspace_bytes(f.ws);
+    CHECK(re_bytes < full_bytes, "%s recompute: arena %zu bytes < %zu", what, re_bytes,
+          full_bytes);
+    printf("  %s: recomputing arena %zu bytes, full %zu\n", what, re_bytes, full_bytes);
+    dit_workspace *bad = NULL;
+    CHECK(dit_workspace_create(m, be, f.B, f.L, 7, &bad, err, sizeof err) ==
+                  NCTMC_ERR_INVALID_ARGUMENT &&
+              bad == NULL,
+          "an unknown workspace mode is refused");
+    free(want);
+    free(want_acc);
+    fixture_free(&f);
+}
+
 int main(void)
 {
     test_gradients(NCTMC_PROCESS_UNIFORM, 0, "uniform");
@@ -345,5 +405,8 @@ int main(void)
     test_weighted();
     test_accumulation();
     test_determinism();
+    test_recompute(NCTMC_PROCESS_UNIFORM, 0, "uniform");
+    test_recompute(NCTMC_PROCESS_MASKED, 0, "masked");
+    test_recompute(NCTMC_PROCESS_MIXTURE, 3, "mixture+labels");
     return test_finish("model_grad");
 }

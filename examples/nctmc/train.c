@@ -623,6 +623,9 @@ int cmd_train(int argc, char **argv)
                        "how t is drawn: uniform (the paper's), or importance-sampled and "
                        "reweighted (logit: uniform in logit t; sqrt: density ~ 1/sqrt t)"),
         CLI_OPT_UINT64("--seed", t->seed, "S", "seed of the initial weights and every draw"),
+        CLI_OPT_INT("--recompute", t->activation_recompute, "0|1", 0, 1,
+                    "1: keep only each block's output and run its forward again in the "
+                    "backward pass (same results, ~1/3 more compute, far less memory)"),
         CLI_OPT_SECTION("run"),
         CLI_OPT_FLOAT("--minutes", o.minutes, "M", 0.0, 1e9,
                       "time budget: stop and save before M minutes; 0 = none"),

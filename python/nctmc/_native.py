@@ -149,6 +149,7 @@ class TrainerParams(Structure):
         ("label_dropout", c_float),
         ("seed", c_uint64),
         ("time_sampling", c_int32),
+        ("activation_recompute", c_int32),
     ]
 
 
