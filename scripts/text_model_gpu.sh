@@ -23,10 +23,10 @@
 #
 # The tool is found as: $NCTMC if set; else build-device-text/nctmc (carried);
 # else built here into /tmp/nctmc-text-build when meson and nvcc are here.
-# Knobs (environment): TEXT_GPU_STEPS (default 1000), TEXT_GPU_MINUTES (3, a
+# Knobs (environment): TEXT_GPU_STEPS (default 800), TEXT_GPU_MINUTES (3, a
 # cap on each training's wall time), TEXT_GPU_BATCH (64 sequences of 512
 # tokens; the paper's 512 is 17 epochs of this corpus per 50 steps),
-# TEXT_GPU_LR (3e-4), TEXT_GPU_WARMUP (100), TEXT_GPU_EMA (0.999),
+# TEXT_GPU_LR (3e-4), TEXT_GPU_WARMUP (100), TEXT_GPU_EMA (0.99: a short run),
 # TEXT_GPU_BACKEND (cuda-bf16, the preset's), TEXT_GPU_PROCESSES ("uniform
 # masked"), TEXT_GPU_SAMPLES (64), TEXT_GPU_SAMPLE_STEPS (16,64,256).
 set -u
@@ -34,12 +34,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 carried=${NCTMC_CARRY_DIR:-$root/build-device-text}
 mode=${1:-run}
 
-steps=${TEXT_GPU_STEPS:-1000}
+steps=${TEXT_GPU_STEPS:-800}
 minutes=${TEXT_GPU_MINUTES:-3}
 batch=${TEXT_GPU_BATCH:-64}
 lr=${TEXT_GPU_LR:-3e-4}
 warmup=${TEXT_GPU_WARMUP:-100}
-ema=${TEXT_GPU_EMA:-0.999}
+ema=${TEXT_GPU_EMA:-0.99}
 backend=${TEXT_GPU_BACKEND:-cuda-bf16}
 processes=${TEXT_GPU_PROCESSES:-uniform masked}
 n_samples=${TEXT_GPU_SAMPLES:-64}
