@@ -23,23 +23,26 @@
 #
 # The tool is found as: $NCTMC if set; else build-device-text/nctmc (carried);
 # else built here into /tmp/nctmc-text-build when meson and nvcc are here.
-# Knobs (environment): TEXT_GPU_STEPS (default 1000), TEXT_GPU_MINUTES (3, a
+# Knobs (environment): TEXT_GPU_STEPS (default 800), TEXT_GPU_MINUTES (3, a
 # cap on each training's wall time), TEXT_GPU_BATCH (64 sequences of 512
 # tokens; the paper's 512 is 17 epochs of this corpus per 50 steps),
-# TEXT_GPU_LR (3e-4), TEXT_GPU_WARMUP (100), TEXT_GPU_EMA (0.999),
+# TEXT_GPU_LR (3e-4), TEXT_GPU_WARMUP (100), TEXT_GPU_EMA (0.99: a short run),
 # TEXT_GPU_BACKEND (cuda-bf16, the preset's), TEXT_GPU_PROCESSES ("uniform
-# masked"), TEXT_GPU_SAMPLES (64), TEXT_GPU_SAMPLE_STEPS (16,64,256).
+# masked"), TEXT_GPU_SAMPLES (64), TEXT_GPU_SAMPLE_STEPS (16,64,256),
+# TEXT_GPU_TRAIN_FLAGS (more `nctmc train` flags, e.g. a tiny shape for a dry
+# run on the CPU: TEXT_GPU_BACKEND=cpu TEXT_GPU_TRAIN_FLAGS="--layers 1
+# --d-model 32 --heads 2 --cond-dim 16" NCTMC=build/examples/nctmc).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 carried=${NCTMC_CARRY_DIR:-$root/build-device-text}
 mode=${1:-run}
 
-steps=${TEXT_GPU_STEPS:-1000}
+steps=${TEXT_GPU_STEPS:-800}
 minutes=${TEXT_GPU_MINUTES:-3}
 batch=${TEXT_GPU_BATCH:-64}
 lr=${TEXT_GPU_LR:-3e-4}
 warmup=${TEXT_GPU_WARMUP:-100}
-ema=${TEXT_GPU_EMA:-0.999}
+ema=${TEXT_GPU_EMA:-0.99}
 backend=${TEXT_GPU_BACKEND:-cuda-bf16}
 processes=${TEXT_GPU_PROCESSES:-uniform masked}
 n_samples=${TEXT_GPU_SAMPLES:-64}
@@ -135,7 +138,8 @@ for p in $processes; do
     $timer "$tool" train --data "$carried/data-train" --out "$tmp/$p.safetensors" --preset paper \
         --process "$p" --backend "$backend" --batch "$batch" --lr "$lr" --warmup "$warmup" \
         --steps "$steps" --min-lr-ratio 0.1 --ema "$ema" --minutes "$minutes" \
-        --eval-every 0 --log-every 50 --seed 0 >"$out/train-$p.log" 2>&1 || status=1
+        --eval-every 0 --log-every 50 --seed 0 ${TEXT_GPU_TRAIN_FLAGS:-} \
+        >"$out/train-$p.log" 2>&1 || status=1
     tail -n 3 "$out/train-$p.log"
     models="$models --model $p=$tmp/$p.safetensors"
 done

@@ -79,6 +79,20 @@ def check_judge(rng):
           "entropy of all 256 bytes once is 8")
 
 
+def check_ngram_sampler():
+    print("the n-gram sampler")
+    stream = b"abcabcabd\n\nabcab\n\n"
+    texts = Q.ngram_samples(stream, 3, 40, 4, 0)
+    seen = {stream[i:i + 3] for i in range(len(stream) - 2)}
+    ok = all(len(t) == 40 for t in texts)
+    for t in texts:
+        full = b"\n\n" + t
+        ok = ok and all(full[i:i + 3] in seen for i in range(len(full) - 2))
+    check(ok, "3-gram samples: the asked length, every 3 bytes a 3-gram of the text")
+    check(Q.ngram_samples(stream, 3, 40, 4, 0) == texts and len(set(texts)) > 1,
+          "same seed, same samples; the samples differ")
+
+
 def check_end_to_end(tool, tmp, rng):
     print("end to end")
     corpus = os.path.join(tmp, "corpus")
@@ -132,9 +146,15 @@ def check_end_to_end(tool, tmp, rng):
     rows = res["rows"]
     keys = [(r["model"], r["steps"]) for r in rows]
     check(keys == [("masked", 2), ("masked", 4), ("uniform", 2), ("uniform", 4),
-                   ("held-out text", None)], "one row per model and step count, then the "
-          "reference (%s)" % keys)
-    model_rows = rows[:-1]
+                   ("byte 2-gram sampler", None), ("byte 3-gram sampler", None),
+                   ("held-out text", None)], "one row per model and step count, the n-gram "
+          "samplers, then the reference (%s)" % keys)
+    model_rows = rows[:4]
+    grams = rows[4:6]
+    check(all(r["n"] == 3 and r["bytes"] == 3 * 64 for r in grams)
+          and grams[1]["gen_ppl"] < grams[0]["gen_ppl"],
+          "the n-gram samplers: 3 texts of 64 bytes each; the 3-gram's more like the text "
+          "(perplexity %.2f < %.2f)" % (grams[1]["gen_ppl"], grams[0]["gen_ppl"]))
     check(all(r["nelbo_bits_per_byte"] is not None and r["nelbo_bits_per_byte"] > 0
               for r in model_rows), "every model row has its NELBO in bits/byte")
     check(all(r["n"] == 3 and 189 <= r["bytes"] <= 192 and r["gen_ppl"] > 1
@@ -153,6 +173,7 @@ def main():
         return 2
     rng = random.Random(7)
     check_judge(rng)
+    check_ngram_sampler()
     with tempfile.TemporaryDirectory() as tmp:
         check_end_to_end(os.path.abspath(sys.argv[1]), tmp, rng)
     print("text_quality_smoke: %s" % ("FAILED: " + "; ".join(FAILED) if FAILED else "ok"))

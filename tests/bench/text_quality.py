@@ -37,6 +37,12 @@ context. Reported per row:
 - NELBO: `nctmc eval`'s bits per token times tokens per byte of the
   held-out stream (below).
 
+Yardsticks: when CORPUS/train.txt is there, rows for samples of byte 2- and
+3-gram models counted from it (maximum likelihood, no smoothing; --n texts
+as long as the samples, seeds --seed + i, each starting after a document
+separator), scored the same way: what the simplest models of the training
+text reach.
+
 Bits per byte. The held-out shard is the held-out documents, each followed
 by a separator; the bytes are counted as the documents' UTF-8 bytes plus 2
 per document (the blank line, "\\n\\n", that separates documents in plain
@@ -45,9 +51,12 @@ token count (its manifest) / those bytes: exactly 1 for the byte
 tokenizer.
 """
 import argparse
+import bisect
+import itertools
 import json
 import math
 import os
+import random
 import re
 import subprocess
 import sys
@@ -55,6 +64,7 @@ import time
 
 ORDER = 5
 SEPARATOR = b"\n\n"
+BASELINE_ORDERS = (2, 3)  # the byte n-gram samplers of the yardstick rows
 
 
 # ---- the corpus ---------------------------------------------------------------
@@ -141,6 +151,31 @@ class KneserNey:
         for i in range(len(text)):
             total -= math.log2(self.prob(text[max(0, i - self.order + 1):i], text[i]))
         return total
+
+
+def ngram_samples(stream, k, length, n, seed):
+    """n texts of `length` bytes drawn from the maximum-likelihood byte
+    k-gram model of stream (no smoothing), text i with random.Random(seed +
+    i), each starting after a document separator."""
+    counts = {}
+    for i in range(k - 1, len(stream)):
+        nexts = counts.setdefault(stream[i - k + 1:i], {})
+        nexts[stream[i]] = nexts.get(stream[i], 0) + 1
+    tables = {ctx: (list(nx.keys()), list(itertools.accumulate(nx.values())))
+              for ctx, nx in counts.items()}
+    start = (SEPARATOR * k)[-(k - 1):] if k > 1 else b""
+    out = []
+    for j in range(n):
+        rng = random.Random(seed + j)
+        text = bytearray(start)
+        while len(text) < len(start) + length:
+            ctx = bytes(text[len(text) - (k - 1):]) if k > 1 else b""
+            if ctx not in tables:  # only the stream's last context: restart
+                ctx = start
+            values, cum = tables[ctx]
+            text.append(values[bisect.bisect_right(cum, rng.randrange(cum[-1]))])
+        out.append(bytes(text[len(start):]))
+    return out
 
 
 def unigram_entropy(data):
@@ -324,9 +359,19 @@ def cmd_score(args):
                          "nelbo_bits_per_byte": nelbo[0] if nelbo else None,
                          "nelbo_se": nelbo[1] if nelbo else None,
                          "gen_ppl": ppl, "judge_bits_per_byte": bpb, "unigram_entropy": ent})
+    # yardsticks: byte n-gram samplers counted from the training split
+    train_path = os.path.join(args.corpus, "train.txt")
+    width = sorted(lengths)[len(lengths) // 2] if lengths else 256
+    if os.path.exists(train_path):
+        train_stream = stream_of(read_docs(train_path))
+        for k in BASELINE_ORDERS:
+            texts = ngram_samples(train_stream, k, width, args.n, args.seed)
+            ppl, bpb, ent, n = score_texts(judge, texts)
+            rows.append({"model": "byte %d-gram sampler" % k, "steps": None, "n": len(texts),
+                         "bytes": n, "nelbo_bits_per_byte": None, "nelbo_se": None,
+                         "gen_ppl": ppl, "judge_bits_per_byte": bpb, "unigram_entropy": ent})
     # the reference: real held-out text the judge did not see, in windows
     # as long as the samples (the median sample length; 256 without samples)
-    width = sorted(lengths)[len(lengths) // 2] if lengths else 256
     ref_stream = stream_of(ref_docs)
     windows = [ref_stream[i:i + width] for i in range(0, len(ref_stream) - width + 1, width)]
     ppl, bpb, ent, n = score_texts(judge, windows)
