@@ -17,6 +17,7 @@ _NAMED = {"process": PROCESSES, "schedule": SCHEDULES, "time_input": TIME_INPUTS
           "exit_link": EXIT_LINKS}
 TOKENIZER_KINDS = {0: "bytes", 1: "chars", 2: "image", 3: "bpe"}
 LOAD_MAPPINGS = {"auto": 0, "lazy": 1, "copy": 2}
+WEIGHT_TYPES = {"f32": 0, "bf16": 1, "int8": 2}
 
 
 def _int32_array(values, what):
@@ -197,6 +198,59 @@ class Dataset(Handle):
         return out
 
 
+class DatasetWriter(Handle):
+    """Writes a shard of any length in fixed memory (nctmc_dataset_writer_*):
+    tokens are appended in pieces and the file appears at `path`, replaced
+    atomically, only at `commit()`. Shards without labels.
+
+    As a context manager it commits when the block ends normally; when the
+    block raises, nothing is written (the partial shard is removed)::
+
+        with nctmc.DatasetWriter("train.bin", vocab_size=256) as w:
+            for chunk in chunks:
+                w.append(chunk)
+        print(w.info["n_tokens"])
+    """
+
+    _free = N.nctmc_dataset_writer_free
+
+    def __init__(self, path, vocab_size, seq_len=0, ctx=None):
+        ctx = _default_context(ctx)
+        out = ctypes.c_void_p()
+        check(N.nctmc_dataset_writer_create(ctx, os.fsencode(path), int(vocab_size),
+                                            int(seq_len), ctypes.byref(out)), ctx._error)
+        super().__init__(out)
+        self.path = path
+        #: what commit() wrote (the dict of Dataset.info), None before
+        self.info = None
+
+    def _error(self):
+        return N.nctmc_dataset_writer_last_error(self)
+
+    def append(self, tokens):
+        """Appends tokens (any shape; read in C order) in [0, vocab_size); a
+        token out of range appends nothing of this call and raises."""
+        t = _int32_array(tokens, "tokens").ravel()
+        check(N.nctmc_dataset_writer_append(self, _ptr(t), t.size), self._error)
+
+    def commit(self):
+        """Completes the shard and renames it into place; returns (and keeps
+        in `info`) what was written, the checksum included. Refused when no
+        token was appended or the count is not whole sequences; after a
+        commit, successful or not, the writer only closes."""
+        i = N.new(N.DatasetInfo)
+        check(N.nctmc_dataset_writer_commit(self, ctypes.byref(i)), self._error)
+        self.info = {f: getattr(i, f) for f, _ in N.DatasetInfo._fields_[1:]}
+        return self.info
+
+    def __exit__(self, exc_type, *exc):
+        try:
+            if exc_type is None:
+                self.commit()
+        finally:
+            self.close()
+
+
 def _reliability(r):
     """nctmc_eval_result's reliability table as arrays [bucket, nu bin]."""
     cells = [[r.reliability[b][k] for k in range(N.EVAL_NU_BINS)]
@@ -265,6 +319,24 @@ class Model(Handle):
     def mapped(self):
         """True when the weights are a read-only map of the checkpoint file."""
         return bool(N.nctmc_model_is_mapped(self))
+
+    @property
+    def weight_type(self):
+        """How the linear layers hold their weights: "f32", "bf16" or "int8"."""
+        return {v: k for k, v in WEIGHT_TYPES.items()}[N.nctmc_model_weight_type(self)]
+
+    def convert(self, to):
+        """A sampling-only copy whose linear layers hold `to` ("bf16" or
+        "int8") weights (nctmc_model_convert; docs/model.md "Reduced-precision
+        weights"). It samples, evaluates, runs forward and saves; training it
+        is refused. The model itself is unchanged."""
+        if isinstance(to, str):
+            if to not in WEIGHT_TYPES:
+                raise ValueError("to must be one of %s" % ", ".join(WEIGHT_TYPES))
+            to = WEIGHT_TYPES[to]
+        out = ctypes.c_void_p()
+        check(N.nctmc_model_convert(self, int(to), ctypes.byref(out)), self._error)
+        return type(self)(out, self.context)
 
     @classmethod
     def from_bytes(cls, data, ctx=None):

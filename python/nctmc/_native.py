@@ -273,7 +273,29 @@ class SampleParams(Structure):
     ]
 
 
-#: every versioned struct, by its C name (the layout test walks this)
+class TextRange(Structure):
+    """nctmc_text_range: a half-open byte range (not versioned: fixed layout)."""
+    _fields_ = [
+        ("start", c_size_t),
+        ("end", c_size_t),
+    ]
+
+
+#: nctmc_infill_params.range_tokens entry: the default number of slots
+INFILL_AUTO_TOKENS = -1
+
+
+class InfillParams(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("sample", POINTER(SampleParams)),
+        ("range_tokens", POINTER(c_int32)),
+        ("ranges_out", POINTER(TextRange)),
+    ]
+
+
+#: every struct, by its C name (the layout test walks this; all but
+#: nctmc_text_range are versioned and have an *_init_sized)
 STRUCTS = {
     "nctmc_context_params": ContextParams,
     "nctmc_model_config": ModelConfig,
@@ -290,6 +312,8 @@ STRUCTS = {
     "nctmc_eval_result": EvalResult,
     "nctmc_sampler_params": SamplerParams,
     "nctmc_sample_params": SampleParams,
+    "nctmc_infill_params": InfillParams,
+    "nctmc_text_range": TextRange,
 }
 
 # ---------------------------------------------------------------- functions
@@ -311,7 +335,7 @@ for _name, _struct in [("context_params", ContextParams), ("model_config", Model
                        ("train_stats", TrainStats), ("trainer_state", TrainerState),
                        ("eval_params", EvalParams), ("eval_result", EvalResult),
                        ("sampler_params", SamplerParams), ("sample_params", SampleParams),
-                       ("load_params", LoadParams)]:
+                       ("load_params", LoadParams), ("infill_params", InfillParams)]:
     _fn("nctmc_%s_init_sized" % _name, STATUS, POINTER(_struct), c_size_t)
 
 _fn("nctmc_version", c_char_p)
@@ -341,6 +365,8 @@ _fn("nctmc_model_load_memory", STATUS, H, c_void_p, c_size_t, PH)
 _fn("nctmc_model_load_reader", STATUS, H, POINTER(Reader), PH)
 _fn("nctmc_model_load_ex", STATUS, H, c_char_p, POINTER(LoadParams), PH)
 _fn("nctmc_model_is_mapped", c_int32, H)
+_fn("nctmc_model_weight_type", c_int32, H)
+_fn("nctmc_model_convert", STATUS, H, c_int32, PH)
 _fn("nctmc_model_set_tokenizer", STATUS, H, H)
 _fn("nctmc_model_get_tokenizer", H, H)
 
@@ -370,6 +396,11 @@ _fn("nctmc_dataset_free", None, H)
 _fn("nctmc_dataset_get_info", STATUS, H, POINTER(DatasetInfo))
 _fn("nctmc_dataset_read_tokens", STATUS, H, c_int64, c_int64, POINTER(c_int32))
 _fn("nctmc_dataset_last_error", c_char_p, H)
+_fn("nctmc_dataset_writer_create", STATUS, H, c_char_p, c_int32, c_int32, PH)
+_fn("nctmc_dataset_writer_append", STATUS, H, POINTER(c_int32), c_int64)
+_fn("nctmc_dataset_writer_commit", STATUS, H, POINTER(DatasetInfo))
+_fn("nctmc_dataset_writer_free", None, H)
+_fn("nctmc_dataset_writer_last_error", c_char_p, H)
 
 _fn("nctmc_trainer_create", STATUS, H, POINTER(TrainerParams), PH)
 _fn("nctmc_trainer_free", None, H)
@@ -394,6 +425,8 @@ _fn("nctmc_sampler_free", None, H)
 _fn("nctmc_sample", STATUS, H, POINTER(SampleParams))
 _fn("nctmc_sampler_cancel", None, H)
 _fn("nctmc_sampler_last_error", c_char_p, H)
+_fn("nctmc_infill", STATUS, H, H, c_char_p, c_size_t, POINTER(TextRange), c_int32,
+    POINTER(InfillParams), POINTER(c_char), c_size_t, POINTER(c_size_t))
 
 
 def new(struct_type):
