@@ -11,13 +11,13 @@ in the environment variable NCTMC_LIBRARY. See docs/python.md.
 """
 from . import _native
 from ._handles import Cancelled, Error
-from ._model import Context, Dataset, DatasetWriter, Model, Tokenizer
+from ._model import Context, Dataset, DatasetWriter, Model, Tokenizer, write_file
 from ._preset import presets
 from ._sampler import Sampler
 from ._trainer import Trainer
 
 __all__ = ["Cancelled", "Context", "Dataset", "DatasetWriter", "Error", "Model", "Sampler",
-           "Tokenizer", "Trainer", "library_version", "presets"]
+           "Tokenizer", "Trainer", "library_version", "presets", "write_file"]
 
 
 def library_version():

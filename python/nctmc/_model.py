@@ -67,6 +67,15 @@ def _default_context(ctx):
     return ctx if ctx is not None else Context()
 
 
+def write_file(path, data, ctx=None):
+    """Writes bytes to path the way the library writes its own files
+    (nctmc_write_file): atomically through a temporary file beside it, a
+    symbolic link written through, anything but a regular file refused."""
+    ctx = _default_context(ctx)
+    data = bytes(data)
+    check(N.nctmc_write_file(ctx, os.fsencode(path), data, len(data)), ctx._error)
+
+
 class Tokenizer(Handle):
     """Maps text (or images) to the model's data tokens and back."""
 
@@ -86,6 +95,16 @@ class Tokenizer(Handle):
         out = ctypes.c_void_p()
         check(N.nctmc_tokenizer_create_chars(ctx, data, len(data), ctypes.byref(out)),
               ctx._error)
+        return cls(out)
+
+    @classmethod
+    def image(cls, width, height, levels):
+        """An image tokenizer: width x height pixels of `levels` grey levels,
+        one token per pixel."""
+        ctx = Context(backend="cpu", threads=1)
+        out = ctypes.c_void_p()
+        check(N.nctmc_tokenizer_create_image(ctx, int(width), int(height), int(levels),
+                                             ctypes.byref(out)), ctx._error)
         return cls(out)
 
     @classmethod
@@ -127,6 +146,14 @@ class Tokenizer(Handle):
     @property
     def vocab_size(self):
         return N.nctmc_tokenizer_vocab_size(self)
+
+    @property
+    def image_shape(self):
+        """An image tokenizer's (width, height, levels); raises for other kinds."""
+        w, h, levels = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32()
+        check(N.nctmc_tokenizer_image_shape(self, ctypes.byref(w), ctypes.byref(h),
+                                            ctypes.byref(levels)), self._error)
+        return w.value, h.value, levels.value
 
     def save(self, path):
         check(N.nctmc_tokenizer_save(self, os.fsencode(path)), self._error)
@@ -196,6 +223,12 @@ class Dataset(Handle):
         out = np.empty(count, dtype=np.int32)
         check(N.nctmc_dataset_read_tokens(self, first, count, _ptr(out)), self._error)
         return out
+
+    def label(self, index):
+        """The class label of sequence `index` (a shard written with labels)."""
+        out = ctypes.c_int32()
+        check(N.nctmc_dataset_read_label(self, int(index), ctypes.byref(out)), self._error)
+        return out.value
 
 
 class DatasetWriter(Handle):
@@ -422,9 +455,46 @@ class Model(Handle):
     def tokenizer(self, tok):
         check(N.nctmc_model_set_tokenizer(self, tok), self._error)
 
-    def forward(self, tokens, times, labels=None):
+    @property
+    def tensors(self):
+        """The named parameter tensors (float32), in the model's fixed order:
+        a dict name -> shape, as SEDD / MDLM / GIDD checkpoints name them."""
+        out = {}
+        for k in range(N.nctmc_model_n_tensors(self)):
+            i = N.new(N.TensorInfo)
+            check(N.nctmc_model_tensor_info(self, k, ctypes.byref(i)), self._error)
+            out[i.name.decode()] = tuple(i.shape[:i.n_dims])
+        return out
+
+    def _tensor_shape(self, name):
+        index = ctypes.c_int32()
+        check(N.nctmc_model_find_tensor(self, name.encode(), ctypes.byref(index)), self._error)
+        i = N.new(N.TensorInfo)
+        check(N.nctmc_model_tensor_info(self, index.value, ctypes.byref(i)), self._error)
+        return tuple(i.shape[:i.n_dims])
+
+    def read_tensor(self, name):
+        """A copy of the named tensor as a float32 array of its shape (a
+        converted model's reduced weights dequantised)."""
+        out = np.empty(self._tensor_shape(name), np.float32)
+        check(N.nctmc_model_read_tensor(self, name.encode(), _ptr(out, ctypes.c_float),
+                                        out.size), self._error)
+        return out
+
+    def write_tensor(self, name, values):
+        """Overwrites the named tensor with values (its element count, read
+        in C order). Non-finite values, a wrong count, or a converted
+        model's reduced weight raise and leave the tensor unchanged."""
+        v = np.ascontiguousarray(values, dtype=np.float32).ravel()
+        check(N.nctmc_model_write_tensor(self, name.encode(), _ptr(v, ctypes.c_float), v.size),
+              self._error)
+
+    def forward(self, tokens, times, labels=None, ctx=None):
         """Evaluates the model at (x_t, t): returns (log_rate [B, L],
-        jump_logprobs [B, L, S])."""
+        jump_logprobs [B, L, S]). With ctx (a Context of the model's
+        backend) the call computes on it and stores its errors there
+        (nctmc_model_forward_ex): threads may then run forward on one model
+        at once, each with its own context."""
         x = _int32_array(tokens, "tokens")
         if x.ndim == 1:
             x = x[None, :]
@@ -437,7 +507,10 @@ class Model(Handle):
         p.batch, p.length = b, length
         p.tokens, p.times, p.labels = _ptr(x), _ptr(t, ctypes.c_float), _ptr(lab)
         p.log_rate, p.jump_logprobs = _ptr(log_rate, ctypes.c_float), _ptr(jump, ctypes.c_float)
-        check(N.nctmc_model_forward(self, ctypes.byref(p)), self._error)
+        if ctx is None:
+            check(N.nctmc_model_forward(self, ctypes.byref(p)), self._error)
+        else:
+            check(N.nctmc_model_forward_ex(self, ctx, ctypes.byref(p)), ctx._error)
         return log_rate, jump
 
     def sampler(self, max_batch=8, max_length=0):

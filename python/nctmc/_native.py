@@ -89,6 +89,19 @@ class ModelConfig(Structure):
     ]
 
 
+MAX_DIMS = 4
+
+
+class TensorInfo(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("name", c_char_p),
+        ("n_dims", c_int32),
+        ("shape", c_int64 * MAX_DIMS),
+        ("n_elements", c_int64),
+    ]
+
+
 class ForwardParams(Structure):
     _fields_ = [
         ("struct_size", c_size_t),
@@ -299,6 +312,7 @@ class InfillParams(Structure):
 STRUCTS = {
     "nctmc_context_params": ContextParams,
     "nctmc_model_config": ModelConfig,
+    "nctmc_tensor_info": TensorInfo,
     "nctmc_forward_params": ForwardParams,
     "nctmc_reader": Reader,
     "nctmc_load_params": LoadParams,
@@ -335,7 +349,8 @@ for _name, _struct in [("context_params", ContextParams), ("model_config", Model
                        ("train_stats", TrainStats), ("trainer_state", TrainerState),
                        ("eval_params", EvalParams), ("eval_result", EvalResult),
                        ("sampler_params", SamplerParams), ("sample_params", SampleParams),
-                       ("load_params", LoadParams), ("infill_params", InfillParams)]:
+                       ("load_params", LoadParams), ("infill_params", InfillParams),
+                       ("tensor_info", TensorInfo)]:
     _fn("nctmc_%s_init_sized" % _name, STATUS, POINTER(_struct), c_size_t)
 
 _fn("nctmc_version", c_char_p)
@@ -359,6 +374,12 @@ _fn("nctmc_model_mask_token", c_int32, H)
 _fn("nctmc_model_n_classes", c_int32, H)
 _fn("nctmc_model_process", c_int32, H)
 _fn("nctmc_model_forward", STATUS, H, POINTER(ForwardParams))
+_fn("nctmc_model_forward_ex", STATUS, H, H, POINTER(ForwardParams))
+_fn("nctmc_model_n_tensors", c_int32, H)
+_fn("nctmc_model_tensor_info", STATUS, H, c_int32, POINTER(TensorInfo))
+_fn("nctmc_model_find_tensor", STATUS, H, c_char_p, POINTER(c_int32))
+_fn("nctmc_model_read_tensor", STATUS, H, c_char_p, POINTER(c_float), c_int64)
+_fn("nctmc_model_write_tensor", STATUS, H, c_char_p, POINTER(c_float), c_int64)
 _fn("nctmc_model_save", STATUS, H, c_char_p)
 _fn("nctmc_model_load", STATUS, H, c_char_p, PH)
 _fn("nctmc_model_load_memory", STATUS, H, c_void_p, c_size_t, PH)
@@ -377,6 +398,8 @@ _fn("nctmc_tokenizer_clone", STATUS, H, PH)
 _fn("nctmc_tokenizer_free", None, H)
 _fn("nctmc_tokenizer_get_kind", c_int32, H)
 _fn("nctmc_tokenizer_vocab_size", c_int32, H)
+_fn("nctmc_tokenizer_image_shape", STATUS, H, POINTER(c_int32), POINTER(c_int32),
+    POINTER(c_int32))
 _fn("nctmc_tokenizer_encode", STATUS, H, c_char_p, c_size_t, POINTER(c_int32), c_size_t,
     POINTER(c_size_t))
 _fn("nctmc_tokenizer_decode", STATUS, H, POINTER(c_int32), c_size_t, POINTER(c_char),
@@ -395,6 +418,7 @@ _fn("nctmc_dataset_open", STATUS, H, c_char_p, PH)
 _fn("nctmc_dataset_free", None, H)
 _fn("nctmc_dataset_get_info", STATUS, H, POINTER(DatasetInfo))
 _fn("nctmc_dataset_read_tokens", STATUS, H, c_int64, c_int64, POINTER(c_int32))
+_fn("nctmc_dataset_read_label", STATUS, H, c_int64, POINTER(c_int32))
 _fn("nctmc_dataset_last_error", c_char_p, H)
 _fn("nctmc_dataset_writer_create", STATUS, H, c_char_p, c_int32, c_int32, PH)
 _fn("nctmc_dataset_writer_append", STATUS, H, POINTER(c_int32), c_int64)
@@ -410,6 +434,9 @@ _fn("nctmc_trainer_get_state", STATUS, H, POINTER(TrainerState))
 _fn("nctmc_trainer_get_params", STATUS, H, POINTER(TrainerParams))
 _fn("nctmc_trainer_copy_weights", STATUS, H, H, c_int32)
 _fn("nctmc_trainer_save", STATUS, H, c_char_p)
+_fn("nctmc_trainer_resume", STATUS, H, c_char_p, POINTER(TrainerParams), PH, PH)
+_fn("nctmc_trainer_inspect", STATUS, H, c_char_p, POINTER(TrainerParams),
+    POINTER(TrainerState))
 _fn("nctmc_trainer_last_error", c_char_p, H)
 
 _fn("nctmc_preset_name", c_char_p, c_int32)
@@ -417,6 +444,8 @@ _fn("nctmc_preset_description", c_char_p, c_char_p)
 _fn("nctmc_preset_backend", c_char_p, c_char_p)
 _fn("nctmc_preset_apply", STATUS, c_char_p, POINTER(ModelConfig), POINTER(TrainerParams),
     POINTER(c_char), c_size_t)
+
+_fn("nctmc_write_file", STATUS, H, c_char_p, c_void_p, c_size_t)
 
 _fn("nctmc_eval", STATUS, H, POINTER(EvalParams), POINTER(EvalResult))
 

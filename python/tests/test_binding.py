@@ -650,3 +650,96 @@ def test_dataset_writer_errors(ctx, tmp_path):
     with pytest.raises(nctmc.Error) as e:
         nctmc.DatasetWriter(bad, vocab_size=0, ctx=ctx)
     assert e.value.status == 1 and e.value.message
+
+
+# ---------------------------------------------------------------- tensors, contexts, resume
+
+def test_tensors_read_and_write(ctx, trained):
+    m = nctmc.Model.load(trained["path"], ctx)
+    shapes = m.tensors
+    assert "blocks.0.attn_qkv.weight" in shapes
+    assert sum(int(np.prod(s)) for s in shapes.values()) == m.n_params
+    name = "output_layer.linear.weight"
+    w = m.read_tensor(name)
+    assert w.shape == shapes[name] and w.dtype == np.float32 and np.abs(w).max() > 0
+    x = trained["data"][:2]
+    before = m.forward(x, [0.5, 0.5])[1]
+    m.write_tensor(name, np.zeros_like(w))  # a mapped model copies out of the map first
+    assert not m.mapped and np.array_equal(m.read_tensor(name), np.zeros_like(w))
+    assert not np.array_equal(m.forward(x, [0.5, 0.5])[1], before)
+    m.write_tensor(name, w)
+    assert np.array_equal(m.forward(x, [0.5, 0.5])[1], before)
+    bad = w.copy()
+    bad.flat[3] = np.nan
+    with pytest.raises(nctmc.Error) as e:
+        m.write_tensor(name, bad)
+    assert e.value.status == 1 and np.array_equal(m.read_tensor(name), w)
+    with pytest.raises(nctmc.Error) as e:
+        m.write_tensor(name, w.ravel()[:-1])
+    assert e.value.status == 1 and np.array_equal(m.read_tensor(name), w)
+    with pytest.raises(nctmc.Error) as e:
+        m.read_tensor("no.such.tensor")
+    assert e.value.status == 4 and "no.such.tensor" in e.value.message
+    # a converted model reads its weights dequantised: within half a step
+    q = m.convert("int8")
+    step = np.abs(w).max(axis=1, keepdims=True) / 127
+    assert np.all(np.abs(q.read_tensor(name) - w) <= step / 2 + 1e-6)
+    with pytest.raises(nctmc.Error):
+        q.write_tensor(name, w)
+
+
+def test_forward_on_another_context(ctx, trained):
+    m = nctmc.Model.load(trained["path"], ctx)
+    x = trained["data"][:3]
+    own = m.forward(x, [0.1, 0.5, 0.9])
+    other = nctmc.Context(backend="cpu", threads=2)
+    on_other = m.forward(x, [0.1, 0.5, 0.9], ctx=other)
+    assert np.array_equal(own[0], on_other[0]) and np.array_equal(own[1], on_other[1])
+    with pytest.raises(nctmc.Error) as e:  # the error is the context's
+        m.forward(np.full((1, SEQ_LEN), 99), [0.5], ctx=other)
+    assert e.value.status == 1 and e.value.message
+
+
+def test_resume_takes_the_step_the_saved_run_would_have_taken(ctx, tmp_path):
+    batches = [_markov_data(4, 20 + k) for k in range(5)]
+    t = nctmc.Trainer(_tiny_model(ctx), batch_size=4, learning_rate=3e-3, seed=9)
+    for b in batches[:3]:
+        t.step(b)
+    t.save(tmp_path / "run.safetensors")
+    rest = [t.step(b) for b in batches[3:]]
+    seen = nctmc.Trainer.inspect(tmp_path / "run.safetensors", ctx)
+    assert seen["state"]["step"] == 3 and seen["params"]["batch_size"] == 4
+    assert seen["params"]["learning_rate"] == pytest.approx(3e-3)
+    r = nctmc.Trainer.resume(tmp_path / "run.safetensors", ctx)
+    assert r.state["step"] == 3 and r.batch_size == 4 and r.model.seq_len == SEQ_LEN
+    again = [r.step(b) for b in batches[3:]]
+    assert [s["loss"] for s in again] == [s["loss"] for s in rest]
+    assert r.state == t.state
+    with pytest.raises(nctmc.Error) as e:  # batch_size must match the saved one
+        nctmc.Trainer.resume(tmp_path / "run.safetensors", ctx, batch_size=8)
+    assert e.value.status == 1 and e.value.message
+    _tiny_model(ctx).save(tmp_path / "plain.safetensors")
+    with pytest.raises(nctmc.Error) as e:
+        nctmc.Trainer.inspect(tmp_path / "plain.safetensors", ctx)
+    assert e.value.status == 4
+
+
+def test_labels_image_tokenizer_and_write_file(ctx, tmp_path):
+    data = _markov_data(6, 3)
+    nctmc.Dataset.write(tmp_path / "l.bin", data, vocab_size=S_TOKENS, seq_len=SEQ_LEN,
+                        labels=[2, 0, 1, 1, 0, 2], n_classes=3, ctx=ctx)
+    ds = nctmc.Dataset.open(tmp_path / "l.bin", ctx)
+    assert [ds.label(k) for k in range(6)] == [2, 0, 1, 1, 0, 2]
+    with pytest.raises(nctmc.Error) as e:
+        ds.label(6)
+    assert e.value.status == 1
+    img = nctmc.Tokenizer.image(8, 4, 16)
+    assert img.kind == "image" and img.image_shape == (8, 4, 16) and img.vocab_size == 16
+    with pytest.raises(nctmc.Error):
+        nctmc.Tokenizer.bytes().image_shape
+    nctmc.write_file(tmp_path / "out.bin", b"\x00abc\xff", ctx)
+    assert (tmp_path / "out.bin").read_bytes() == b"\x00abc\xff"
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(nctmc.Error) as e:
+        nctmc.write_file(tmp_path / "adir", b"x", ctx)
+    assert e.value.status == 6 and e.value.message
