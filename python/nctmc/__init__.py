@@ -24,7 +24,3 @@ def library_version():
     """The linked C library's version string."""
     return _native.nctmc_version().decode()
 
-
-if _native.nctmc_version_number() < _native.MIN_VERSION:
-    raise ImportError("nctmc: the C library is version %s; this binding needs 0.2.0 or newer"
-                      % library_version())

@@ -13,8 +13,9 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c
 
 #: the ABI this binding was written for: the library's soname major
 ABI_MAJOR = 1
-#: the oldest library version (MAJOR*10000 + MINOR*100 + PATCH) it accepts
-MIN_VERSION = 200
+#: the oldest library version (MAJOR*10000 + MINOR*100 + PATCH) it accepts:
+#: 0.4.0, whose functions (symbol node NCTMC_1.2) it declares
+MIN_VERSION = 400
 
 
 def _candidates():
@@ -39,7 +40,19 @@ def _load():
                       "path, or install it where the loader finds it): " + "; ".join(errors))
 
 
+def _check_version(library):
+    """Refuses, before any prototype is looked up, a library older than the
+    functions declared below (an older one would lack some of them)."""
+    library.nctmc_version_number.restype = c_int32
+    library.nctmc_version.restype = c_char_p
+    if library.nctmc_version_number() < MIN_VERSION:
+        raise ImportError("nctmc: the C library is version %s; this binding needs %d.%d.%d or "
+                          "newer" % (library.nctmc_version().decode(), MIN_VERSION // 10000,
+                                     MIN_VERSION // 100 % 100, MIN_VERSION % 100))
+
+
 lib = _load()
+_check_version(lib)
 
 # ---------------------------------------------------------------- callbacks
 LOG_FN = CFUNCTYPE(None, c_int32, c_char_p, c_void_p)

@@ -59,6 +59,19 @@ def test_struct_layouts_match_the_header(tmp_path):
 
 def test_version():
     assert nctmc.library_version().count(".") == 2
+    assert N.nctmc_version_number() >= N.MIN_VERSION
+
+
+def test_an_older_library_is_refused_before_its_functions_are_looked_up():
+    class Old:  # stands for a 0.3.0 library, which lacks nctmc_infill & co.
+        pass
+    old = Old()
+    old.nctmc_version_number = lambda: 300
+    old.nctmc_version = lambda: b"0.3.0"
+    with pytest.raises(ImportError, match=r"version 0\.3\.0; this binding needs 0\.4\.0"):
+        N._check_version(old)
+    old.nctmc_version_number = lambda: 400
+    N._check_version(old)
 
 
 def test_context_creation_error_is_readable():
