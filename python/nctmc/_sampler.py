@@ -92,11 +92,12 @@ def _slot_counts(tokens, n):
 
 def _as_text(out, where):
     """The new text as str and its ranges in characters: the output decoded
-    piece by piece (fixed segment, range, ...), so that the ranges count the
-    characters of exactly the returned string. Each fixed segment starts on
-    a character boundary, so no UTF-8 sequence spans two pieces and the
-    pieces decode as the whole would; bytes that are not UTF-8 (a BPE model
-    may sample part of a character) become U+FFFD."""
+    piece by piece (fixed segment, range, ...), so that each range is whole
+    characters of exactly the returned string. A fixed segment is whole
+    characters (the ranges were character indices), so the pieces decode as
+    the whole output would — except bytes of one character sampled across
+    two touching ranges, which here become U+FFFD in each, as do other
+    bytes that are not UTF-8 (a BPE model may sample part of a character)."""
     pieces, ranges, at, chars = [], [], 0, 0
     for start, end in where:
         fixed = out[at:start].decode("utf-8", "replace")
