@@ -11,20 +11,16 @@ in the environment variable NCTMC_LIBRARY. See docs/python.md.
 """
 from . import _native
 from ._handles import Cancelled, Error
-from ._model import Context, Dataset, Model, Tokenizer
+from ._model import Context, Dataset, DatasetWriter, Model, Tokenizer, write_file
 from ._preset import presets
 from ._sampler import Sampler
 from ._trainer import Trainer
 
-__all__ = ["Cancelled", "Context", "Dataset", "Error", "Model", "Sampler", "Tokenizer",
-           "Trainer", "library_version", "presets"]
+__all__ = ["Cancelled", "Context", "Dataset", "DatasetWriter", "Error", "Model", "Sampler",
+           "Tokenizer", "Trainer", "library_version", "presets", "write_file"]
 
 
 def library_version():
     """The linked C library's version string."""
     return _native.nctmc_version().decode()
 
-
-if _native.nctmc_version_number() < _native.MIN_VERSION:
-    raise ImportError("nctmc: the C library is version %s; this binding needs 0.2.0 or newer"
-                      % library_version())

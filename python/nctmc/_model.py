@@ -17,6 +17,7 @@ _NAMED = {"process": PROCESSES, "schedule": SCHEDULES, "time_input": TIME_INPUTS
           "exit_link": EXIT_LINKS}
 TOKENIZER_KINDS = {0: "bytes", 1: "chars", 2: "image", 3: "bpe"}
 LOAD_MAPPINGS = {"auto": 0, "lazy": 1, "copy": 2}
+WEIGHT_TYPES = {"f32": 0, "bf16": 1, "int8": 2}
 
 
 def _int32_array(values, what):
@@ -66,6 +67,15 @@ def _default_context(ctx):
     return ctx if ctx is not None else Context()
 
 
+def write_file(path, data, ctx=None):
+    """Writes bytes to path the way the library writes its own files
+    (nctmc_write_file): atomically through a temporary file beside it, a
+    symbolic link written through, anything but a regular file refused."""
+    ctx = _default_context(ctx)
+    data = bytes(data)
+    check(N.nctmc_write_file(ctx, os.fsencode(path), data, len(data)), ctx._error)
+
+
 class Tokenizer(Handle):
     """Maps text (or images) to the model's data tokens and back."""
 
@@ -85,6 +95,16 @@ class Tokenizer(Handle):
         out = ctypes.c_void_p()
         check(N.nctmc_tokenizer_create_chars(ctx, data, len(data), ctypes.byref(out)),
               ctx._error)
+        return cls(out)
+
+    @classmethod
+    def image(cls, width, height, levels):
+        """An image tokenizer: width x height pixels of `levels` grey levels,
+        one token per pixel."""
+        ctx = Context(backend="cpu", threads=1)
+        out = ctypes.c_void_p()
+        check(N.nctmc_tokenizer_create_image(ctx, int(width), int(height), int(levels),
+                                             ctypes.byref(out)), ctx._error)
         return cls(out)
 
     @classmethod
@@ -126,6 +146,14 @@ class Tokenizer(Handle):
     @property
     def vocab_size(self):
         return N.nctmc_tokenizer_vocab_size(self)
+
+    @property
+    def image_shape(self):
+        """An image tokenizer's (width, height, levels); raises for other kinds."""
+        w, h, levels = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32()
+        check(N.nctmc_tokenizer_image_shape(self, ctypes.byref(w), ctypes.byref(h),
+                                            ctypes.byref(levels)), self._error)
+        return w.value, h.value, levels.value
 
     def save(self, path):
         check(N.nctmc_tokenizer_save(self, os.fsencode(path)), self._error)
@@ -196,6 +224,65 @@ class Dataset(Handle):
         check(N.nctmc_dataset_read_tokens(self, first, count, _ptr(out)), self._error)
         return out
 
+    def label(self, index):
+        """The class label of sequence `index` (a shard written with labels)."""
+        out = ctypes.c_int32()
+        check(N.nctmc_dataset_read_label(self, int(index), ctypes.byref(out)), self._error)
+        return out.value
+
+
+class DatasetWriter(Handle):
+    """Writes a shard of any length in fixed memory (nctmc_dataset_writer_*):
+    tokens are appended in pieces and the file appears at `path`, replaced
+    atomically, only at `commit()`. Shards without labels.
+
+    As a context manager it commits when the block ends normally; when the
+    block raises, nothing is written (the partial shard is removed)::
+
+        with nctmc.DatasetWriter("train.bin", vocab_size=256) as w:
+            for chunk in chunks:
+                w.append(chunk)
+        print(w.info["n_tokens"])
+    """
+
+    _free = N.nctmc_dataset_writer_free
+
+    def __init__(self, path, vocab_size, seq_len=0, ctx=None):
+        ctx = _default_context(ctx)
+        out = ctypes.c_void_p()
+        check(N.nctmc_dataset_writer_create(ctx, os.fsencode(path), int(vocab_size),
+                                            int(seq_len), ctypes.byref(out)), ctx._error)
+        super().__init__(out)
+        self.path = path
+        #: what commit() wrote (the dict of Dataset.info), None before
+        self.info = None
+
+    def _error(self):
+        return N.nctmc_dataset_writer_last_error(self)
+
+    def append(self, tokens):
+        """Appends tokens (any shape; read in C order) in [0, vocab_size); a
+        token out of range appends nothing of this call and raises."""
+        t = _int32_array(tokens, "tokens").ravel()
+        check(N.nctmc_dataset_writer_append(self, _ptr(t), t.size), self._error)
+
+    def commit(self):
+        """Completes the shard and renames it into place; returns (and keeps
+        in `info`) what was written, the checksum included. Refused when no
+        token was appended or the count is not whole sequences; after a
+        commit, successful or not, the writer only closes."""
+        i = N.new(N.DatasetInfo)
+        check(N.nctmc_dataset_writer_commit(self, ctypes.byref(i)), self._error)
+        self.info = {f: getattr(i, f) for f, _ in N.DatasetInfo._fields_[1:]}
+        return self.info
+
+    def __exit__(self, exc_type, *exc):
+        try:
+            if exc_type is None:
+                self.commit()
+        finally:
+            self.close()
+
 
 def _reliability(r):
     """nctmc_eval_result's reliability table as arrays [bucket, nu bin]."""
@@ -265,6 +352,24 @@ class Model(Handle):
     def mapped(self):
         """True when the weights are a read-only map of the checkpoint file."""
         return bool(N.nctmc_model_is_mapped(self))
+
+    @property
+    def weight_type(self):
+        """How the linear layers hold their weights: "f32", "bf16" or "int8"."""
+        return {v: k for k, v in WEIGHT_TYPES.items()}[N.nctmc_model_weight_type(self)]
+
+    def convert(self, to):
+        """A sampling-only copy whose linear layers hold `to` ("bf16" or
+        "int8") weights (nctmc_model_convert; docs/model.md "Reduced-precision
+        weights"). It samples, evaluates, runs forward and saves; training it
+        is refused. The model itself is unchanged."""
+        if isinstance(to, str):
+            if to not in WEIGHT_TYPES:
+                raise ValueError("to must be one of %s" % ", ".join(WEIGHT_TYPES))
+            to = WEIGHT_TYPES[to]
+        out = ctypes.c_void_p()
+        check(N.nctmc_model_convert(self, int(to), ctypes.byref(out)), self._error)
+        return type(self)(out, self.context)
 
     @classmethod
     def from_bytes(cls, data, ctx=None):
@@ -350,9 +455,46 @@ class Model(Handle):
     def tokenizer(self, tok):
         check(N.nctmc_model_set_tokenizer(self, tok), self._error)
 
-    def forward(self, tokens, times, labels=None):
+    @property
+    def tensors(self):
+        """The named parameter tensors (float32), in the model's fixed order:
+        a dict name -> shape, as SEDD / MDLM / GIDD checkpoints name them."""
+        out = {}
+        for k in range(N.nctmc_model_n_tensors(self)):
+            i = N.new(N.TensorInfo)
+            check(N.nctmc_model_tensor_info(self, k, ctypes.byref(i)), self._error)
+            out[i.name.decode()] = tuple(i.shape[:i.n_dims])
+        return out
+
+    def _tensor_shape(self, name):
+        index = ctypes.c_int32()
+        check(N.nctmc_model_find_tensor(self, name.encode(), ctypes.byref(index)), self._error)
+        i = N.new(N.TensorInfo)
+        check(N.nctmc_model_tensor_info(self, index.value, ctypes.byref(i)), self._error)
+        return tuple(i.shape[:i.n_dims])
+
+    def read_tensor(self, name):
+        """A copy of the named tensor as a float32 array of its shape (a
+        converted model's reduced weights dequantised)."""
+        out = np.empty(self._tensor_shape(name), np.float32)
+        check(N.nctmc_model_read_tensor(self, name.encode(), _ptr(out, ctypes.c_float),
+                                        out.size), self._error)
+        return out
+
+    def write_tensor(self, name, values):
+        """Overwrites the named tensor with values (its element count, read
+        in C order). Non-finite values, a wrong count, or a converted
+        model's reduced weight raise and leave the tensor unchanged."""
+        v = np.ascontiguousarray(values, dtype=np.float32).ravel()
+        check(N.nctmc_model_write_tensor(self, name.encode(), _ptr(v, ctypes.c_float), v.size),
+              self._error)
+
+    def forward(self, tokens, times, labels=None, ctx=None):
         """Evaluates the model at (x_t, t): returns (log_rate [B, L],
-        jump_logprobs [B, L, S])."""
+        jump_logprobs [B, L, S]). With ctx (a Context of the model's
+        backend) the call computes on it and stores its errors there
+        (nctmc_model_forward_ex): threads may then run forward on one model
+        at once, each with its own context."""
         x = _int32_array(tokens, "tokens")
         if x.ndim == 1:
             x = x[None, :]
@@ -365,7 +507,10 @@ class Model(Handle):
         p.batch, p.length = b, length
         p.tokens, p.times, p.labels = _ptr(x), _ptr(t, ctypes.c_float), _ptr(lab)
         p.log_rate, p.jump_logprobs = _ptr(log_rate, ctypes.c_float), _ptr(jump, ctypes.c_float)
-        check(N.nctmc_model_forward(self, ctypes.byref(p)), self._error)
+        if ctx is None:
+            check(N.nctmc_model_forward(self, ctypes.byref(p)), self._error)
+        else:
+            check(N.nctmc_model_forward_ex(self, ctx, ctypes.byref(p)), ctx._error)
         return log_rate, jump
 
     def sampler(self, max_batch=8, max_length=0):

@@ -13,8 +13,9 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c
 
 #: the ABI this binding was written for: the library's soname major
 ABI_MAJOR = 1
-#: the oldest library version (MAJOR*10000 + MINOR*100 + PATCH) it accepts
-MIN_VERSION = 200
+#: the oldest library version (MAJOR*10000 + MINOR*100 + PATCH) it accepts:
+#: 0.4.0, whose functions (symbol node NCTMC_1.2) it declares
+MIN_VERSION = 400
 
 
 def _candidates():
@@ -39,7 +40,19 @@ def _load():
                       "path, or install it where the loader finds it): " + "; ".join(errors))
 
 
+def _check_version(library):
+    """Refuses, before any prototype is looked up, a library older than the
+    functions declared below (an older one would lack some of them)."""
+    library.nctmc_version_number.restype = c_int32
+    library.nctmc_version.restype = c_char_p
+    if library.nctmc_version_number() < MIN_VERSION:
+        raise ImportError("nctmc: the C library is version %s; this binding needs %d.%d.%d or "
+                          "newer" % (library.nctmc_version().decode(), MIN_VERSION // 10000,
+                                     MIN_VERSION // 100 % 100, MIN_VERSION % 100))
+
+
 lib = _load()
+_check_version(lib)
 
 # ---------------------------------------------------------------- callbacks
 LOG_FN = CFUNCTYPE(None, c_int32, c_char_p, c_void_p)
@@ -86,6 +99,19 @@ class ModelConfig(Structure):
         ("seed", c_uint64),
         ("time_input", c_int32),
         ("exit_link", c_int32),
+    ]
+
+
+MAX_DIMS = 4
+
+
+class TensorInfo(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("name", c_char_p),
+        ("n_dims", c_int32),
+        ("shape", c_int64 * MAX_DIMS),
+        ("n_elements", c_int64),
     ]
 
 
@@ -274,10 +300,33 @@ class SampleParams(Structure):
     ]
 
 
-#: every versioned struct, by its C name (the layout test walks this)
+class TextRange(Structure):
+    """nctmc_text_range: a half-open byte range (not versioned: fixed layout)."""
+    _fields_ = [
+        ("start", c_size_t),
+        ("end", c_size_t),
+    ]
+
+
+#: nctmc_infill_params.range_tokens entry: the default number of slots
+INFILL_AUTO_TOKENS = -1
+
+
+class InfillParams(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("sample", POINTER(SampleParams)),
+        ("range_tokens", POINTER(c_int32)),
+        ("ranges_out", POINTER(TextRange)),
+    ]
+
+
+#: every struct, by its C name (the layout test walks this; all but
+#: nctmc_text_range are versioned and have an *_init_sized)
 STRUCTS = {
     "nctmc_context_params": ContextParams,
     "nctmc_model_config": ModelConfig,
+    "nctmc_tensor_info": TensorInfo,
     "nctmc_forward_params": ForwardParams,
     "nctmc_reader": Reader,
     "nctmc_load_params": LoadParams,
@@ -291,6 +340,8 @@ STRUCTS = {
     "nctmc_eval_result": EvalResult,
     "nctmc_sampler_params": SamplerParams,
     "nctmc_sample_params": SampleParams,
+    "nctmc_infill_params": InfillParams,
+    "nctmc_text_range": TextRange,
 }
 
 # ---------------------------------------------------------------- functions
@@ -312,7 +363,8 @@ for _name, _struct in [("context_params", ContextParams), ("model_config", Model
                        ("train_stats", TrainStats), ("trainer_state", TrainerState),
                        ("eval_params", EvalParams), ("eval_result", EvalResult),
                        ("sampler_params", SamplerParams), ("sample_params", SampleParams),
-                       ("load_params", LoadParams)]:
+                       ("load_params", LoadParams), ("infill_params", InfillParams),
+                       ("tensor_info", TensorInfo)]:
     _fn("nctmc_%s_init_sized" % _name, STATUS, POINTER(_struct), c_size_t)
 
 _fn("nctmc_version", c_char_p)
@@ -336,12 +388,20 @@ _fn("nctmc_model_mask_token", c_int32, H)
 _fn("nctmc_model_n_classes", c_int32, H)
 _fn("nctmc_model_process", c_int32, H)
 _fn("nctmc_model_forward", STATUS, H, POINTER(ForwardParams))
+_fn("nctmc_model_forward_ex", STATUS, H, H, POINTER(ForwardParams))
+_fn("nctmc_model_n_tensors", c_int32, H)
+_fn("nctmc_model_tensor_info", STATUS, H, c_int32, POINTER(TensorInfo))
+_fn("nctmc_model_find_tensor", STATUS, H, c_char_p, POINTER(c_int32))
+_fn("nctmc_model_read_tensor", STATUS, H, c_char_p, POINTER(c_float), c_int64)
+_fn("nctmc_model_write_tensor", STATUS, H, c_char_p, POINTER(c_float), c_int64)
 _fn("nctmc_model_save", STATUS, H, c_char_p)
 _fn("nctmc_model_load", STATUS, H, c_char_p, PH)
 _fn("nctmc_model_load_memory", STATUS, H, c_void_p, c_size_t, PH)
 _fn("nctmc_model_load_reader", STATUS, H, POINTER(Reader), PH)
 _fn("nctmc_model_load_ex", STATUS, H, c_char_p, POINTER(LoadParams), PH)
 _fn("nctmc_model_is_mapped", c_int32, H)
+_fn("nctmc_model_weight_type", c_int32, H)
+_fn("nctmc_model_convert", STATUS, H, c_int32, PH)
 _fn("nctmc_model_set_tokenizer", STATUS, H, H)
 _fn("nctmc_model_get_tokenizer", H, H)
 
@@ -352,6 +412,8 @@ _fn("nctmc_tokenizer_clone", STATUS, H, PH)
 _fn("nctmc_tokenizer_free", None, H)
 _fn("nctmc_tokenizer_get_kind", c_int32, H)
 _fn("nctmc_tokenizer_vocab_size", c_int32, H)
+_fn("nctmc_tokenizer_image_shape", STATUS, H, POINTER(c_int32), POINTER(c_int32),
+    POINTER(c_int32))
 _fn("nctmc_tokenizer_encode", STATUS, H, c_char_p, c_size_t, POINTER(c_int32), c_size_t,
     POINTER(c_size_t))
 _fn("nctmc_tokenizer_decode", STATUS, H, POINTER(c_int32), c_size_t, POINTER(c_char),
@@ -370,7 +432,13 @@ _fn("nctmc_dataset_open", STATUS, H, c_char_p, PH)
 _fn("nctmc_dataset_free", None, H)
 _fn("nctmc_dataset_get_info", STATUS, H, POINTER(DatasetInfo))
 _fn("nctmc_dataset_read_tokens", STATUS, H, c_int64, c_int64, POINTER(c_int32))
+_fn("nctmc_dataset_read_label", STATUS, H, c_int64, POINTER(c_int32))
 _fn("nctmc_dataset_last_error", c_char_p, H)
+_fn("nctmc_dataset_writer_create", STATUS, H, c_char_p, c_int32, c_int32, PH)
+_fn("nctmc_dataset_writer_append", STATUS, H, POINTER(c_int32), c_int64)
+_fn("nctmc_dataset_writer_commit", STATUS, H, POINTER(DatasetInfo))
+_fn("nctmc_dataset_writer_free", None, H)
+_fn("nctmc_dataset_writer_last_error", c_char_p, H)
 
 _fn("nctmc_trainer_create", STATUS, H, POINTER(TrainerParams), PH)
 _fn("nctmc_trainer_free", None, H)
@@ -380,6 +448,9 @@ _fn("nctmc_trainer_get_state", STATUS, H, POINTER(TrainerState))
 _fn("nctmc_trainer_get_params", STATUS, H, POINTER(TrainerParams))
 _fn("nctmc_trainer_copy_weights", STATUS, H, H, c_int32)
 _fn("nctmc_trainer_save", STATUS, H, c_char_p)
+_fn("nctmc_trainer_resume", STATUS, H, c_char_p, POINTER(TrainerParams), PH, PH)
+_fn("nctmc_trainer_inspect", STATUS, H, c_char_p, POINTER(TrainerParams),
+    POINTER(TrainerState))
 _fn("nctmc_trainer_last_error", c_char_p, H)
 
 _fn("nctmc_preset_name", c_char_p, c_int32)
@@ -388,6 +459,8 @@ _fn("nctmc_preset_backend", c_char_p, c_char_p)
 _fn("nctmc_preset_apply", STATUS, c_char_p, POINTER(ModelConfig), POINTER(TrainerParams),
     POINTER(c_char), c_size_t)
 
+_fn("nctmc_write_file", STATUS, H, c_char_p, c_void_p, c_size_t)
+
 _fn("nctmc_eval", STATUS, H, POINTER(EvalParams), POINTER(EvalResult))
 
 _fn("nctmc_sampler_create", STATUS, H, POINTER(SamplerParams), PH)
@@ -395,6 +468,8 @@ _fn("nctmc_sampler_free", None, H)
 _fn("nctmc_sample", STATUS, H, POINTER(SampleParams))
 _fn("nctmc_sampler_cancel", None, H)
 _fn("nctmc_sampler_last_error", c_char_p, H)
+_fn("nctmc_infill", STATUS, H, H, c_char_p, c_size_t, POINTER(TextRange), c_int32,
+    POINTER(InfillParams), POINTER(c_char), c_size_t, POINTER(c_size_t))
 
 
 def new(struct_type):

@@ -1,10 +1,10 @@
-"""Sampling: generate, infill, progress and cancel."""
+"""Sampling: generate, infill (tokens or text), progress and cancel."""
 import ctypes
 
 import numpy as np
 
 from . import _native as N
-from ._handles import Error, Handle, check
+from ._handles import INVALID_ARGUMENT, Error, Handle, check
 from ._model import _int32_array, _ptr
 
 METHODS = {"tau": 0, "tau-leaping": 0, "euler": 1, "posterior": 2}
@@ -22,6 +22,94 @@ def _code(table, value, what):
     return value
 
 
+def _settings(p, method="tau", steps=128, seed=0, labels=None, temperature=1.0, cfg_scale=1.0,
+              grid="uniform", t_max=None, t_min=None, final_denoise=None, correction_steps=0,
+              correction_temperature=None, first_sequence=0, progress=None, cfg_rule=None,
+              correction_mode="greedy", correction_time=None):
+    """Writes the sampling settings (Sampler.sample's keywords) into the
+    SampleParams p. Returns (keep, failure): the objects the C call reads,
+    which must live until it returns, and the list that receives an
+    exception raised by `progress` (to re-raise after the call)."""
+    p.method = _code(METHODS, method, "method")
+    p.grid = _code(GRIDS, grid, "grid")
+    p.n_steps, p.seed, p.first_sequence = steps, seed, first_sequence
+    p.temperature, p.cfg_scale = temperature, cfg_scale
+    if final_denoise is not None:
+        p.final_denoise = 1 if final_denoise else 0
+    if cfg_rule is not None:
+        p.cfg_rule = _code(CFG_RULES, cfg_rule, "cfg_rule")
+    p.correction_mode = _code(CORRECTION_MODES, correction_mode, "correction_mode")
+    p.correction_steps = correction_steps
+    if correction_temperature is not None:
+        p.correction_temperature = correction_temperature
+    if correction_time is not None:
+        p.correction_time = correction_time
+    if t_max is not None:
+        p.t_max = t_max
+    if t_min is not None:
+        p.t_min = t_min
+    keep, failure = [], []
+    if labels is not None:
+        lab = _int32_array(labels, "labels").ravel()
+        keep.append(lab)
+        p.labels = _ptr(lab)
+    if progress is not None:
+        def callback(step, n_steps, tokens, b, n, _user):
+            try:
+                view = np.ctypeslib.as_array(tokens, shape=(b, n))
+                return 0 if progress(step, n_steps, view) is False else 1
+            except BaseException as e:  # stop sampling, re-raise below
+                failure.append(e)
+                return 0
+        cb = N.SAMPLE_CALLBACK(callback)
+        keep.append(cb)
+        p.callback = cb
+    return keep, failure
+
+
+def _byte_offset(text, i):
+    """The byte offset in text's UTF-8 of character index i (an index past
+    the end stays past the end, for the library to refuse)."""
+    i = int(i)
+    if i < 0:
+        raise ValueError("range bounds must be >= 0, not %d" % i)
+    if i > len(text):
+        return len(text.encode("utf-8")) + (i - len(text))
+    return len(text[:i].encode("utf-8"))
+
+
+def _slot_counts(tokens, n):
+    """infill_text's `tokens` as nctmc_infill_params.range_tokens (None:
+    NULL, the default count for every range)."""
+    if tokens is None:
+        return None
+    counts = [tokens] * n if isinstance(tokens, (int, np.integer)) else list(tokens)
+    if len(counts) != n:
+        raise ValueError("tokens must give one count per range (%d), not %d"
+                         % (n, len(counts)))
+    return np.array([N.INFILL_AUTO_TOKENS if c is None else c for c in counts], np.int32)
+
+
+def _as_text(out, where):
+    """The new text as str and its ranges in characters: the output decoded
+    piece by piece (fixed segment, range, ...), so that each range is whole
+    characters of exactly the returned string. A fixed segment is whole
+    characters (the ranges were character indices), so the pieces decode as
+    the whole output would — except bytes of one character sampled across
+    two touching ranges, which here become U+FFFD in each, as do other
+    bytes that are not UTF-8 (a BPE model may sample part of a character)."""
+    pieces, ranges, at, chars = [], [], 0, 0
+    for start, end in where:
+        fixed = out[at:start].decode("utf-8", "replace")
+        made = out[start:end].decode("utf-8", "replace")
+        pieces += [fixed, made]
+        ranges.append((chars + len(fixed), chars + len(fixed) + len(made)))
+        chars += len(fixed) + len(made)
+        at = end
+    pieces.append(out[at:].decode("utf-8", "replace"))
+    return "".join(pieces), ranges
+
+
 class Sampler(Handle):
     """Draws batches of up to max_batch sequences from a model.
 
@@ -29,6 +117,10 @@ class Sampler(Handle):
     another; the running call then raises `Cancelled` at its next step."""
 
     _free = N.nctmc_sampler_free
+    # infill_text's first buffer: the text plus this many bytes per token
+    # the sampler may generate (a BPE token longer than that costs a
+    # second, identical call)
+    _infill_bytes_per_token = 64
 
     def __init__(self, model, max_batch=8, max_length=0):
         p = N.new(N.SamplerParams)
@@ -69,29 +161,13 @@ class Sampler(Handle):
         length = length or self.max_length
         p = N.new(N.SampleParams)
         p.batch, p.length = batch, length
-        p.method = _code(METHODS, method, "method")
-        p.grid = _code(GRIDS, grid, "grid")
-        p.n_steps, p.seed, p.first_sequence = steps, seed, first_sequence
-        p.temperature, p.cfg_scale = temperature, cfg_scale
-        if final_denoise is not None:
-            p.final_denoise = 1 if final_denoise else 0
-        if cfg_rule is not None:
-            p.cfg_rule = _code(CFG_RULES, cfg_rule, "cfg_rule")
-        p.correction_mode = _code(CORRECTION_MODES, correction_mode, "correction_mode")
-        p.correction_steps = correction_steps
-        if correction_temperature is not None:
-            p.correction_temperature = correction_temperature
-        if correction_time is not None:
-            p.correction_time = correction_time
-        if t_max is not None:
-            p.t_max = t_max
-        if t_min is not None:
-            p.t_min = t_min
-        keep = []  # arrays the C call reads must live until it returns
-        if labels is not None:
-            lab = _int32_array(labels, "labels").ravel()
-            keep.append(lab)
-            p.labels = _ptr(lab)
+        keep, failure = _settings(
+            p, method=method, steps=steps, seed=seed, labels=labels, temperature=temperature,
+            cfg_scale=cfg_scale, grid=grid, t_max=t_max, t_min=t_min,
+            final_denoise=final_denoise, correction_steps=correction_steps,
+            correction_temperature=correction_temperature, first_sequence=first_sequence,
+            progress=progress, cfg_rule=cfg_rule, correction_mode=correction_mode,
+            correction_time=correction_time)
         if fixed_mask is not None:
             mask = np.ascontiguousarray(fixed_mask, dtype=np.uint8).reshape(batch, length)
             fixed = _int32_array(fixed_tokens, "fixed_tokens").reshape(batch, length)
@@ -100,17 +176,6 @@ class Sampler(Handle):
             p.fixed_tokens = _ptr(fixed)
         out = np.zeros((batch, length), dtype=np.int32)
         p.tokens_out = _ptr(out)
-        failure = []
-        if progress is not None:
-            def callback(step, n_steps, tokens, b, n, _user):
-                try:
-                    view = np.ctypeslib.as_array(tokens, shape=(b, n))
-                    return 0 if progress(step, n_steps, view) is False else 1
-                except BaseException as e:  # stop sampling, re-raise below
-                    failure.append(e)
-                    return 0
-            cb = N.SAMPLE_CALLBACK(callback)
-            p.callback = cb
         status = N.nctmc_sample(self, ctypes.byref(p))
         if failure:
             raise failure[0]
@@ -135,3 +200,61 @@ class Sampler(Handle):
         out = self.sample(batch=t.shape[0], length=t.shape[1], fixed_tokens=t,
                           fixed_mask=keep, **kwargs)
         return out[0] if single else out
+
+    def infill_text(self, text, ranges, tokens=None, tokenizer=None, **settings):
+        """Regenerates parts of a text and keeps every other byte as it is
+        (nctmc_infill; docs/api.md "Infilling"). Returns (new_text, new_ranges).
+
+        text is bytes (ranges are byte offsets, the result is bytes) or str
+        (ranges are character indices into it, the result is str: bytes of
+        the sampled ranges that are not UTF-8 become U+FFFD; pass bytes to
+        get them exactly). ranges: sorted, non-overlapping (start, end)
+        pairs, half-open; start == end is an insertion point. tokens: the
+        number of tokens to generate per range — None (as many as the
+        range's text takes, at least 1), one int for every range, or a list
+        with an int or None per range (0 deletes the range). tokenizer: a
+        byte, character or BPE Tokenizer of the model's data tokens (None:
+        the model's). The other keywords are sample()'s settings (method,
+        steps, seed, labels — one entry —, temperature, cfg_scale,
+        correction_*, first_sequence, progress, ...). new_ranges: where
+        each range's new text lies in new_text. A bad range, too many
+        tokens for the sampler's max_length, or a text the tokenizer cannot
+        encode raises `Error` with the library's message."""
+        is_str = isinstance(text, str)
+        data = text.encode("utf-8") if is_str else bytes(text)
+        pairs = [tuple(r) for r in ranges]
+        if any(len(r) != 2 for r in pairs):
+            raise ValueError("each range must be a (start, end) pair")
+        if is_str:
+            pairs = [(_byte_offset(text, a), _byte_offset(text, b)) for a, b in pairs]
+        elif any(int(v) < 0 for r in pairs for v in r):
+            raise ValueError("range bounds must be >= 0")
+        n = len(pairs)
+        rs = (N.TextRange * max(n, 1))(*[N.TextRange(int(a), int(b)) for a, b in pairs])
+        where = (N.TextRange * max(n, 1))()
+        sp = N.new(N.SampleParams)
+        keep, failure = _settings(sp, **settings)  # keep: alive through the calls
+        ip = N.new(N.InfillParams)
+        ip.sample = ctypes.pointer(sp)
+        counts = _slot_counts(tokens, n)
+        ip.range_tokens = _ptr(counts)
+        ip.ranges_out = where
+        # one generous buffer so that the call samples once; a longer text
+        # (BPE tokens of many bytes) is asked again: the result is
+        # deterministic, the second call gives the same text
+        cap = len(data) + self._infill_bytes_per_token * self.max_length + 1
+        out_len = ctypes.c_size_t(0)
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(cap)
+            out_len.value = 0
+            status = N.nctmc_infill(self, tokenizer, data, len(data), rs, n, ctypes.byref(ip),
+                                    buf, cap, ctypes.byref(out_len))
+            if failure:
+                raise failure[0]
+            if status != INVALID_ARGUMENT or out_len.value < cap:
+                break
+            cap = out_len.value + 1
+        check(status, self._error)
+        out = buf.raw[:out_len.value]
+        spans = [(where[k].start, where[k].end) for k in range(n)]
+        return _as_text(out, spans) if is_str else (out, spans)

@@ -7,7 +7,29 @@ import time
 from . import _native as N
 from . import _preset
 from ._handles import Handle, check
-from ._model import Dataset, _int32_array, _ptr
+from ._model import Dataset, Model, _default_context, _int32_array, _ptr
+
+
+def _trainer_params(preset, params):
+    """A TrainerParams struct: the library's defaults, then the preset's,
+    then the keyword arguments (time_sampling by name or value)."""
+    p = N.new(N.TrainerParams)
+    if preset is not None:
+        _preset.apply(preset, params=p)
+    for key, value in params.items():
+        if key == "time_sampling" and isinstance(value, str):
+            if value not in _preset.TIME_SAMPLINGS:
+                raise ValueError("time_sampling must be one of %s"
+                                 % ", ".join(_preset.TIME_SAMPLINGS))
+            value = _preset.TIME_SAMPLINGS[value]
+        elif key not in dict(N.TrainerParams._fields_) or key == "struct_size":
+            raise TypeError("unknown trainer setting %r" % key)
+        setattr(p, key, value)
+    return p
+
+
+def _as_dict(s):
+    return {f: getattr(s, f) for f, _ in type(s)._fields_[1:]}
 
 
 class Trainer(Handle):
@@ -22,27 +44,56 @@ class Trainer(Handle):
     _free = N.nctmc_trainer_free
 
     def __init__(self, model, preset=None, **params):
-        p = N.new(N.TrainerParams)
-        if preset is not None:
-            _preset.apply(preset, params=p)
-        for key, value in params.items():
-            if key == "time_sampling" and isinstance(value, str):
-                if value not in _preset.TIME_SAMPLINGS:
-                    raise ValueError("time_sampling must be one of %s"
-                                     % ", ".join(_preset.TIME_SAMPLINGS))
-                value = _preset.TIME_SAMPLINGS[value]
-            elif key not in dict(N.TrainerParams._fields_) or key == "struct_size":
-                raise TypeError("unknown trainer setting %r" % key)
-            setattr(p, key, value)
+        p = _trainer_params(preset, params)
         out = ctypes.c_void_p()
         check(N.nctmc_trainer_create(model, ctypes.byref(p), ctypes.byref(out)), model._error)
-        super().__init__(out)
+        self._attach(out, model)
+
+    def _attach(self, ptr, model):
+        Handle.__init__(self, ptr)
         self.model = model
-        self.batch_size = p.batch_size
-        self.seq_len = p.seq_len or model.seq_len
+        p = self.params
+        self.batch_size = p["batch_size"]
+        self.seq_len = p["seq_len"] or model.seq_len
+
+    @classmethod
+    def resume(cls, path, ctx=None, **params):
+        """Resumes from a `save()` checkpoint: a new model (the raw weights,
+        as `trainer.model`) and a trainer whose next step is exactly the one
+        the saved run would have taken next. No keywords: the saved
+        parameters; keywords set nctmc_trainer_params fields on top of the
+        library's defaults (batch_size and seq_len must match the saved
+        ones)."""
+        ctx = _default_context(ctx)
+        p = _trainer_params(None, params) if params else None
+        m, t = ctypes.c_void_p(), ctypes.c_void_p()
+        check(N.nctmc_trainer_resume(ctx, os.fsencode(path), ctypes.byref(p) if p else None,
+                                     ctypes.byref(m), ctypes.byref(t)), ctx._error)
+        model = Model(m, ctx)
+        self = cls.__new__(cls)
+        self._attach(t, model)
+        return self
+
+    @staticmethod
+    def inspect(path, ctx=None):
+        """The trainer parameters and state saved in a `save()` checkpoint,
+        reading only its header: a dict with "params" and "state" (dicts).
+        A model-only checkpoint raises (NOT_FOUND)."""
+        ctx = _default_context(ctx)
+        p, s = N.new(N.TrainerParams), N.new(N.TrainerState)
+        check(N.nctmc_trainer_inspect(ctx, os.fsencode(path), ctypes.byref(p), ctypes.byref(s)),
+              ctx._error)
+        return {"params": _as_dict(p), "state": _as_dict(s)}
 
     def _error(self):
         return N.nctmc_trainer_last_error(self)
+
+    @property
+    def params(self):
+        """The trainer's parameters (nctmc_trainer_params) as a dict."""
+        p = N.new(N.TrainerParams)
+        check(N.nctmc_trainer_get_params(self, ctypes.byref(p)), self._error)
+        return _as_dict(p)
 
     @staticmethod
     def _stats(s):
@@ -91,7 +142,7 @@ class Trainer(Handle):
     def state(self):
         s = N.new(N.TrainerState)
         check(N.nctmc_trainer_get_state(self, ctypes.byref(s)), self._error)
-        return {f: getattr(s, f) for f, _ in N.TrainerState._fields_[1:]}
+        return _as_dict(s)
 
     def copy_weights_to(self, model, ema=True):
         """Copies the EMA (or the raw) weights into another model of the same

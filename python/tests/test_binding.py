@@ -59,6 +59,19 @@ def test_struct_layouts_match_the_header(tmp_path):
 
 def test_version():
     assert nctmc.library_version().count(".") == 2
+    assert N.nctmc_version_number() >= N.MIN_VERSION
+
+
+def test_an_older_library_is_refused_before_its_functions_are_looked_up():
+    class Old:  # stands for a 0.3.0 library, which lacks nctmc_infill & co.
+        pass
+    old = Old()
+    old.nctmc_version_number = lambda: 300
+    old.nctmc_version = lambda: b"0.3.0"
+    with pytest.raises(ImportError, match=r"version 0\.3\.0; this binding needs 0\.4\.0"):
+        N._check_version(old)
+    old.nctmc_version_number = lambda: 400
+    N._check_version(old)
 
 
 def test_context_creation_error_is_readable():
@@ -248,6 +261,14 @@ def test_mapped_lazy_and_copied_loads_sample_alike(ctx, trained):
     assert models["auto"].mapped and models["lazy"].mapped and not models["copy"].mapped
     draws = [m.sampler(2).sample(batch=2, steps=8, seed=5) for m in models.values()]
     assert np.array_equal(draws[0], draws[1]) and np.array_equal(draws[0], draws[2])
+    x = trained["data"][:3]
+    outs = [m.forward(x, [0.2, 0.5, 0.9]) for m in models.values()]
+    for rate, jump in outs[1:]:  # bit for bit: the same weights, read in place
+        assert np.array_equal(rate, outs[0][0]) and np.array_equal(jump, outs[0][1])
+    # writing the weights (a trainer) copies them out of the map
+    nctmc.Trainer(models["auto"], batch_size=2)
+    assert not models["auto"].mapped
+    assert np.array_equal(models["auto"].forward(x, [0.2, 0.5, 0.9])[1], outs[0][1])
     with pytest.raises(ValueError):
         nctmc.Model.load(trained["path"], ctx, mapping="sometimes")
 
@@ -396,3 +417,345 @@ def test_forward_and_eval(ctx, trained):
                           rel["n_noisy"][filled] / rel["count"][filled])
     with pytest.raises(nctmc.Error):
         m.forward(np.full((1, SEQ_LEN), 99), [0.5])
+
+
+def test_constants_match_the_header(tmp_path):
+    """The binding's tables of enum values are the header's."""
+    from nctmc import _model
+    consts = {"NCTMC_INFILL_AUTO_TOKENS": N.INFILL_AUTO_TOKENS}
+    consts.update({"NCTMC_WEIGHT_" + k.upper(): v for k, v in _model.WEIGHT_TYPES.items()})
+    consts.update({"NCTMC_LOAD_MAP_AUTO": _model.LOAD_MAPPINGS["auto"],
+                   "NCTMC_LOAD_MAP_LAZY": _model.LOAD_MAPPINGS["lazy"],
+                   "NCTMC_LOAD_COPY": _model.LOAD_MAPPINGS["copy"]})
+    lines = ["#include <stdio.h>", "#include <nctmc.h>", "int main(void) {"]
+    lines += ['printf("%s %%d\\n", (int)(%s));' % (c, c) for c in consts]
+    lines += ["return 0;", "}"]
+    exe = _compile(tmp_path, "constants", "\n".join(lines))
+    c_values = dict(line.split() for line in subprocess.run(
+        [str(exe)], check=True, capture_output=True, text=True).stdout.splitlines())
+    assert {k: int(v) for k, v in c_values.items()} == consts
+
+
+# ---------------------------------------------------------------- text infill
+
+INFILL_SEQ = 48
+
+
+@pytest.fixture(scope="module")
+def byte_sampler(ctx):
+    """An untrained byte-tokenizer model (what is sampled does not matter:
+    the property is about the bytes that are kept) and a sampler for it."""
+    m = nctmc.Model.create(ctx, vocab_size=256, seq_len=INFILL_SEQ, n_layers=1, d_model=32,
+                           n_heads=2, cond_dim=16, seed=7)
+    m.tokenizer = nctmc.Tokenizer.bytes()
+    return m.sampler(1)
+
+
+def _random_ranges(rng, size, n):
+    """n sorted, non-overlapping (possibly empty, touching) ranges in [0, size]."""
+    cuts = sorted(int(c) for c in rng.integers(0, size + 1, 2 * n))
+    return [(cuts[2 * k], cuts[2 * k + 1]) for k in range(n)]
+
+
+def _kept(text, ranges, out, where):
+    """Every fixed piece of text lies unchanged between out's new ranges, and
+    the new ranges are sorted within out."""
+    prev_in = prev_out = 0
+    for r, w in zip(ranges + [(len(text), len(text))], where + [(len(out), len(out))]):
+        if not prev_out <= w[0] <= w[1] <= len(out):
+            return False
+        if text[prev_in:r[0]] != out[prev_out:w[0]]:
+            return False
+        prev_in, prev_out = r[1], w[1]
+    return True
+
+
+def test_infill_text_keeps_every_byte_outside_random_ranges(byte_sampler):
+    rng = np.random.default_rng(11)
+    for trial in range(30):
+        text = rng.integers(0, 256, int(rng.integers(0, 30))).astype(np.uint8).tobytes()
+        n = int(rng.integers(1, 4))
+        ranges = _random_ranges(rng, len(text), n)
+        tokens = [None if rng.random() < 0.4 else int(rng.integers(0, 5)) for _ in range(n)]
+        out, where = byte_sampler.infill_text(text, ranges, tokens=tokens, steps=4, seed=trial)
+        assert isinstance(out, bytes) and len(where) == n
+        assert _kept(text, ranges, out, where), (trial, text, ranges, out, where)
+        # one byte per token: the slots asked for, or the range's own length
+        # (at least 1) for the default count
+        for r, w, t in zip(ranges, where, tokens):
+            assert w[1] - w[0] == (max(1, r[1] - r[0]) if t is None else t)
+        again = byte_sampler.infill_text(text, ranges, tokens=tokens, steps=4, seed=trial)
+        assert again == (out, where)
+
+
+def test_infill_text_draws_new_text_for_the_ranges(byte_sampler):
+    """Different seeds give different fillings; the fixed text stays."""
+    text, ranges = b"The quick brown fox jumps", [(4, 9), (20, 20)]
+    draws = [byte_sampler.infill_text(text, ranges, tokens=[None, 4], steps=4, seed=s)
+             for s in range(4)]
+    assert len({out for out, _ in draws}) > 1
+    for out, (w0, w1) in draws:
+        assert (w1[0] - w0[1], w1[1] - w1[0]) == (11, 4)
+        assert (out[:w0[0]], out[w0[1]:w1[0]], out[w1[1]:]) == (b"The ", b" brown fox ", b"jumps")
+
+
+def test_infill_text_on_str_counts_characters(byte_sampler):
+    """str in, str out: the ranges are character indices of the input and
+    of the returned string, which is the bytes result decoded."""
+    rng = np.random.default_rng(12)
+    alphabet = ["a", "b", " ", "é", "日", "😀"]
+    for trial in range(15):
+        text = "".join(rng.choice(alphabet) for _ in range(int(rng.integers(1, 10))))
+        ranges = _random_ranges(rng, len(text), int(rng.integers(1, 3)))
+        out, where = byte_sampler.infill_text(text, ranges, tokens=2, steps=4, seed=trial)
+        assert isinstance(out, str)
+        assert _kept(text, ranges, out, where), (trial, text, ranges, out, where)
+        byte_ranges = [(len(text[:a].encode()), len(text[:b].encode())) for a, b in ranges]
+        raw, raw_where = byte_sampler.infill_text(text.encode(), byte_ranges, tokens=2,
+                                                  steps=4, seed=trial)
+        for w, rw in zip(where, raw_where):  # the same draw, range by range
+            assert out[w[0]:w[1]] == raw[rw[0]:rw[1]].decode("utf-8", "replace")
+        if all(a[1] < b[0] for a, b in zip(ranges, ranges[1:])):  # none touching
+            assert out == raw.decode("utf-8", "replace")
+
+
+def test_infill_text_retries_a_too_small_buffer(byte_sampler):
+    """With no room for the sampled bytes the first call is refused; the
+    binding asks again and gets the text a roomy buffer gives."""
+    text, ranges = b"0123456789", [(2, 5), (7, 7)]
+    roomy = byte_sampler.infill_text(text, ranges, tokens=[6, 9], steps=4, seed=3)
+    byte_sampler._infill_bytes_per_token = 0
+    try:
+        tight = byte_sampler.infill_text(text, ranges, tokens=[6, 9], steps=4, seed=3)
+    finally:
+        del byte_sampler._infill_bytes_per_token
+    assert tight == roomy and len(roomy[0]) == 10 - 3 + 6 + 9
+
+
+def test_infill_text_errors_carry_the_library_message(byte_sampler, ctx):
+    s = byte_sampler
+    cases = [([(3, 2)], None, "not within"), ([(0, 99)], None, "not within"),
+             ([(0, 4), (2, 6)], None, "overlap"), ([(4, 6), (0, 2)], None, "starts before"),
+             ([(0, 2)], [INFILL_SEQ], "max_length"), ([(0, 2)], [-5], "range_tokens[0]"),
+             ([], None, "")]
+    for ranges, tokens, words in cases:
+        with pytest.raises(nctmc.Error) as e:
+            s.infill_text(b"abcdefgh", ranges, tokens=tokens, steps=2)
+        assert e.value.status == 1 and words in e.value.message, (ranges, e.value.message)
+        assert e.value.message.startswith("nctmc_infill")
+    with pytest.raises(nctmc.Error) as e:  # a character boundary inside a character
+        s.infill_text(b"ab", [(0, 1)], tokenizer=nctmc.Tokenizer.chars("ab\u00e9"), steps=2)
+    assert "tokenizer" in e.value.message
+    chars = nctmc.Model.create(ctx, vocab_size=3, seq_len=16, n_layers=1, d_model=32,
+                               n_heads=2, cond_dim=16, seed=1)
+    chars.tokenizer = nctmc.Tokenizer.chars("ab\u00e9")
+    with pytest.raises(nctmc.Error) as e:
+        chars.sampler(1).infill_text("\u00e9ab".encode()[1:], [(2, 3)], steps=2)
+    assert "invalid UTF-8 at byte 0" in e.value.message
+    with pytest.raises(ValueError):
+        s.infill_text(b"abc", [(0, 1), (2, 3)], tokens=[1])
+    with pytest.raises(ValueError):
+        s.infill_text("abc", [(-1, 1)])
+    with pytest.raises(TypeError):  # set by the call, not by the caller
+        s.infill_text(b"abc", [(0, 1)], length=8)
+    # the sampler still works after the errors
+    assert s.infill_text(b"abc", [(1, 2)], steps=2, seed=1)[0][::2] == b"ac"
+
+
+def test_infill_text_progress_and_cancel(byte_sampler):
+    seen = []
+    byte_sampler.infill_text(b"abcdef", [(1, 3)], steps=5, seed=2,
+                             progress=lambda k, n, t: seen.append((k, n, t.shape)))
+    assert seen == [(k, 5, (1, 6)) for k in range(1, 6)]
+    with pytest.raises(nctmc.Cancelled):
+        byte_sampler.infill_text(b"abcdef", [(1, 3)], steps=5, progress=lambda k, n, t: False)
+
+
+# ---------------------------------------------------------------- reduced precision
+
+def test_convert_to_bf16_and_int8(ctx, trained, tmp_path):
+    m = nctmc.Model.load(trained["path"], ctx, mapping="copy")
+    assert m.weight_type == "f32"
+    x = trained["data"][:4]
+    times = [0.1, 0.4, 0.7, 0.95]
+    ref_rate, ref_jump = m.forward(x, times)
+    ref_samples = m.sampler(4).sample(batch=4, steps=8, seed=5)
+    for to, tol in (("bf16", 0.05), ("int8", 0.05)):  # measured: 0.013 both
+        c = m.convert(to)
+        assert c.weight_type == to and m.weight_type == "f32"
+        assert c.config == m.config and c.tokenizer.decode([0, 1]) == "ab"
+        rate, jump = c.forward(x, times)
+        # close to float32's, and not float32's itself
+        assert np.abs(rate - ref_rate).max() < tol, to
+        finite = np.isfinite(ref_jump)  # -inf: the jump to the current token
+        assert np.array_equal(np.isfinite(jump), finite), to
+        assert np.abs(jump[finite] - ref_jump[finite]).max() < tol, to
+        assert not np.array_equal(jump, ref_jump), to
+        s = c.sampler(4).sample(batch=4, steps=8, seed=5)
+        assert s.shape == ref_samples.shape and ((s >= 0) & (s < S_TOKENS)).all()
+        # format 3 reads back bit for bit
+        c.save(tmp_path / (to + ".safetensors"))
+        back = nctmc.Model.load(tmp_path / (to + ".safetensors"), ctx)
+        assert back.weight_type == to
+        assert np.array_equal(back.forward(x, times)[1], jump)
+        with pytest.raises(nctmc.Error) as e:  # sampling only
+            nctmc.Trainer(c, batch_size=4)
+        assert e.value.status == 1
+        with pytest.raises(nctmc.Error) as e:
+            c.convert("int8")
+        assert "already holds" in e.value.message
+    with pytest.raises(nctmc.Error) as e:
+        m.convert("f32")
+    assert e.value.status == 1 and "NCTMC_WEIGHT_BF16" in e.value.message
+    with pytest.raises(ValueError):
+        m.convert("fp16")
+
+
+# ---------------------------------------------------------------- streaming dataset writer
+
+def test_dataset_writer_output_is_a_shard_the_library_reads(ctx, tmp_path):
+    rng = np.random.default_rng(5)
+    data = rng.integers(0, S_TOKENS, (40, SEQ_LEN)).astype(np.int32)
+    path = tmp_path / "stream.bin"
+    with nctmc.DatasetWriter(path, vocab_size=S_TOKENS, seq_len=SEQ_LEN, ctx=ctx) as w:
+        flat = data.ravel()
+        for a, b in [(0, 7), (7, 100), (100, 100), (100, flat.size)]:  # pieces, not sequences
+            w.append(flat[a:b])
+        assert not path.exists()  # nothing until the commit
+    assert w.info["n_tokens"] == data.size and w.info["n_sequences"] == 40
+    ds = nctmc.Dataset.open(path, ctx)
+    info = ds.info
+    assert info == w.info
+    assert (info["vocab_size"], info["seq_len"]) == (S_TOKENS, SEQ_LEN)
+    assert np.array_equal(ds.read(0, data.size), flat)
+    # the same tokens through nctmc_dataset_write give the same file
+    nctmc.Dataset.write(tmp_path / "whole.bin", data, vocab_size=S_TOKENS, seq_len=SEQ_LEN,
+                        ctx=ctx)
+    assert (tmp_path / "whole.bin").read_bytes() == path.read_bytes()
+    # a trainer reads it
+    trainer = nctmc.Trainer(_tiny_model(ctx), batch_size=4, ema_decay=0.0)
+    assert np.isfinite(trainer.train(ds, 2, progress=False)["loss"])
+
+
+def test_dataset_writer_errors(ctx, tmp_path):
+    path = tmp_path / "d.bin"
+    w = nctmc.DatasetWriter(path, vocab_size=S_TOKENS, ctx=ctx)  # a stream
+    w.append([1, 2, 3])
+    with pytest.raises(nctmc.Error) as e:  # nothing of this call is appended
+        w.append([4, S_TOKENS, 5])
+    assert e.value.status == 1 and "nctmc_dataset_writer_append" in e.value.message
+    w.append([0])
+    assert w.commit()["n_tokens"] == 4
+    assert list(nctmc.Dataset.open(path, ctx).read(0, 4)) == [1, 2, 3, 0]
+    with pytest.raises(nctmc.Error) as e:  # after a commit only close is allowed
+        w.append([1])
+    assert "committed" in e.value.message
+    w.close()
+    # whole sequences only; nothing appears
+    bad = tmp_path / "bad.bin"
+    with pytest.raises(nctmc.Error) as e:
+        with nctmc.DatasetWriter(bad, vocab_size=S_TOKENS, seq_len=SEQ_LEN, ctx=ctx) as w:
+            w.append(np.zeros(SEQ_LEN + 1, np.int32))
+    assert e.value.status == 1 and not bad.exists()
+    # an exception in the block writes nothing
+    with pytest.raises(KeyError):
+        with nctmc.DatasetWriter(bad, vocab_size=S_TOKENS, ctx=ctx) as w:
+            w.append([1, 2])
+            raise KeyError("stop")
+    assert not bad.exists() and w.info is None
+    with pytest.raises(nctmc.Error) as e:
+        nctmc.DatasetWriter(bad, vocab_size=0, ctx=ctx)
+    assert e.value.status == 1 and e.value.message
+
+
+# ---------------------------------------------------------------- tensors, contexts, resume
+
+def test_tensors_read_and_write(ctx, trained):
+    m = nctmc.Model.load(trained["path"], ctx)
+    shapes = m.tensors
+    assert "blocks.0.attn_qkv.weight" in shapes
+    assert sum(int(np.prod(s)) for s in shapes.values()) == m.n_params
+    name = "output_layer.linear.weight"
+    w = m.read_tensor(name)
+    assert w.shape == shapes[name] and w.dtype == np.float32 and np.abs(w).max() > 0
+    x = trained["data"][:2]
+    before = m.forward(x, [0.5, 0.5])[1]
+    m.write_tensor(name, np.zeros_like(w))  # a mapped model copies out of the map first
+    assert not m.mapped and np.array_equal(m.read_tensor(name), np.zeros_like(w))
+    assert not np.array_equal(m.forward(x, [0.5, 0.5])[1], before)
+    m.write_tensor(name, w)
+    assert np.array_equal(m.forward(x, [0.5, 0.5])[1], before)
+    bad = w.copy()
+    bad.flat[3] = np.nan
+    with pytest.raises(nctmc.Error) as e:
+        m.write_tensor(name, bad)
+    assert e.value.status == 1 and np.array_equal(m.read_tensor(name), w)
+    with pytest.raises(nctmc.Error) as e:
+        m.write_tensor(name, w.ravel()[:-1])
+    assert e.value.status == 1 and np.array_equal(m.read_tensor(name), w)
+    with pytest.raises(nctmc.Error) as e:
+        m.read_tensor("no.such.tensor")
+    assert e.value.status == 4 and "no.such.tensor" in e.value.message
+    # a converted model reads its weights dequantised: within half a step
+    q = m.convert("int8")
+    step = np.abs(w).max(axis=1, keepdims=True) / 127
+    assert np.all(np.abs(q.read_tensor(name) - w) <= step / 2 + 1e-6)
+    with pytest.raises(nctmc.Error):
+        q.write_tensor(name, w)
+
+
+def test_forward_on_another_context(ctx, trained):
+    m = nctmc.Model.load(trained["path"], ctx)
+    x = trained["data"][:3]
+    own = m.forward(x, [0.1, 0.5, 0.9])
+    other = nctmc.Context(backend="cpu", threads=2)
+    on_other = m.forward(x, [0.1, 0.5, 0.9], ctx=other)
+    assert np.array_equal(own[0], on_other[0]) and np.array_equal(own[1], on_other[1])
+    with pytest.raises(nctmc.Error) as e:  # the error is the context's
+        m.forward(np.full((1, SEQ_LEN), 99), [0.5], ctx=other)
+    assert e.value.status == 1 and e.value.message
+
+
+def test_resume_takes_the_step_the_saved_run_would_have_taken(ctx, tmp_path):
+    batches = [_markov_data(4, 20 + k) for k in range(5)]
+    t = nctmc.Trainer(_tiny_model(ctx), batch_size=4, learning_rate=3e-3, seed=9)
+    for b in batches[:3]:
+        t.step(b)
+    t.save(tmp_path / "run.safetensors")
+    rest = [t.step(b) for b in batches[3:]]
+    seen = nctmc.Trainer.inspect(tmp_path / "run.safetensors", ctx)
+    assert seen["state"]["step"] == 3 and seen["params"]["batch_size"] == 4
+    assert seen["params"]["learning_rate"] == pytest.approx(3e-3)
+    r = nctmc.Trainer.resume(tmp_path / "run.safetensors", ctx)
+    assert r.state["step"] == 3 and r.batch_size == 4 and r.model.seq_len == SEQ_LEN
+    again = [r.step(b) for b in batches[3:]]
+    assert [s["loss"] for s in again] == [s["loss"] for s in rest]
+    assert r.state == t.state
+    with pytest.raises(nctmc.Error) as e:  # batch_size must match the saved one
+        nctmc.Trainer.resume(tmp_path / "run.safetensors", ctx, batch_size=8)
+    assert e.value.status == 1 and e.value.message
+    _tiny_model(ctx).save(tmp_path / "plain.safetensors")
+    with pytest.raises(nctmc.Error) as e:
+        nctmc.Trainer.inspect(tmp_path / "plain.safetensors", ctx)
+    assert e.value.status == 4
+
+
+def test_labels_image_tokenizer_and_write_file(ctx, tmp_path):
+    data = _markov_data(6, 3)
+    nctmc.Dataset.write(tmp_path / "l.bin", data, vocab_size=S_TOKENS, seq_len=SEQ_LEN,
+                        labels=[2, 0, 1, 1, 0, 2], n_classes=3, ctx=ctx)
+    ds = nctmc.Dataset.open(tmp_path / "l.bin", ctx)
+    assert [ds.label(k) for k in range(6)] == [2, 0, 1, 1, 0, 2]
+    with pytest.raises(nctmc.Error) as e:
+        ds.label(6)
+    assert e.value.status == 1
+    img = nctmc.Tokenizer.image(8, 4, 16)
+    assert img.kind == "image" and img.image_shape == (8, 4, 16) and img.vocab_size == 16
+    with pytest.raises(nctmc.Error):
+        nctmc.Tokenizer.bytes().image_shape
+    nctmc.write_file(tmp_path / "out.bin", b"\x00abc\xff", ctx)
+    assert (tmp_path / "out.bin").read_bytes() == b"\x00abc\xff"
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(nctmc.Error) as e:
+        nctmc.write_file(tmp_path / "adir", b"x", ctx)
+    assert e.value.status == 6 and e.value.message
