@@ -14,8 +14,10 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c
 #: the ABI this binding was written for: the library's soname major
 ABI_MAJOR = 1
 #: the oldest library version (MAJOR*10000 + MINOR*100 + PATCH) it accepts:
-#: 0.4.0, whose functions (symbol node NCTMC_1.2) it declares
-MIN_VERSION = 400
+#: 0.5.0 — its functions are 0.4.0's (symbol node NCTMC_1.2), and its
+#: TrainerParams carries 0.5.0's activation_recompute, which an older library
+#: would not see (the field lies in what was the struct's padding)
+MIN_VERSION = 500
 
 
 def _candidates():

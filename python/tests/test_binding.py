@@ -63,14 +63,14 @@ def test_version():
 
 
 def test_an_older_library_is_refused_before_its_functions_are_looked_up():
-    class Old:  # stands for a 0.3.0 library, which lacks nctmc_infill & co.
+    class Old:  # stands for a 0.4.0 library, which lacks activation_recompute
         pass
     old = Old()
-    old.nctmc_version_number = lambda: 300
-    old.nctmc_version = lambda: b"0.3.0"
-    with pytest.raises(ImportError, match=r"version 0\.3\.0; this binding needs 0\.4\.0"):
-        N._check_version(old)
     old.nctmc_version_number = lambda: 400
+    old.nctmc_version = lambda: b"0.4.0"
+    with pytest.raises(ImportError, match=r"version 0\.4\.0; this binding needs 0\.5\.0"):
+        N._check_version(old)
+    old.nctmc_version_number = lambda: 500
     N._check_version(old)
 
 
@@ -738,6 +738,23 @@ def test_resume_takes_the_step_the_saved_run_would_have_taken(ctx, tmp_path):
     with pytest.raises(nctmc.Error) as e:
         nctmc.Trainer.inspect(tmp_path / "plain.safetensors", ctx)
     assert e.value.status == 4
+
+
+def test_activation_recompute_gives_the_same_training(ctx):
+    """Trainer(activation_recompute=1): the same losses and weights, bit for
+    bit, on a 3-block model; the parameter is reported back."""
+    batches = [_markov_data(4, 40 + k) for k in range(4)]
+    runs = []
+    for recompute in (0, 1):
+        model = nctmc.Model.create(ctx, vocab_size=S_TOKENS, seq_len=SEQ_LEN, n_layers=3,
+                                   d_model=32, n_heads=2, cond_dim=16, seed=5)
+        t = nctmc.Trainer(model, batch_size=4, learning_rate=3e-3, seed=2,
+                          activation_recompute=recompute)
+        assert t.params["activation_recompute"] == recompute
+        losses = [t.step(b)["loss"] for b in batches]
+        runs.append((losses, {n: model.read_tensor(n).tobytes() for n in model.tensors}))
+    assert runs[0][0] == runs[1][0]
+    assert runs[0][1] == runs[1][1]
 
 
 def test_labels_image_tokenizer_and_write_file(ctx, tmp_path):
