@@ -387,9 +387,10 @@ static inline NCTMC_HD int32_t sm_vargmax(sm_terms T)
     return SM_LOOP(sm_block_vargmax(T), sm_seq_vargmax(T));
 }
 
-/* Two passes over the row: the max, then the sum of exponentials. */
-static inline NCTMC_HD sm_jump sm_jump_init(const float *z, const float *zu, double w,
-                                            double temperature, int32_t S, int32_t i)
+/* The jump distribution's inputs and its max (one pass over the row); the
+ * sum is left to the caller. */
+static inline NCTMC_HD sm_jump sm_jump_max(const float *z, const float *zu, double w,
+                                           double temperature, int32_t S, int32_t i)
 {
     sm_jump J;
     J.z = z;
@@ -400,6 +401,15 @@ static inline NCTMC_HD sm_jump sm_jump_init(const float *z, const float *zu, dou
     J.i = i;
     J.max = sm_vmax(sm_terms_of(SM_TERM_JUMP_LOGIT, S, i, &J, 0), -INFINITY);
     J.sum = 0.0;
+    J.log_sum = 0.0;
+    return J;
+}
+
+/* Two passes over the row: the max, then the sum of exponentials. */
+static inline NCTMC_HD sm_jump sm_jump_init(const float *z, const float *zu, double w,
+                                            double temperature, int32_t S, int32_t i)
+{
+    sm_jump J = sm_jump_max(z, zu, w, temperature, S, i);
     J.sum = sm_vsum(sm_terms_of(SM_TERM_JUMP_WEIGHT, S, i, &J, 0));
     J.log_sum = log(J.sum);
     return J;
@@ -418,16 +428,7 @@ static inline NCTMC_HD int32_t sm_jump_pick(const sm_jump *J, double u)
 static inline NCTMC_HD int32_t sm_jump_draw(const float *z, const float *zu, double w,
                                             double temperature, int32_t S, int32_t i, double u)
 {
-    sm_jump J;
-    J.z = z;
-    J.zu = zu;
-    J.w = w;
-    J.inv_temp = 1.0 / temperature;
-    J.S = S;
-    J.i = i;
-    J.max = sm_vmax(sm_terms_of(SM_TERM_JUMP_LOGIT, S, i, &J, 0), -INFINITY);
-    J.sum = 0.0;
-    J.log_sum = 0.0;
+    sm_jump J = sm_jump_max(z, zu, w, temperature, S, i);
     return sm_vdraw(sm_terms_of(SM_TERM_JUMP_WEIGHT, S, i, &J, 0), u, i);
 }
 

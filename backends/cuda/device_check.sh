@@ -34,17 +34,7 @@ mkdir -p "$out"
 mode=${1:-run}
 carried=${NCTMC_CARRY_DIR:-$root/build-device-cuda}
 
-cuda_libdirs() { # every folder holding a CUDA runtime, cuBLAS or cuDNN library
-    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-        [ -d "$d" ] && echo "$d"
-    done
-    for py in python3 /usr/bin/python3; do
-        site=$("$py" -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' \
-               2>/dev/null) || continue
-        find "$site/nvidia" -name 'libcudnn.so*' -o -name 'libcublas*.so*' \
-             -o -name 'libcudart.so*' 2>/dev/null | xargs -r -n1 dirname
-    done | sort -u
-}
+. "$root/backends/cuda/cuda_libdirs.sh"
 
 if [ "$mode" = "--prepare" ]; then
     b="$carried/meson"

@@ -67,6 +67,8 @@ def run(args):
         print("%s %s step %d: NELBO %.4f +- %.4f (%.0f s CPU)"
               % (args.source, args.process, step, curve[-1]["nelbo"], curve[-1]["se"],
                  curve[-1]["cpu_seconds"]), file=sys.stderr, flush=True)
+    if args.checkpoint:   # for bench_quality.py run --from-checkpoint (samples)
+        trainer.save(args.checkpoint)
     ref, _ = S.source_reference(source, n=20000, seed=BQ.REFERENCE_SEED)
     out = {"source": args.source, "process": args.process, "config": cfg,
            "budget": {k: budget[k] for k in ("batch", "lr", "warmup", "ema")},
@@ -119,6 +121,7 @@ def main(argv=None):
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--eval-seqs", type=int, default=1024)
     r.add_argument("--eval-time-samples", type=int, default=16)
+    r.add_argument("--checkpoint", help="save the trainer here at the last point")
     t = sub.add_parser("table")
     t.add_argument("paths", nargs="+")
     args = ap.parse_args(argv)
