@@ -126,18 +126,54 @@ static nctmc_status read_escape(json_reader *r, uint8_t *out, size_t *len)
 }
 
 /* Finds the closing quote from r->at (just past the opening one), so the
- * output can be sized before decoding: decoding never lengthens. */
+ * output can be sized before decoding: decoding never lengthens. memchr
+ * jumps from quote to backslash rather than testing every byte: a
+ * checkpoint header is hundreds of tensor names long and read on every
+ * load. */
 static bool find_string_end(const json_reader *r, size_t *end)
 {
-    for (size_t i = r->at; i < r->n; i++) {
-        if (r->s[i] == '\\')
-            i++;
-        else if (r->s[i] == '"') {
-            *end = i;
+    size_t i = r->at;
+    while (i < r->n) {
+        const uint8_t *quote = memchr(r->s + i, '"', r->n - i);
+        if (!quote)
+            return false;
+        size_t q = (size_t)(quote - r->s);
+        const uint8_t *slash = memchr(r->s + i, '\\', q - i);
+        if (!slash) {
+            *end = q;
             return true;
         }
+        i = (size_t)(slash - r->s) + 2; /* past the escaped byte */
     }
     return false;
+}
+
+/* The length of the leading run of s[0..n) that is printable ASCII
+ * (0x20..0x7F), which is copied as it is: 8 bytes are tested at once (none
+ * with the top bit set, none below 0x20). The caller stops n at the next
+ * backslash; the closing quote is past it. */
+static size_t ascii_run(const uint8_t *s, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101u, tops = 0x8080808080808080u;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        /* (w - 0x20 per byte) & ~w has a top bit set iff a byte is < 0x20 */
+        if ((w | ((w - 0x20u * ones) & ~w)) & tops)
+            break;
+    }
+    while (i < n && s[i] >= 0x20u && s[i] < 0x80u)
+        i++;
+    return i;
+}
+
+/* Where the next backslash from r->at is, or end if none before it. Kept
+ * by the caller between characters, so a long string is searched once. */
+static size_t next_backslash(const json_reader *r, size_t end)
+{
+    const uint8_t *p = memchr(r->s + r->at, '\\', end - r->at);
+    return p ? (size_t)(p - r->s) : end;
 }
 
 /* Copies one raw (unescaped) character after checking it. */
@@ -167,10 +203,15 @@ nctmc_status json_parse_string(json_reader *r, char **out, size_t *len)
     uint8_t *buf = nctmc_mem_alloc(r->alloc, end - r->at + 1);
     if (!buf)
         return nctmc_fail(r->err, r->err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
-    size_t n = 0;
+    size_t n = 0, slash = next_backslash(r, end);
     while (st == NCTMC_OK && r->at < end) {
-        size_t k = 0;
-        if (r->s[r->at] == '\\') {
+        if (slash < r->at)
+            slash = next_backslash(r, end);
+        size_t k = ascii_run(r->s + r->at, slash - r->at);
+        if (k > 0) {
+            memcpy(buf + n, r->s + r->at, k);
+            r->at += k;
+        } else if (r->s[r->at] == '\\') {
             r->at++;
             st = read_escape(r, buf + n, &k);
         } else {

@@ -1101,13 +1101,16 @@ static nctmc_status file_crc(const st_file *f, uint64_t digits_at, uint32_t *crc
                              size_t err_size)
 {
     enum { CHUNK = 1 << 20 };
-    uint8_t *buf = nctmc_mem_alloc(f->alloc, CHUNK);
+    /* no bigger than the file: a small checkpoint is checked on every load,
+     * and a 1 MiB buffer for it costs more than reading it */
+    size_t chunk = f->file_size < CHUNK ? (size_t)f->file_size : CHUNK;
+    uint8_t *buf = nctmc_mem_alloc(f->alloc, chunk ? chunk : 1);
     if (!buf)
         return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     nctmc_status st = NCTMC_OK;
     *crc = 0;
     for (uint64_t at = 0; at < f->file_size && st == NCTMC_OK;) {
-        size_t n = f->file_size - at < CHUNK ? (size_t)(f->file_size - at) : CHUNK;
+        size_t n = f->file_size - at < chunk ? (size_t)(f->file_size - at) : chunk;
         st = byte_source_read(&f->src, at, buf, n, err, err_size);
         for (uint64_t k = digits_at; st == NCTMC_OK && k < digits_at + 8; k++)
             if (k >= at && k < at + n)

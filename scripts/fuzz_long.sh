@@ -5,8 +5,9 @@
 #   scripts/fuzz_long.sh [TARGET...]
 #
 # Builds tests/fuzz_loaders.c as a libFuzzer target with clang, ASan and
-# UBSan (build-fuzz/), then runs each loader in turn for FUZZ_RUNS
-# executions (default 10,000,000): every file argument of the nctmc tool —
+# UBSan (build-fuzz/; but see FUZZ_SANITIZE), then runs each loader in turn
+# for FUZZ_RUNS executions (default 10,000,000): every file argument of the
+# nctmc tool —
 # safetensors (the container), model (nctmc_model_load), dataset (shards),
 # tokenizer (tokenizer files), trainer (nctmc_trainer_inspect and
 # nctmc_trainer_resume, a step, a save that must resume again), digits
@@ -18,11 +19,18 @@
 #   FUZZ_RUNS=N        executions per loader (default 10000000)
 #   FUZZ_SECONDS=S     also stop a loader after S seconds (default: no limit)
 #   FUZZ_JOBS=J        loaders run at once (default 1)
+#   FUZZ_SANITIZE=S    the sanitizers, as meson's b_sanitize (default
+#                      address,undefined, in build-fuzz/). Any other value
+#                      builds a release target in build-fuzz-S/ (commas as
+#                      dashes): "undefined" is UBSan without ASan, about 1.5
+#                      times as fast, for a loader (trainer) that ASan makes
+#                      too slow for 10M executions in the time there is
 # Inputs are written to a scratch directory in /dev/shm when it exists (the
 # loaders take paths). Each loader keeps its corpus in build-fuzz/corpus/,
 # so a later run continues from it; a crash leaves its input as
 # build-fuzz/crash-* and the script exits non-zero. The executions reached
-# go to build-fuzz/fuzz-long-results.txt (one line per loader).
+# go to build-fuzz/fuzz-long-results.txt (one line per loader); with
+# FUZZ_SANITIZE, read build-fuzz-S/ for build-fuzz/ throughout.
 #
 # The last result is in docs/formats.md ("Fuzzing the loaders").
 set -eu
@@ -33,23 +41,29 @@ seconds=${FUZZ_SECONDS:-0}
 jobs=${FUZZ_JOBS:-1}
 targets=${*:-safetensors model dataset tokenizer trainer digits jsonl hf_json bpe}
 
-if [ -d build-fuzz ]; then
-    meson setup --reconfigure build-fuzz >/dev/null
-else
-    CC=clang meson setup build-fuzz -Dfuzzing=true -Dcuda=disabled -Dreference_tests=disabled \
-        -Db_sanitize=address,undefined -Dbuildtype=debugoptimized -Db_lundef=false >/dev/null
+sanitize=${FUZZ_SANITIZE:-address,undefined}
+build=build-fuzz buildtype=debugoptimized
+if [ "$sanitize" != address,undefined ]; then
+    build=build-fuzz-$(echo "$sanitize" | tr , -) buildtype=release
 fi
-ninja -C build-fuzz tests/fuzz_loaders_libfuzzer
-fuzzer="$root/build-fuzz/tests/fuzz_loaders_libfuzzer"
+
+if [ -d "$build" ]; then
+    meson setup --reconfigure "$build" >/dev/null
+else
+    CC=clang meson setup "$build" -Dfuzzing=true -Dcuda=disabled -Dreference_tests=disabled \
+        -Db_sanitize="$sanitize" -Dbuildtype=$buildtype -Db_lundef=false >/dev/null
+fi
+ninja -C "$build" tests/fuzz_loaders_libfuzzer
+fuzzer="$root/$build/tests/fuzz_loaders_libfuzzer"
 scratch_base=/tmp
 [ -d /dev/shm ] && [ -w /dev/shm ] && scratch_base=/dev/shm
-results="$root/build-fuzz/fuzz-long-results.txt"
+results="$root/$build/fuzz-long-results.txt"
 : >"$results"
 
 run_one() { # target
     t=$1
-    mkdir -p "build-fuzz/corpus/$t" "build-fuzz/logs"
-    log="build-fuzz/logs/$t.log"
+    mkdir -p "$build/corpus/$t" "$build/logs"
+    log="$build/logs/$t.log"
     limit=""
     [ "$seconds" -gt 0 ] && limit="-max_total_time=$seconds"
     start=$(date +%s)
@@ -58,7 +72,7 @@ run_one() { # target
     ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         "$fuzzer" -runs="$runs" $limit -rss_limit_mb=4096 -timeout=20 -print_final_stats=1 \
-        -artifact_prefix="build-fuzz/crash-$t-" "build-fuzz/corpus/$t" >"$log" 2>&1 ||
+        -artifact_prefix="$build/crash-$t-" "$build/corpus/$t" >"$log" 2>&1 ||
         status=$?
     done_runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     echo "$t: ${done_runs:-?} executions in $(($(date +%s) - start)) s, exit $status" |
@@ -82,5 +96,5 @@ done
 for pid in $pids; do
     wait "$pid" || failed=1
 done
-[ "$failed" -eq 0 ] || echo "fuzz_long: a loader failed; see build-fuzz/logs/ and build-fuzz/crash-*" >&2
+[ "$failed" -eq 0 ] || echo "fuzz_long: a loader failed; see $build/logs/ and $build/crash-*" >&2
 exit "$failed"

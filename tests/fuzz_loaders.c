@@ -68,6 +68,8 @@ static struct {
     char resaved_path[512];
     int pinned; /* FUZZ_LOADERS_TARGET, or -1 */
     nctmc_context *ctx;
+    size_t live_bytes;    /* held through the context's allocator hook */
+    size_t live_baseline; /* ... by the context itself, after setup */
     uint8_t *seed[N_TARGETS];
     size_t seed_size[N_TARGETS];
     long accepted[N_TARGETS], rejected[N_TARGETS];
@@ -85,6 +87,38 @@ static void fail(const char *what)
 {
     fprintf(stderr, "fuzz_loaders: %s\n", what);
     abort();
+}
+
+/* The context's allocator hook keeps what the loaders hold under a cap. A
+ * 24 KB trainer checkpoint may name a model whose training workspace grows
+ * with batch x seq_len^2 (the fuzzer found batch 7 and seq_len 3406: 785 MB
+ * and 9 s an input under UBSan, and more is possible); the hook is how an
+ * embedder refuses that, and the refusal must be clean
+ * (NCTMC_ERR_OUT_OF_MEMORY with a message, nothing left behind). It also
+ * counts the bytes held, so every input is checked to give back all it
+ * took, with or without LeakSanitizer. */
+#define HOOK_HEADER 64
+#define LIVE_BYTES_CAP ((size_t)64 << 20)
+
+static void *capped_alloc(size_t size, size_t alignment, void *user_data)
+{
+    size_t *live = user_data;
+    void *raw = NULL;
+    if (alignment > HOOK_HEADER || size > LIVE_BYTES_CAP - *live ||
+        posix_memalign(&raw, HOOK_HEADER, HOOK_HEADER + size) != 0)
+        return NULL;
+    memcpy(raw, &size, sizeof size);
+    *live += size;
+    return (uint8_t *)raw + HOOK_HEADER;
+}
+
+static void capped_free(void *ptr, void *user_data)
+{
+    size_t *live = user_data, size;
+    uint8_t *raw = (uint8_t *)ptr - HOOK_HEADER;
+    memcpy(&size, raw, sizeof size);
+    *live -= size;
+    free(raw);
 }
 
 static uint8_t *seed_checkpoint(size_t *n)
@@ -244,6 +278,9 @@ static void setup(void)
     nctmc_context_params_init(&cp);
     cp.backend = "cpu";
     cp.n_threads = 1;
+    cp.alloc_fn = capped_alloc;
+    cp.free_fn = capped_free;
+    cp.alloc_user_data = &h.live_bytes;
     if (!test_make_temp_dir(h.dir, sizeof h.dir) || nctmc_context_create(&cp, &h.ctx) != NCTMC_OK)
         fail("no scratch directory or context");
     test_path(h.input_path, sizeof h.input_path, h.dir, "input");
@@ -267,6 +304,7 @@ static void setup(void)
     if (pin && h.pinned < 0)
         fail("FUZZ_LOADERS_TARGET names no target");
     atexit(cleanup);
+    h.live_baseline = h.live_bytes;
     h.ready = 1;
 }
 
@@ -669,6 +707,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         default: ok = run_tokenizer(); break; /* T_TOKENIZER, T_BPE */
         }
     }
+    if (h.live_bytes != h.live_baseline)
+        fail("a loader kept memory it took through the allocator hook");
     if (ok)
         h.accepted[target]++;
     else

@@ -788,6 +788,51 @@ static const struct {
     {"unterminated string", "{\"__metadata__\":{\"a\":\"abc}}", 0, NCTMC_ERR_FORMAT},
 };
 
+/* Header strings are decoded 8 plain ASCII bytes at a time (json.c): a
+ * control byte, a non-ASCII character or an escape at any position of a
+ * word — first, last, in the tail — is still found and handled. */
+static void test_string_runs(void)
+{
+    static const struct {
+        const char *raw, *decoded; /* decoded NULL: the header is rejected */
+    } specials[] = {
+        {"\x01", NULL},       {"\x1f", NULL},         {"\x7f", "\x7f"},
+        {"\xc3\xa9", "\xc3\xa9"}, {"\xc3", NULL}, {"\xf0\x9f\x98\x80", "\xf0\x9f\x98\x80"},
+        {"\\n", "\n"},      {"\\\"", "\""},      {"\\u00e9", "\xc3\xa9"},
+        {"\\q", NULL},
+    };
+    static const size_t lengths[] = {7, 8, 9, 16, 17, 33};
+    char path[512], err[512], value[128], want[128], header[256];
+    test_path(path, sizeof path, scratch, "strings.safetensors");
+    int bad = 0;
+    for (size_t s = 0; s < sizeof specials / sizeof specials[0]; s++)
+        for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++)
+            for (size_t at = 0; at <= lengths[l]; at++) {
+                size_t tail = lengths[l] - at;
+                snprintf(value, sizeof value, "%.*s%s%.*s", (int)at,
+                         "abcdefghijklmnopqrstuvwxyz0123456789", specials[s].raw, (int)tail,
+                         "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789");
+                snprintf(want, sizeof want, "%.*s%s%.*s", (int)at,
+                         "abcdefghijklmnopqrstuvwxyz0123456789",
+                         specials[s].decoded ? specials[s].decoded : "", (int)tail,
+                         "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789");
+                snprintf(header, sizeof header, "{\"__metadata__\":{\"k\":\"%s\"}}", value);
+                write_raw(path, header, 0);
+                st_file *f = NULL;
+                nctmc_status st = st_read_file(path, &f, err, sizeof err);
+                const char *got = f ? st_file_meta(f, "k") : NULL;
+                if (specials[s].decoded ? !(st == NCTMC_OK && got && strcmp(got, want) == 0)
+                                        : !(st == NCTMC_ERR_FORMAT && !f && err[0])) {
+                    CHECK(0, "special %zu at %zu of %zu: status %d (%s)", s, at, lengths[l],
+                          (int)st, err);
+                    bad++;
+                }
+                st_file_free(f);
+            }
+    CHECK(bad == 0, "every string with a special byte anywhere decodes or fails as it must");
+    unlink(path);
+}
+
 static void test_container(void)
 {
     char path[512], err[512];
@@ -959,6 +1004,7 @@ int main(void)
     test_crafted(ctx, &rng);
     test_not_checkpoints(ctx);
     test_container();
+    test_string_runs();
     test_atomic(ctx, &rng);
     nctmc_context_free(ctx);
     test_remove_dir(scratch);

@@ -63,6 +63,14 @@ static void test_crc32(test_rng *rng)
                                    499);
     CHECK(pieces == slow_crc32(buf, sizeof buf) && crc32_update(0, buf, sizeof buf) == pieces,
           "in pieces, in one go and bit by bit agree");
+    /* lengths around where the 8-bytes-at-a-time path starts (1 KiB) */
+    uint8_t mid[1100];
+    for (size_t i = 0; i < sizeof mid; i++)
+        mid[i] = (uint8_t)test_rng_next(rng);
+    for (size_t n = 1016; n <= 1040; n++)
+        CHECK(crc32_update(0, mid, n) == slow_crc32(mid, n) &&
+                  crc32_update(crc32_update(0, mid, 3), mid + 3, n - 3) == slow_crc32(mid, n),
+              "%zu bytes, whole and split, match bit by bit", n);
     /* long inputs take the 8-bytes-at-a-time path; odd lengths and split
      * points exercise its tail */
     size_t big = 300007;
