@@ -4,7 +4,7 @@
  * public nctmc_sample(), and of the sampling op alone, on the CPU backend.
  *
  * Output: one line per (batch, method), key=value pairs:
- *   bench=sample_step config=cpu-small batch=B threads=T steps=N method=M
+ *   bench=sample_step config=cpu-small batch=B threads=T steps=N method=M weights=W
  *     sample_ms=... ms_per_step=... tokens_per_s=... forward_ms=... op_ms=...
  * sample_ms is the median over the repetitions of the time of nctmc_sample
  * with N steps, no final denoise, no correction (the latency of a whole
@@ -19,9 +19,11 @@
  *
  * Usage: bench_sample_step [--threads N] [--batches 1,8] [--steps N]
  *        [--reps R] [--method tau|euler|posterior|all] [--config cpu-small|tiny]
- *        [--parts all|sample]
+ *        [--parts all|sample] [--weights f32|bf16|int8]
  * --parts sample times the sampling call only (forward_ms and op_ms print
- * as 0).
+ * as 0). --weights samples with a copy of the random model converted by
+ * nctmc_model_convert() (bf16 or int8 linear layers; the CPU backend picks
+ * its AVX512-BF16 or portable kernel at run time), printed as weights=.
  */
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +45,7 @@ typedef struct bench_args {
     int method;   /* -1: all */
     const char *config;
     int sample_only;
+    const char *weights;   /* "f32", "bf16" or "int8" */
 } bench_args;
 
 static const char *method_names[] = {"tau-leaping", "euler", "posterior"};
@@ -71,7 +74,7 @@ static int parse_method(const char *s)
 
 static bench_args parse_args(int argc, char **argv)
 {
-    bench_args a = {2, 8, 3, {1, 8}, 2, -1, "cpu-small", 0};
+    bench_args a = {2, 8, 3, {1, 8}, 2, -1, "cpu-small", 0, "f32"};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--threads") == 0) a.threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--batches") == 0) a.n_batches = parse_batches(argv[i + 1], a.batches);
@@ -80,6 +83,7 @@ static bench_args parse_args(int argc, char **argv)
         else if (strcmp(argv[i], "--method") == 0) a.method = parse_method(argv[i + 1]);
         else if (strcmp(argv[i], "--config") == 0) a.config = argv[i + 1];
         else if (strcmp(argv[i], "--parts") == 0) a.sample_only = strcmp(argv[i + 1], "sample") == 0;
+        else if (strcmp(argv[i], "--weights") == 0) a.weights = argv[i + 1];
     }
     if (a.threads < 1) a.threads = 1;
     if (a.steps < 1) a.steps = 1;
@@ -107,6 +111,29 @@ static void randomize(nctmc_model *m)
         nctmc_model_write_tensor(m, info.name, v, info.n_elements);
         free(v);
     }
+}
+
+/* The model to sample with: `model` itself for f32, else a converted copy
+ * (the float model is freed); NULL after an error, already reported. */
+static nctmc_model *convert_weights(nctmc_model *model, const char *weights)
+{
+    nctmc_weight_type to;
+    if (strcmp(weights, "f32") == 0)
+        return model;
+    else if (strcmp(weights, "bf16") == 0)
+        to = NCTMC_WEIGHT_BF16;
+    else if (strcmp(weights, "int8") == 0)
+        to = NCTMC_WEIGHT_INT8;
+    else {
+        fprintf(stderr, "bench: --weights %s: expected f32, bf16 or int8\n", weights);
+        nctmc_model_free(model);
+        return NULL;
+    }
+    nctmc_model *reduced = NULL;
+    if (nctmc_model_convert(model, to, &reduced) != NCTMC_OK)
+        fprintf(stderr, "bench: convert: %s\n", nctmc_model_last_error(model));
+    nctmc_model_free(model);
+    return reduced;
 }
 
 static double time_sampling(nctmc_sampler *s, const bench_args *a, int batch, int method,
@@ -202,6 +229,9 @@ int main(int argc, char **argv)
         return 1;
     }
     randomize(model);
+    model = convert_weights(model, a.weights);
+    if (!model)
+        return 1;
     int max_batch = 1;
     for (int k = 0; k < a.n_batches; k++)
         max_batch = a.batches[k] > max_batch ? a.batches[k] : max_batch;
@@ -223,9 +253,9 @@ int main(int argc, char **argv)
             double fwd = a.sample_only ? 0.0 : time_forward(s, batch, a.reps);
             double op = a.sample_only ? 0.0 : time_op(s, batch, method, 20);
             printf("bench=sample_step config=%s batch=%d threads=%d steps=%d method=%s "
-                   "sample_ms=%.1f ms_per_step=%.2f tokens_per_s=%.1f forward_ms=%.2f "
-                   "op_ms=%.3f\n",
-                   a.config, batch, a.threads, a.steps, method_names[method],
+                   "weights=%s sample_ms=%.1f ms_per_step=%.2f tokens_per_s=%.1f "
+                   "forward_ms=%.2f op_ms=%.3f\n",
+                   a.config, batch, a.threads, a.steps, method_names[method], a.weights,
                    1e3 * t * a.steps, 1e3 * t,
                    (double)batch * cfg.seq_len / t, 1e3 * fwd, 1e3 * op);
         }

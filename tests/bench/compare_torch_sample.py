@@ -6,7 +6,7 @@ machine and while other processes keep cores busy.
     compare_torch_sample.py BENCH_SAMPLE_STEP BENCH_REFERENCE_PY
                             [--threads N] [--batches 1,4] [--steps 8,16,32]
                             [--reps R] [--config NAME] [--load 0,1]
-                            [--rounds K]
+                            [--rounds K] [--weights f32,bf16,int8]
 
 Compares libnctmc's tau-leaping step (model evaluation + the fused sampling
 operation) with the reference's (forward, rates, Bernoulli jumps, a
@@ -24,6 +24,11 @@ turns, so a change in the machine's other load hits both sides alike; every
 round prints its own lines (round=i), and with K > 1 a summary per pair
 gives the median speedup and its range:
     bench=... summary=1 ... speedup_median=... speedup_min=... speedup_max=...
+
+--weights lists the weight types of libnctmc's model (f32 by default; bf16
+and int8 are nctmc_model_convert() copies of the same random model): each is
+measured in every round against the same reference measurements (the
+reference is always float32), and its lines carry weights=W.
 
 --load lists the background loads to measure under, in this one run: L
 processes, each a busy loop that keeps one core busy the way a host
@@ -68,10 +73,10 @@ def stop_load(procs):
         p.wait()
 
 
-def ours_per_batch(a, steps, first):
+def ours_per_batch(a, steps, first, weights):
     """libnctmc's tau-leaping lines for every batch at `steps` steps."""
     cmd = [a.bench, "--threads", a.threads, "--batches", a.batches, "--steps", str(steps),
-           "--reps", a.reps, "--config", a.config, "--method", "tau"]
+           "--reps", a.reps, "--config", a.config, "--method", "tau", "--weights", weights]
     if not first:
         cmd += ["--parts", "sample"]
     return {f["batch"]: f for f in run(cmd)
@@ -108,18 +113,19 @@ def summarise(a, load, speedups):
 
 def measure_round(a, load, rnd, speedups):
     for i, steps in enumerate(int(s) for s in a.steps.split(",")):
-        ours = ours_per_batch(a, steps, i == 0)
+        ours = {w: ours_per_batch(a, steps, i == 0, w) for w in a.weights.split(",")}
         for batch in a.batches.split(","):
             ref = theirs(a, batch, steps, i == 0)
-            if batch not in ours or "sample" not in ref:
-                raise SystemExit("compare_torch_sample: no batch %s measurement from "
-                                 "both sides" % batch)
-            mine = ours[batch]
-            if i == 0:
-                compare("sample_step", load, a, batch, "", mine["ms_per_step"],
-                        ref["sample_step"]["ms"], rnd, speedups)
-            compare("sample", load, a, batch, " steps=%d" % steps, mine["sample_ms"],
-                    ref["sample"]["ms"], rnd, speedups)
+            for w, mine_w in ours.items():
+                if batch not in mine_w or "sample" not in ref:
+                    raise SystemExit("compare_torch_sample: no batch %s measurement from "
+                                     "both sides" % batch)
+                mine = mine_w[batch]
+                if i == 0:
+                    compare("sample_step", load, a, batch, " weights=%s" % w,
+                            mine["ms_per_step"], ref["sample_step"]["ms"], rnd, speedups)
+                compare("sample", load, a, batch, " steps=%d weights=%s" % (steps, w),
+                        mine["sample_ms"], ref["sample"]["ms"], rnd, speedups)
 
 
 def measure_at_load(a, load):
@@ -148,6 +154,8 @@ def main():
     ap.add_argument("--config", default="cpu-small")
     ap.add_argument("--load", default="0",
                     help="comma-separated numbers of busy background processes")
+    ap.add_argument("--weights", default="f32",
+                    help="comma-separated weight types of libnctmc's model: f32, bf16, int8")
     ap.add_argument("--rounds", type=int, default=1,
                     help="times each pair is measured, the sides taking turns")
     a = ap.parse_args()
