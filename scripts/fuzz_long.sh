@@ -19,6 +19,10 @@
 #   FUZZ_RUNS=N        executions per loader (default 10000000)
 #   FUZZ_SECONDS=S     also stop a loader after S seconds (default: no limit)
 #   FUZZ_JOBS=J        loaders run at once (default 1)
+#   FUZZ_WORKERS=W     libFuzzer processes per loader (default 1), sharing
+#                      its corpus (each picks up the others' new inputs) and
+#                      running FUZZ_RUNS/W executions each; the loader's
+#                      line sums them. For one slow loader on several cores
 #   FUZZ_SANITIZE=S    the sanitizers, as meson's b_sanitize (default
 #                      address,undefined, in build-fuzz/). Any other value
 #                      builds a release target in build-fuzz-S/ (commas as
@@ -39,6 +43,7 @@ root=$(pwd)
 runs=${FUZZ_RUNS:-10000000}
 seconds=${FUZZ_SECONDS:-0}
 jobs=${FUZZ_JOBS:-1}
+workers=${FUZZ_WORKERS:-1}
 targets=${*:-safetensors model dataset tokenizer trainer digits jsonl hf_json bpe}
 
 sanitize=${FUZZ_SANITIZE:-address,undefined}
@@ -60,22 +65,42 @@ scratch_base=/tmp
 results="$root/$build/fuzz-long-results.txt"
 : >"$results"
 
+fuzz_worker() { # target log runs
+    FUZZ_LOADERS_TARGET=$1 TMPDIR=$scratch_base \
+    ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        "$fuzzer" -runs="$3" $limit -rss_limit_mb=4096 -timeout=20 -print_final_stats=1 \
+        -artifact_prefix="$build/crash-$1-" "$build/corpus/$1" >"$2" 2>&1
+}
+
 run_one() { # target
     t=$1
     mkdir -p "$build/corpus/$t" "$build/logs"
-    log="$build/logs/$t.log"
     limit=""
     [ "$seconds" -gt 0 ] && limit="-max_total_time=$seconds"
     start=$(date +%s)
     status=0
-    FUZZ_LOADERS_TARGET=$t TMPDIR=$scratch_base \
-    ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
-    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        "$fuzzer" -runs="$runs" $limit -rss_limit_mb=4096 -timeout=20 -print_final_stats=1 \
-        -artifact_prefix="$build/crash-$t-" "$build/corpus/$t" >"$log" 2>&1 ||
-        status=$?
-    done_runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-    echo "$t: ${done_runs:-?} executions in $(($(date +%s) - start)) s, exit $status" |
+    if [ "$workers" -le 1 ]; then
+        fuzz_worker "$t" "$build/logs/$t.log" "$runs" || status=$?
+        logs="$build/logs/$t.log"
+    else
+        wpids="" logs=""
+        w=1
+        while [ "$w" -le "$workers" ]; do
+            fuzz_worker "$t" "$build/logs/$t.$w.log" $(((runs + workers - 1) / workers)) &
+            wpids="$wpids $!" logs="$logs $build/logs/$t.$w.log"
+            w=$((w + 1))
+        done
+        for pid in $wpids; do
+            wait "$pid" || status=$?
+        done
+    fi
+    done_runs=0
+    for log in $logs; do
+        n=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+        done_runs=$((done_runs + ${n:-0}))
+    done
+    echo "$t: $done_runs executions in $(($(date +%s) - start)) s ($workers process(es)), exit $status" |
         tee -a "$results"
     return "$status"
 }
