@@ -5,7 +5,9 @@ warm-up) evaluated at fixed steps, so that every point is what a run of
 that length would give with the paper's constant-rate recipe.
 
   learning_curve.py run --source copychain --process uniform --out U.json
+  learning_curve.py run ... --resume U.ckpt --previous U.json --points ... --out U2.json
   learning_curve.py table U.json M.json [...]
+  learning_curve.py paired U.ckpt M.ckpt --source copychain [--time-samples 256]
 
 The size, batch, learning rate, warm-up and EMA are the quality benchmark's
 CPU budget (docs/quality.md, "The budget"), except that the rate stays
@@ -16,6 +18,21 @@ fresh source samples; every point evaluates the EMA weights on the same
 held-out sequences (bench_quality.py's HELDOUT_SEED). The table sets the
 processes of a source side by side with the gap and its ratio to the
 source's entropy. Nothing is tuned to a process: both get the same settings.
+
+`paired` measures the NELBO gap between two checkpoints (trainer or model
+files: the EMA weights) more tightly than two separate figures can: both
+evaluate the same held-out sequences with the same time samples, in chunks,
+and the gap's standard error comes from the spread of the per-chunk gaps, so
+what a sequence's difficulty adds to both cancels; more time samples per
+sequence shrink the rest (the uniform process's per-sequence estimates are
+heavy-tailed at small t).
+
+--resume continues a run from the trainer checkpoint its --checkpoint saved
+(the trainer's next step is the one the run would have taken: same weights,
+moments, EMA and constant rate), to the further --points, and writes the
+--previous JSON's curve followed by the new points. Its training batches
+come from a fresh stream (seeded by the step it resumes at), as every batch
+is a fresh draw from the source anyway.
 """
 import argparse
 import json
@@ -43,14 +60,21 @@ def run(args):
                n_heads=budget["heads"], cond_dim=budget["cond"], process=args.process,
                seed=args.seed)
     points = sorted(int(p) for p in args.points.split(","))
-    model = nctmc.Model.create(ctx, **cfg)
-    trainer = nctmc.Trainer(model, batch_size=budget["batch"], learning_rate=budget["lr"],
-                            warmup_steps=budget["warmup"], total_steps=points[-1],
-                            min_lr_ratio=1.0, ema_decay=budget["ema"], seed=args.seed)
+    curve, step, cpu_before = [], 0, 0.0
+    if args.resume:
+        trainer, previous = resume(args, ctx, cfg)
+        curve, step = list(previous["curve"]), trainer.state["step"]
+        cpu_before = curve[-1]["cpu_seconds"] if curve else 0.0
+        points = [p for p in points if p > step]
+    else:
+        model = nctmc.Model.create(ctx, **cfg)
+        trainer = nctmc.Trainer(model, batch_size=budget["batch"], learning_rate=budget["lr"],
+                                warmup_steps=budget["warmup"], total_steps=points[-1],
+                                min_lr_ratio=1.0, ema_decay=budget["ema"], seed=args.seed)
     heldout = source.sample(args.eval_seqs, np.random.default_rng(BQ.HELDOUT_SEED))
-    data_rng = np.random.default_rng([args.seed, 1])
+    data_rng = np.random.default_rng([args.seed, 1] + ([step] if args.resume else []))
     ema_model = nctmc.Model.create(ctx, **cfg)
-    curve, step, cpu0 = [], 0, time.process_time()
+    cpu0 = time.process_time() - cpu_before
     for point in points:
         while step < point:
             n = min(50, point - step)
@@ -77,6 +101,65 @@ def run(args):
            "entropy_bits_per_token": ref["entropy_bits_per_token"], "curve": curve}
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
+
+
+def resume(args, ctx, cfg):
+    """The trainer of --resume, checked against the --previous run's record:
+    the same source, process, model and budget, evaluated the same way."""
+    if not args.previous:
+        raise SystemExit("learning_curve: --resume needs --previous (the run's JSON)")
+    previous = json.load(open(args.previous))
+    budget = BQ.BUDGETS["cpu"]
+    same = (previous["source"] == args.source and previous["process"] == args.process and
+            previous["config"] == cfg and previous["eval_seqs"] == args.eval_seqs and
+            previous["eval_time_samples"] == args.eval_time_samples and
+            previous["budget"] == {k: budget[k] for k in ("batch", "lr", "warmup", "ema")})
+    if not same:
+        raise SystemExit("learning_curve: %s is not a run of these settings" % args.previous)
+    trainer = nctmc.Trainer.resume(args.resume, ctx)
+    step = trainer.state["step"]
+    if not previous["curve"] or previous["curve"][-1]["step"] != step:
+        raise SystemExit("learning_curve: %s is at step %d, %s ends elsewhere"
+                         % (args.resume, step, args.previous))
+    return trainer, previous
+
+
+def paired(args):
+    source = S.make_source(args.source)
+    ctx = nctmc.Context(backend="cpu", threads=args.threads)
+    models = [nctmc.Model.load(p, ctx) for p in (args.a, args.b)]
+    heldout = source.sample(args.eval_seqs, np.random.default_rng(BQ.HELDOUT_SEED))
+    chunks = np.array_split(heldout, args.chunks)
+    per = np.zeros((len(models), len(chunks)))
+    cpu0 = time.process_time()
+    for c, x in enumerate(chunks):
+        for k, m in enumerate(models):
+            per[k, c] = m.eval(x, time_samples=args.time_samples, batch_size=128,
+                               seed=c)["nelbo_bits_per_token"]
+    sizes = np.array([len(x) for x in chunks], dtype=float)
+    w = sizes / sizes.sum()
+    mean = per @ w
+    gap = per[0] - per[1]
+    # the weighted mean's standard error from the spread of the chunks
+    def se(v):
+        m = v @ w
+        return float(np.sqrt(np.sum(w ** 2 * (v - m) ** 2) * len(v) / (len(v) - 1)))
+    ref, _ = S.source_reference(source, n=20000, seed=BQ.REFERENCE_SEED)
+    out = {"source": args.source, "a": args.a, "b": args.b, "eval_seqs": args.eval_seqs,
+           "time_samples": args.time_samples, "chunks": args.chunks,
+           "entropy_bits_per_token": ref["entropy_bits_per_token"],
+           "nelbo_a": float(mean[0]), "se_a": se(per[0]),
+           "nelbo_b": float(mean[1]), "se_b": se(per[1]),
+           "gap_a_minus_b": float(gap @ w), "se_gap": se(gap),
+           "cpu_seconds": time.process_time() - cpu0}
+    print("%s: A %.4f +- %.4f, B %.4f +- %.4f, A - B %+.4f +- %.4f bits/token "
+          "(%d sequences x %d time samples, %d chunks; entropy %.4f)"
+          % (args.source, out["nelbo_a"], out["se_a"], out["nelbo_b"], out["se_b"],
+             out["gap_a_minus_b"], out["se_gap"], args.eval_seqs, args.time_samples,
+             args.chunks, out["entropy_bits_per_token"]))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
 
 
 def table(paths):
@@ -122,11 +205,24 @@ def main(argv=None):
     r.add_argument("--eval-seqs", type=int, default=1024)
     r.add_argument("--eval-time-samples", type=int, default=16)
     r.add_argument("--checkpoint", help="save the trainer here at the last point")
+    r.add_argument("--resume", help="continue from this --checkpoint of an earlier run")
+    r.add_argument("--previous", help="with --resume: that run's JSON (its curve is kept)")
     t = sub.add_parser("table")
     t.add_argument("paths", nargs="+")
+    q = sub.add_parser("paired")
+    q.add_argument("a", help="checkpoint A (e.g. the uniform run's)")
+    q.add_argument("b", help="checkpoint B (e.g. the masked run's)")
+    q.add_argument("--source", choices=["copychain", "brackets"], required=True)
+    q.add_argument("--eval-seqs", type=int, default=4096)
+    q.add_argument("--time-samples", type=int, default=256)
+    q.add_argument("--chunks", type=int, default=64)
+    q.add_argument("--threads", type=int, default=1)
+    q.add_argument("--out", help="also write the figures here (JSON)")
     args = ap.parse_args(argv)
     if args.cmd == "run":
         run(args)
+    elif args.cmd == "paired":
+        paired(args)
     else:
         table(args.paths)
     return 0
