@@ -774,7 +774,9 @@ NCTMC_API const nctmc_tokenizer *nctmc_model_get_tokenizer(const nctmc_model *mo
  * existing file at `path` is replaced only by a complete new one. */
 
 /** Writes the model's weights, configuration and tokenizer to path.
- *  Errors (NCTMC_ERR_IO) are stored in the model. */
+ *  Errors (NCTMC_ERR_IO; NCTMC_ERR_NON_FINITE, with nothing written, when a
+ *  weight is NaN or infinite — a diverged run trained in place — since
+ *  nctmc_model_load() refuses such a file) are stored in the model. */
 NCTMC_API nctmc_status nctmc_model_save(const nctmc_model *model, const char *path);
 
 /**

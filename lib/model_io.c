@@ -222,6 +222,27 @@ static nctmc_status host_weights_of(const nctmc_model *m, float **owned, char *e
     return NCTMC_OK;
 }
 
+/* The loader refuses a non-finite weight, so a file holding one would be
+ * lost work that looks saved: a model trained in place can get there (a
+ * diverged run; finite gradients can still overflow a weight). Packed
+ * weights are the conversion's, from weights that were checked. */
+static nctmc_status check_finite_weights(const nctmc_model *m, const float *host, char *err,
+                                         size_t err_size)
+{
+    for (int32_t k = 0; k < m->n_tensors; k++) {
+        const dit_tensor *t = &m->tensors[k];
+        if (quant_is_packed(m, k))
+            continue;
+        for (int64_t e = 0; e < t->n_elements; e++)
+            if (!isfinite(host[t->offset + (size_t)e]))
+                return nctmc_fail(err, err_size, NCTMC_ERR_NON_FINITE,
+                                  "not saved: tensor \"%s\" element %lld is not finite (the "
+                                  "loader would refuse the file)",
+                                  t->name, (long long)e);
+    }
+    return NCTMC_OK;
+}
+
 /* The model's tensors (with a reduced model's scales after them, from qs),
  * then the extra ones; *n_out counts them all. */
 static nctmc_status build_tensor_refs(const nctmc_model *m, const float *host,
@@ -268,6 +289,8 @@ nctmc_status model_io_save(const nctmc_model *model, const char *path,
         st = host_weights_of(model, &owned, err, err_size);
         host_weights = owned;
     }
+    if (st == NCTMC_OK)
+        st = check_finite_weights(model, host_weights, err, err_size);
     st_tensor_ref *refs = NULL;
     int32_t n_refs = 0;
     quant_save qs = {&model->ctx->alloc, NULL, NULL};

@@ -142,6 +142,28 @@ static void test_counter_limits(void)
     CHECK(test_count_entries(dir) == 2, "no temporary file is left");
     free(good);
     free(now);
+    /* the model trained in place, saved on its own: a non-finite weight is
+     * refused the same way, the last good file kept */
+    char model_path[512];
+    test_path(model_path, sizeof model_path, dir, "diverged-model.safetensors");
+    CHECK(nctmc_model_save(m, model_path) == NCTMC_OK, "a good model file");
+    good = test_read_bytes(model_path, &good_size);
+    float nan = NAN;
+    m->ctx->backend->ops->upload(m->ctx->backend, m->weights + 5, &nan, sizeof nan);
+    m->ctx->backend->ops->synchronize(m->ctx->backend);
+    CHECK(nctmc_model_save(m, model_path) == NCTMC_ERR_NON_FINITE, "a NaN weight: not saved");
+    CHECK(strstr(nctmc_model_last_error(m), "not finite") != NULL, "says why: %s",
+          nctmc_model_last_error(m));
+    now = test_read_bytes(model_path, &now_size);
+    CHECK(good && now && now_size == good_size && memcmp(good, now, good_size) == 0,
+          "the good model file is untouched");
+    nctmc_model *back = NULL;
+    CHECK(nctmc_model_load(ctx, model_path, &back) == NCTMC_OK, "and still loads");
+    nctmc_model_free(back);
+    CHECK(remove(model_path) == 0 && test_count_entries(dir) == 2,
+          "no temporary file is left");
+    free(good);
+    free(now);
     nctmc_trainer_free(t);
     nctmc_model_free(m);
     nctmc_dataset_free(ds);
