@@ -289,7 +289,9 @@ nctmc_status model_io_save(const nctmc_model *model, const char *path,
         st = host_weights_of(model, &owned, err, err_size);
         host_weights = owned;
     }
-    if (st == NCTMC_OK)
+    /* weights a caller passes in are its own to check (the trainer checks
+     * every slab it saves); the model's own are checked here */
+    if (st == NCTMC_OK && owned)
         st = check_finite_weights(model, host_weights, err, err_size);
     st_tensor_ref *refs = NULL;
     int32_t n_refs = 0;
