@@ -35,7 +35,7 @@ ABI_STRUCT(abi_dataset_info, nctmc_dataset_info, n_sequences, checksum);
 ABI_STRUCT(abi_trainer_params, nctmc_trainer_params, seed, activation_recompute);
 ABI_STRUCT(abi_train_stats, nctmc_train_stats, n_skipped, n_skipped);
 ABI_STRUCT(abi_trainer_state, nctmc_trainer_state, seed, seed);
-ABI_STRUCT(abi_eval_params, nctmc_eval_params, user_data, user_data);
+ABI_STRUCT(abi_eval_params, nctmc_eval_params, user_data, time_sampling);
 ABI_STRUCT(abi_eval_result, nctmc_eval_result, buckets, n_reliability);
 ABI_STRUCT(abi_sampler_params, nctmc_sampler_params, ctx, ctx);
 ABI_STRUCT(abi_sample_params, nctmc_sample_params, tokens_out, correction_mode);

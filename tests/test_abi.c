@@ -178,7 +178,10 @@ LAYOUTS(trainer_state, TRAINER_STATE_HEAD, uint64_t seed;, seed);
     float t_max;                                                                  \
     uint64_t seed;                                                                \
     int32_t (*progress)(int64_t done, int64_t total, void *user_data);
-LAYOUTS(eval_params, EVAL_PARAMS_HEAD, void *user_data;, user_data);
+/* 0.2.0 ended at user_data; 0.6.0 appended time_sampling */
+#define EVAL_PARAMS_HEAD_050 EVAL_PARAMS_HEAD void *user_data;
+LAYOUTS_APPENDED(eval_params, EVAL_PARAMS_HEAD, EVAL_PARAMS_HEAD_050,
+                 nctmc_time_sampling time_sampling;, time_sampling);
 
 #define EVAL_RESULT_HEAD                                                          \
     size_t struct_size;                                                           \

@@ -205,6 +205,7 @@ typedef struct cli_eval_settings {
     float t_max;           /* 0 = automatic */
     uint64_t seed;
     bool show_progress;
+    nctmc_time_sampling time_sampling;   /* 0 = uniform in t */
 } cli_eval_settings;
 
 nctmc_status cli_eval_run(nctmc_model *model, const cli_eval_set *set,

@@ -130,6 +130,7 @@ nctmc_status cli_eval_run(nctmc_model *model, const cli_eval_set *set,
         params.n_time_samples = settings->time_samples;
     params.t_max = settings->t_max;
     params.seed = settings->seed;
+    params.time_sampling = settings->time_sampling;
     progress bar;
     progress_begin(&bar, "eval", 0, set->n_sequences, 0);
     params.progress = eval_progress;
@@ -210,7 +211,14 @@ typedef struct eval_options {
     int32_t threads;
     const char *backend;
     bool verbose;
+    int time_sampling;     /* index into eval_time_sampling_names */
 } eval_options;
+
+/* The densities nctmc_eval accepts (logit cannot be normalised on (0, T]),
+ * in the order of eval_time_sampling_values. */
+static const char *const eval_time_sampling_names[] = {"uniform", "sqrt", NULL};
+static const nctmc_time_sampling eval_time_sampling_values[] = {NCTMC_TIME_SAMPLING_UNIFORM,
+                                                                NCTMC_TIME_SAMPLING_SQRT};
 
 static int evaluate(nctmc_context *ctx, const char *checkpoint, const char *shard,
                     const eval_options *o)
@@ -225,11 +233,14 @@ static int evaluate(nctmc_context *ctx, const char *checkpoint, const char *shar
     cli_eval_set set;
     int rc = 1;
     if (cli_eval_set_load("eval", ctx, shard, &config, o->max_sequences, &set)) {
-        cli_printf(stdout, "%s on %s: %lld sequences of %d tokens%s, %d time samples each\n",
+        cli_printf(stdout,
+                   "%s on %s: %lld sequences of %d tokens%s, %d time samples each (%s in t)\n",
                    checkpoint, shard, (long long)set.n_sequences, (int)set.length,
-                   set.labels ? " with labels" : "", (int)o->time_samples);
+                   set.labels ? " with labels" : "", (int)o->time_samples,
+                   o->time_sampling == 1 ? "spread in sqrt t, reweighted" : "spread evenly");
         nctmc_eval_result result;
-        cli_eval_settings settings = {o->batch, o->time_samples, o->t_max, o->seed, true};
+        cli_eval_settings settings = {o->batch, o->time_samples, o->t_max, o->seed, true,
+                                      eval_time_sampling_values[o->time_sampling]};
         st = cli_eval_run(model, &set, &settings, &result);
         if (st == NCTMC_ERR_CANCELLED && result.n_tokens > 0)
             printf("interrupted: the estimate covers the first %lld tokens only\n",
@@ -256,7 +267,7 @@ int cmd_eval(int argc, char **argv)
     nctmc_eval_params defaults;
     nctmc_eval_params_init(&defaults);
     eval_options o = {NULL, NULL, 0, defaults.n_time_samples, EVAL_BATCH_ROWS,
-                      defaults.t_max, 0, 0, "auto", false};
+                      defaults.t_max, 0, 0, "auto", false, 0};
     cli_option options[] = {
         CLI_OPT_STRING("--data", o.data_dir, "DIR",
                        "a `prepare` directory: evaluates its " CLI_VAL_SHARD),
@@ -269,6 +280,10 @@ int cmd_eval(int argc, char **argv)
                     "rows (sequence x time) per forward pass; no effect on the result"),
         CLI_OPT_FLOAT("--t-max", o.t_max, "T", 0.0, 1.0,
                       "time where the prior is put; 0 = automatic (1 for masked, else 1 - 1e-3)"),
+        CLI_OPT_CHOICE("--time-sampling", o.time_sampling, eval_time_sampling_names,
+                       "how the time samples spread: uniform (evenly in t), or sqrt (evenly "
+                       "in sqrt t, reweighted: smaller error for trained uniform and "
+                       "mixture models)"),
         CLI_OPT_UINT64("--seed", o.seed, "S", "seed of the times and noise"),
         CLI_OPT_INT("--threads", o.threads, "N", 0, 4096, "CPU threads; 0 = all cores"),
         CLI_OPT_STRING("--backend", o.backend, "NAME", "compute backend: auto or cpu"),

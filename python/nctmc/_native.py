@@ -244,6 +244,7 @@ class EvalParams(Structure):
         ("seed", c_uint64),
         ("progress", EVAL_PROGRESS),
         ("user_data", c_void_p),
+        ("time_sampling", c_int32),     # 0.6.0
     ]
 
 

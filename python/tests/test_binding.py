@@ -419,6 +419,23 @@ def test_forward_and_eval(ctx, trained):
         m.forward(np.full((1, SEQ_LEN), 99), [0.5])
 
 
+def test_eval_time_sampling(ctx, trained):
+    """The sqrt spread of the time samples estimates the same NELBO; logit
+    is refused by the library with its reason."""
+    m = nctmc.Model.load(trained["path"], ctx)
+    x = trained["data"][:64]
+    even = m.eval(x, time_samples=8, seed=1)
+    sqrt = m.eval(x, time_samples=8, seed=1, time_sampling="sqrt")
+    assert sqrt["nelbo_bits_per_token"] != even["nelbo_bits_per_token"]  # other times
+    se = np.hypot(even["std_error_bits"], sqrt["std_error_bits"])
+    assert abs(sqrt["nelbo_bits_per_token"] - even["nelbo_bits_per_token"]) < 4 * se
+    assert sqrt["reliability"]["count"].sum() == sqrt["n_tokens"] * 8
+    with pytest.raises(nctmc.Error, match="logit"):
+        m.eval(x, time_samples=8, time_sampling="logit")
+    with pytest.raises(ValueError):
+        m.eval(x, time_samples=8, time_sampling="cubic")
+
+
 def test_constants_match_the_header(tmp_path):
     """The binding's tables of enum values are the header's."""
     from nctmc import _model

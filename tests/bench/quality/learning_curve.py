@@ -6,8 +6,10 @@ that length would give with the paper's constant-rate recipe.
 
   learning_curve.py run --source copychain --process uniform --out U.json
   learning_curve.py run ... --resume U.ckpt --previous U.json --points ... --out U2.json
+  learning_curve.py run ... --time-sampling sqrt --out U_sqrt.json
   learning_curve.py table U.json M.json [...]
   learning_curve.py paired U.ckpt M.ckpt --source copychain [--time-samples 256]
+                    [--eval-time-sampling sqrt]
 
 The size, batch, learning rate, warm-up and EMA are the quality benchmark's
 CPU budget (docs/quality.md, "The budget"), except that the rate stays
@@ -19,13 +21,15 @@ held-out sequences (bench_quality.py's HELDOUT_SEED). The table sets the
 processes of a source side by side with the gap and its ratio to the
 source's entropy. Nothing is tuned to a process: both get the same settings.
 
-`paired` measures the NELBO gap between two checkpoints (trainer or model
-files: the EMA weights) more tightly than two separate figures can: both
+`paired` measures the NELBO gaps between checkpoints (trainer or model
+files: the EMA weights; each against the last) more tightly than separate
+figures can: all
 evaluate the same held-out sequences with the same time samples, in chunks,
 and the gap's standard error comes from the spread of the per-chunk gaps, so
 what a sequence's difficulty adds to both cancels; more time samples per
 sequence shrink the rest (the uniform process's per-sequence estimates are
-heavy-tailed at small t).
+heavy-tailed at small t; --eval-time-sampling sqrt removes most of that
+tail by spreading the time samples evenly in sqrt t, importance-weighted).
 
 --resume continues a run from the trainer checkpoint its --checkpoint saved
 (the trainer's next step is the one the run would have taken: same weights,
@@ -70,7 +74,8 @@ def run(args):
         model = nctmc.Model.create(ctx, **cfg)
         trainer = nctmc.Trainer(model, batch_size=budget["batch"], learning_rate=budget["lr"],
                                 warmup_steps=budget["warmup"], total_steps=points[-1],
-                                min_lr_ratio=1.0, ema_decay=budget["ema"], seed=args.seed)
+                                min_lr_ratio=1.0, ema_decay=budget["ema"], seed=args.seed,
+                                time_sampling=args.time_sampling)
     heldout = source.sample(args.eval_seqs, np.random.default_rng(BQ.HELDOUT_SEED))
     data_rng = np.random.default_rng([args.seed, 1] + ([step] if args.resume else []))
     ema_model = nctmc.Model.create(ctx, **cfg)
@@ -96,7 +101,8 @@ def run(args):
     ref, _ = S.source_reference(source, n=20000, seed=BQ.REFERENCE_SEED)
     out = {"source": args.source, "process": args.process, "config": cfg,
            "budget": {k: budget[k] for k in ("batch", "lr", "warmup", "ema")},
-           "schedule": "constant after warm-up", "eval_seqs": args.eval_seqs,
+           "schedule": "constant after warm-up", "time_sampling": args.time_sampling,
+           "eval_seqs": args.eval_seqs,
            "eval_time_samples": args.eval_time_samples, "threads": args.threads,
            "entropy_bits_per_token": ref["entropy_bits_per_token"], "curve": curve}
     with open(args.out, "w") as f:
@@ -113,6 +119,7 @@ def resume(args, ctx, cfg):
     same = (previous["source"] == args.source and previous["process"] == args.process and
             previous["config"] == cfg and previous["eval_seqs"] == args.eval_seqs and
             previous["eval_time_samples"] == args.eval_time_samples and
+            previous.get("time_sampling", "uniform") == args.time_sampling and
             previous["budget"] == {k: budget[k] for k in ("batch", "lr", "warmup", "ema")})
     if not same:
         raise SystemExit("learning_curve: %s is not a run of these settings" % args.previous)
@@ -125,38 +132,51 @@ def resume(args, ctx, cfg):
 
 
 def paired(args):
+    """Every checkpoint on the same sequences and time samples; each one's
+    gap to the last (the reference), with the gap's standard error from the
+    spread of the per-chunk gaps."""
+    paths = args.checkpoints
+    if len(paths) < 2:
+        raise SystemExit("learning_curve paired: give two checkpoints or more")
     source = S.make_source(args.source)
     ctx = nctmc.Context(backend="cpu", threads=args.threads)
-    models = [nctmc.Model.load(p, ctx) for p in (args.a, args.b)]
+    models = [nctmc.Model.load(p, ctx) for p in paths]
     heldout = source.sample(args.eval_seqs, np.random.default_rng(BQ.HELDOUT_SEED))
     chunks = np.array_split(heldout, args.chunks)
     per = np.zeros((len(models), len(chunks)))
     cpu0 = time.process_time()
     for c, x in enumerate(chunks):
         for k, m in enumerate(models):
-            per[k, c] = m.eval(x, time_samples=args.time_samples, batch_size=128,
-                               seed=c)["nelbo_bits_per_token"]
+            per[k, c] = m.eval(x, time_samples=args.time_samples, batch_size=128, seed=c,
+                               time_sampling=args.eval_time_sampling)["nelbo_bits_per_token"]
     sizes = np.array([len(x) for x in chunks], dtype=float)
     w = sizes / sizes.sum()
     mean = per @ w
-    gap = per[0] - per[1]
     # the weighted mean's standard error from the spread of the chunks
     def se(v):
         m = v @ w
         return float(np.sqrt(np.sum(w ** 2 * (v - m) ** 2) * len(v) / (len(v) - 1)))
     ref, _ = S.source_reference(source, n=20000, seed=BQ.REFERENCE_SEED)
-    out = {"source": args.source, "a": args.a, "b": args.b, "eval_seqs": args.eval_seqs,
+    out = {"source": args.source, "checkpoints": paths, "eval_seqs": args.eval_seqs,
            "time_samples": args.time_samples, "chunks": args.chunks,
+           "eval_time_sampling": args.eval_time_sampling,
            "entropy_bits_per_token": ref["entropy_bits_per_token"],
-           "nelbo_a": float(mean[0]), "se_a": se(per[0]),
-           "nelbo_b": float(mean[1]), "se_b": se(per[1]),
-           "gap_a_minus_b": float(gap @ w), "se_gap": se(gap),
-           "cpu_seconds": time.process_time() - cpu0}
-    print("%s: A %.4f +- %.4f, B %.4f +- %.4f, A - B %+.4f +- %.4f bits/token "
-          "(%d sequences x %d time samples, %d chunks; entropy %.4f)"
-          % (args.source, out["nelbo_a"], out["se_a"], out["nelbo_b"], out["se_b"],
-             out["gap_a_minus_b"], out["se_gap"], args.eval_seqs, args.time_samples,
+           "nelbo": [float(v) for v in mean], "se": [se(v) for v in per],
+           "gap_vs_last": [float((v - per[-1]) @ w) for v in per[:-1]],
+           "se_gap_vs_last": [se(v - per[-1]) for v in per[:-1]]}
+    if len(paths) == 2:   # the two-checkpoint record's keys, as before
+        out.update({"a": paths[0], "b": paths[1], "nelbo_a": out["nelbo"][0],
+                    "se_a": out["se"][0], "nelbo_b": out["nelbo"][1], "se_b": out["se"][1],
+                    "gap_a_minus_b": out["gap_vs_last"][0],
+                    "se_gap": out["se_gap_vs_last"][0]})
+    out["cpu_seconds"] = time.process_time() - cpu0
+    print("%s: %d sequences x %d time samples (%s in t), %d chunks; entropy %.4f"
+          % (args.source, args.eval_seqs, args.time_samples, args.eval_time_sampling,
              args.chunks, out["entropy_bits_per_token"]))
+    for k, p in enumerate(paths):
+        gap = ("   - last %+.4f +- %.4f" % (out["gap_vs_last"][k], out["se_gap_vs_last"][k])
+               if k < len(paths) - 1 else "   (the reference)")
+        print("  %-50s %.4f +- %.4f%s" % (p, out["nelbo"][k], out["se"][k], gap))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
@@ -204,18 +224,24 @@ def main(argv=None):
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--eval-seqs", type=int, default=1024)
     r.add_argument("--eval-time-samples", type=int, default=16)
+    r.add_argument("--time-sampling", choices=["uniform", "logit", "sqrt"], default="uniform",
+                   help="how training draws t (the trainer's time_sampling; a resumed "
+                        "checkpoint keeps its own)")
     r.add_argument("--checkpoint", help="save the trainer here at the last point")
     r.add_argument("--resume", help="continue from this --checkpoint of an earlier run")
     r.add_argument("--previous", help="with --resume: that run's JSON (its curve is kept)")
     t = sub.add_parser("table")
     t.add_argument("paths", nargs="+")
     q = sub.add_parser("paired")
-    q.add_argument("a", help="checkpoint A (e.g. the uniform run's)")
-    q.add_argument("b", help="checkpoint B (e.g. the masked run's)")
+    q.add_argument("checkpoints", nargs="+",
+                   help="two or more checkpoints; each is compared with the last")
     q.add_argument("--source", choices=["copychain", "brackets"], required=True)
     q.add_argument("--eval-seqs", type=int, default=4096)
     q.add_argument("--time-samples", type=int, default=256)
     q.add_argument("--chunks", type=int, default=64)
+    q.add_argument("--eval-time-sampling", choices=["uniform", "sqrt"], default="uniform",
+                   help="how the evaluation spreads its time samples (sqrt: evenly in "
+                        "sqrt t, reweighted; same NELBO, a smaller error for trained models)")
     q.add_argument("--threads", type=int, default=1)
     q.add_argument("--out", help="also write the figures here (JSON)")
     args = ap.parse_args(argv)
