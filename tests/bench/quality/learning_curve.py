@@ -163,7 +163,10 @@ def paired(args):
            "entropy_bits_per_token": ref["entropy_bits_per_token"],
            "nelbo": [float(v) for v in mean], "se": [se(v) for v in per],
            "gap_vs_last": [float((v - per[-1]) @ w) for v in per[:-1]],
-           "se_gap_vs_last": [se(v - per[-1]) for v in per[:-1]]}
+           "se_gap_vs_last": [se(v - per[-1]) for v in per[:-1]],
+           # [checkpoint][chunk], with the chunks' weights: any other pair's
+           # gap and its error follow from these
+           "per_chunk": per.tolist(), "chunk_weights": w.tolist()}
     if len(paths) == 2:   # the two-checkpoint record's keys, as before
         out.update({"a": paths[0], "b": paths[1], "nelbo_a": out["nelbo"][0],
                     "se_a": out["se"][0], "nelbo_b": out["nelbo"][1], "se_b": out["se"][1],
