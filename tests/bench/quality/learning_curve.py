@@ -189,9 +189,13 @@ def table(paths):
     runs = [json.load(open(p)) for p in paths]
     for src in sorted({r["source"] for r in runs}):
         by = {r["process"]: r for r in runs if r["source"] == src}
+        if len(by) < len([r for r in runs if r["source"] == src]):
+            raise SystemExit("learning_curve table: one run per process and source")
         H = next(iter(by.values()))["entropy_bits_per_token"]
         names = sorted(by)
-        print("\n%s (source entropy %.4f bits/token)\n" % (src, H))
+        sampling = sorted({r.get("time_sampling", "uniform") for r in by.values()})
+        print("\n%s (source entropy %.4f bits/token; training time sampling %s)\n"
+              % (src, H, " / ".join(sampling)))
         head = "| steps | tokens | " + " | ".join("%s NELBO" % n for n in names)
         if "uniform" in by and "masked" in by:
             head += " | uniform − masked | gap / entropy"
