@@ -23,6 +23,7 @@
 #include "model.h"
 #include "nelbo_math.h"
 #include "philox.h"
+#include "time_sampling.h"
 
 #define EVAL_FAIL(m, status, ...) \
     nctmc_fail((m)->last_error, sizeof (m)->last_error, (status), __VA_ARGS__)
@@ -63,24 +64,18 @@ static double eval_uniform53(uint32_t hi, uint32_t lo)
 
 /* Time of sample k of sequence s, rounded to the float the model sees (and
  * kept below 1, which the model refuses); every formula then uses this
- * value, so the model and the bound agree on t. The stratum is k's share
- * of v in (0, 1); t = T v, or T v^2 for the sqrt density. */
+ * value, so the model and the bound agree on t. Stratum k of (0, 1) maps
+ * to t / T through the trainer's inverse CDF on (0, 1) (eps = 0); the even
+ * spread keeps its 0.5 expression, so that it draws the same times. */
 static float eval_time(uint64_t seed, double T, nctmc_time_sampling mode, int32_t n, int32_t k,
                        int64_t s)
 {
     philox4x32 r = eval_draw(seed, EVAL_STREAM_TIME, (uint32_t)k, s, 0);
-    double v = ((double)k + eval_uniform53(r.v[0], r.v[1])) / (double)n;
-    float t = (float)(mode == NCTMC_TIME_SAMPLING_SQRT ? T * v * v : T * v);
+    double u = eval_uniform53(r.v[0], r.v[1]);
+    float t = (float)(mode == NCTMC_TIME_SAMPLING_UNIFORM
+                          ? T * ((double)k + u) / (double)n
+                          : T * ts_inverse_cdf(mode, 0.0, ((double)k + u) / (double)n));
     return t < 1.0f ? t : nextafterf(1.0f, 0.0f);
-}
-
-/* The importance weight of a sample at t: 1 / (T p(t)), p the density the
- * times are drawn from. For the sqrt density p(t) = 1 / (2 sqrt(T t)). It
- * is computed from the rounded t the model saw, so that the weight and the
- * integrand agree on the time. */
-static double eval_time_weight(nctmc_time_sampling mode, double T, double t)
-{
-    return mode == NCTMC_TIME_SAMPLING_SQRT ? 2.0 * sqrt(t / T) : 1.0;
 }
 
 /* x_t ~ q_{t|0}(. | x0) at one position: x0 with probability a_t, else a
@@ -179,8 +174,7 @@ static nctmc_status eval_check_sizes(nctmc_model *m, const nctmc_eval_params *p)
         return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
                          "time_sampling = 1 (logit): its density cannot be normalised on "
                          "(0, t_max]; use 0 (uniform) or 2 (sqrt)");
-    if (p->time_sampling != NCTMC_TIME_SAMPLING_UNIFORM &&
-        p->time_sampling != NCTMC_TIME_SAMPLING_SQRT)
+    if (!ts_mode_valid(p->time_sampling))
         return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
                          "time_sampling = %d is not one of 0 (uniform), 2 (sqrt)",
                          (int)p->time_sampling);
@@ -469,7 +463,8 @@ static nctmc_status eval_consume_rows(eval_state *e, int64_t g0, int32_t nb)
                              "the model's output is NaN for sequence %lld at t = %g",
                              (long long)((g0 + b) / n), t);
         eval_collect_rates(e, b, t);
-        e->seq_sum += row * eval_time_weight(e->p->time_sampling, e->T, t);
+        /* the importance weight, from the rounded t the model saw */
+        e->seq_sum += row * ts_weight(e->p->time_sampling, 0.0, t / e->T);
         if ((g0 + b) % n == n - 1) {
             eval_moments_add(&e->est, e->seq_prior + width * e->seq_sum);
             e->seq_sum = 0.0;

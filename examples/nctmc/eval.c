@@ -219,6 +219,8 @@ typedef struct eval_options {
 static const char *const eval_time_sampling_names[] = {"uniform", "sqrt", NULL};
 static const nctmc_time_sampling eval_time_sampling_values[] = {NCTMC_TIME_SAMPLING_UNIFORM,
                                                                 NCTMC_TIME_SAMPLING_SQRT};
+static const char *const eval_time_sampling_notes[] = {"spread evenly in t",
+                                                       "spread evenly in sqrt t, reweighted"};
 
 static int evaluate(nctmc_context *ctx, const char *checkpoint, const char *shard,
                     const eval_options *o)
@@ -234,10 +236,10 @@ static int evaluate(nctmc_context *ctx, const char *checkpoint, const char *shar
     int rc = 1;
     if (cli_eval_set_load("eval", ctx, shard, &config, o->max_sequences, &set)) {
         cli_printf(stdout,
-                   "%s on %s: %lld sequences of %d tokens%s, %d time samples each (%s in t)\n",
+                   "%s on %s: %lld sequences of %d tokens%s, %d time samples each (%s)\n",
                    checkpoint, shard, (long long)set.n_sequences, (int)set.length,
                    set.labels ? " with labels" : "", (int)o->time_samples,
-                   o->time_sampling == 1 ? "spread in sqrt t, reweighted" : "spread evenly");
+                   eval_time_sampling_notes[o->time_sampling]);
         nctmc_eval_result result;
         cli_eval_settings settings = {o->batch, o->time_samples, o->t_max, o->seed, true,
                                       eval_time_sampling_values[o->time_sampling]};

@@ -23,8 +23,8 @@ source's entropy. Nothing is tuned to a process: both get the same settings.
 
 `paired` measures the NELBO gaps between checkpoints (trainer or model
 files: the EMA weights; each against the last) more tightly than separate
-figures can: all
-evaluate the same held-out sequences with the same time samples, in chunks,
+figures can: all evaluate the same held-out sequences with the same time
+samples, in chunks,
 and the gap's standard error comes from the spread of the per-chunk gaps, so
 what a sequence's difficulty adds to both cancels; more time samples per
 sequence shrink the rest (the uniform process's per-sequence estimates are
