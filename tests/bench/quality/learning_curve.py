@@ -7,6 +7,7 @@ that length would give with the paper's constant-rate recipe.
   learning_curve.py run --source copychain --process uniform --out U.json
   learning_curve.py run ... --resume U.ckpt --previous U.json --points ... --out U2.json
   learning_curve.py run ... --time-sampling sqrt --out U_sqrt.json
+  learning_curve.py run ... --d-model 256 --heads 8 --out U_d256.json
   learning_curve.py table U.json M.json [...]
   learning_curve.py paired U.ckpt M.ckpt --source copychain [--time-samples 256]
                     [--eval-time-sampling sqrt]
@@ -19,7 +20,15 @@ library's (log-SNR time input, noise-posterior link). Every step trains on
 fresh source samples; every point evaluates the EMA weights on the same
 held-out sequences (bench_quality.py's HELDOUT_SEED). The table sets the
 processes of a source side by side with the gap and its ratio to the
-source's entropy. Nothing is tuned to a process: both get the same settings.
+source's entropy (one table per model size). Nothing is tuned to a process:
+both get the same settings. --layers / --d-model / --heads / --cond-dim change
+the model's size alone (everything else stays the budget's), for curves of
+the gap against model size.
+
+--cooldown N (with --resume) ends a constant-rate run the way a
+warm-up / stable / decay schedule does: from the resumed step the rate
+follows a cosine from the peak to 0 over N steps, so the points after it say
+how much of a process's loss at the constant rate was the rate's noise.
 
 `paired` measures the NELBO gaps between checkpoints (trainer or model
 files: the EMA weights; each against the last) more tightly than separate
@@ -60,9 +69,9 @@ def run(args):
     ctx = nctmc.Context(backend="cpu", threads=args.threads)
     budget = BQ.BUDGETS["cpu"]
     cfg = dict(vocab_size=source.vocab + (0 if args.process == "uniform" else 1),
-               seq_len=source.length, n_layers=budget["layers"], d_model=budget["d_model"],
-               n_heads=budget["heads"], cond_dim=budget["cond"], process=args.process,
-               seed=args.seed)
+               seq_len=source.length, n_layers=args.layers or budget["layers"],
+               d_model=args.d_model or budget["d_model"], n_heads=args.heads or budget["heads"],
+               cond_dim=args.cond_dim or budget["cond"], process=args.process, seed=args.seed)
     points = sorted(int(p) for p in args.points.split(","))
     curve, step, cpu_before = [], 0, 0.0
     if args.resume:
@@ -70,12 +79,18 @@ def run(args):
         curve, step = list(previous["curve"]), trainer.state["step"]
         cpu_before = curve[-1]["cpu_seconds"] if curve else 0.0
         points = [p for p in points if p > step]
+        if args.cooldown and (not points or points[-1] > step + args.cooldown):
+            raise SystemExit("learning_curve: with --cooldown %d the points must lie in "
+                             "(%d, %d]" % (args.cooldown, step, step + args.cooldown))
+    elif args.cooldown:
+        raise SystemExit("learning_curve: --cooldown needs --resume")
     else:
         model = nctmc.Model.create(ctx, **cfg)
         trainer = nctmc.Trainer(model, batch_size=budget["batch"], learning_rate=budget["lr"],
                                 warmup_steps=budget["warmup"], total_steps=points[-1],
                                 min_lr_ratio=1.0, ema_decay=budget["ema"], seed=args.seed,
                                 time_sampling=args.time_sampling)
+    start_step = step
     heldout = source.sample(args.eval_seqs, np.random.default_rng(BQ.HELDOUT_SEED))
     data_rng = np.random.default_rng([args.seed, 1] + ([step] if args.resume else []))
     ema_model = nctmc.Model.create(ctx, **cfg)
@@ -86,13 +101,13 @@ def run(args):
             batch = source.sample(n * budget["batch"], data_rng).reshape(
                 n, budget["batch"], source.length)
             for k in range(n):
-                trainer.step(batch[k])
+                lr = trainer.step(batch[k])["learning_rate"]
             step += n
         trainer.copy_weights_to(ema_model, ema=True)
         ev = ema_model.eval(heldout, time_samples=args.eval_time_samples, batch_size=128, seed=0)
         curve.append({"step": step, "tokens": step * budget["batch"] * source.length,
                       "nelbo": ev["nelbo_bits_per_token"], "se": ev["std_error_bits"],
-                      "cpu_seconds": time.process_time() - cpu0})
+                      "cpu_seconds": time.process_time() - cpu0, "learning_rate": lr})
         print("%s %s step %d: NELBO %.4f +- %.4f (%.0f s CPU)"
               % (args.source, args.process, step, curve[-1]["nelbo"], curve[-1]["se"],
                  curve[-1]["cpu_seconds"]), file=sys.stderr, flush=True)
@@ -102,6 +117,8 @@ def run(args):
     out = {"source": args.source, "process": args.process, "config": cfg,
            "budget": {k: budget[k] for k in ("batch", "lr", "warmup", "ema")},
            "schedule": "constant after warm-up", "time_sampling": args.time_sampling,
+           "cooldown": ({"from_step": start_step, "steps": args.cooldown, "to_ratio": 0.0}
+                        if args.cooldown else None),
            "eval_seqs": args.eval_seqs,
            "eval_time_samples": args.eval_time_samples, "threads": args.threads,
            "entropy_bits_per_token": ref["entropy_bits_per_token"], "curve": curve}
@@ -123,7 +140,20 @@ def resume(args, ctx, cfg):
             previous["budget"] == {k: budget[k] for k in ("batch", "lr", "warmup", "ema")})
     if not same:
         raise SystemExit("learning_curve: %s is not a run of these settings" % args.previous)
-    trainer = nctmc.Trainer.resume(args.resume, ctx)
+    if previous.get("cooldown"):
+        raise SystemExit("learning_curve: %s ended with a cooldown (its rate is 0 now)"
+                         % args.previous)
+    if args.cooldown:
+        # the saved run's parameters with the warm-up's end moved to the
+        # resumed step: the cosine then starts at the peak there and reaches
+        # 0 at step + cooldown (warm-up, stable rate, decay)
+        saved = nctmc.Trainer.inspect(args.resume, ctx)
+        step = saved["state"]["step"]
+        params = dict(saved["params"], warmup_steps=step, total_steps=step + args.cooldown,
+                      min_lr_ratio=0.0)
+        trainer = nctmc.Trainer.resume(args.resume, ctx, **params)
+    else:
+        trainer = nctmc.Trainer.resume(args.resume, ctx)
     step = trainer.state["step"]
     if not previous["curve"] or previous["curve"][-1]["step"] != step:
         raise SystemExit("learning_curve: %s is at step %d, %s ends elsewhere"
@@ -187,15 +217,19 @@ def paired(args):
 
 def table(paths):
     runs = [json.load(open(p)) for p in paths]
-    for src in sorted({r["source"] for r in runs}):
-        by = {r["process"]: r for r in runs if r["source"] == src}
-        if len(by) < len([r for r in runs if r["source"] == src]):
-            raise SystemExit("learning_curve table: one run per process and source")
+    def size(r):
+        c = r["config"]
+        return (c["n_layers"], c["d_model"], c["n_heads"], c["cond_dim"])
+    for src, sz in sorted({(r["source"], size(r)) for r in runs}):
+        group = [r for r in runs if r["source"] == src and size(r) == sz]
+        by = {r["process"]: r for r in group}
+        if len(by) < len(group):
+            raise SystemExit("learning_curve table: one run per process, source and size")
         H = next(iter(by.values()))["entropy_bits_per_token"]
         names = sorted(by)
         sampling = sorted({r.get("time_sampling", "uniform") for r in by.values()})
-        print("\n%s (source entropy %.4f bits/token; training time sampling %s)\n"
-              % (src, H, " / ".join(sampling)))
+        print("\n%s, %d layers, d %d, %d heads, cond %d (source entropy %.4f bits/token; "
+              "training time sampling %s)\n" % ((src,) + sz + (H, " / ".join(sampling))))
         head = "| steps | tokens | " + " | ".join("%s NELBO" % n for n in names)
         if "uniform" in by and "masked" in by:
             head += " | uniform − masked | gap / entropy"
@@ -234,9 +268,16 @@ def main(argv=None):
     r.add_argument("--time-sampling", choices=["uniform", "logit", "sqrt"], default="uniform",
                    help="how training draws t (the trainer's time_sampling; a resumed "
                         "checkpoint keeps its own)")
+    r.add_argument("--layers", type=int, help="model size (default: the CPU budget's 4)")
+    r.add_argument("--d-model", type=int, help="model width (default: the CPU budget's 128)")
+    r.add_argument("--heads", type=int, help="attention heads (default: the CPU budget's 4)")
+    r.add_argument("--cond-dim", type=int, help="time-conditioning width (default 64)")
     r.add_argument("--checkpoint", help="save the trainer here at the last point")
     r.add_argument("--resume", help="continue from this --checkpoint of an earlier run")
     r.add_argument("--previous", help="with --resume: that run's JSON (its curve is kept)")
+    r.add_argument("--cooldown", type=int, default=0,
+                   help="with --resume: decay the rate from the peak to 0 over this many "
+                        "steps (a cosine), from the resumed step on")
     t = sub.add_parser("table")
     t.add_argument("paths", nargs="+")
     q = sub.add_parser("paired")

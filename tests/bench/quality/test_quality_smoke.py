@@ -10,6 +10,10 @@
 3. The statistics mean what they say on hand-made sequences.
 4. The runner trains a tiny model for a few steps through the binding,
    evaluates and samples it, writes its JSON and the markdown table.
+5. The learning-curve script trains at the model size it is given, records
+   it, refuses to resume under another size, cools the rate down to 0 when
+   asked, tables each size apart, and its paired evaluation gives a
+   checkpoint against itself a gap of zero.
 
 Usage: test_quality_smoke.py [LIBRARY]   (LIBRARY: libnctmc.so.1 to drive)
 Exit 0 when every check passes, 1 otherwise, 77 when numpy is missing.
@@ -198,6 +202,63 @@ def check_runner():
             check("no_such_field" in str(e), "runner: an unknown --config key is refused")
 
 
+def check_learning_curve():
+    import io
+    import contextlib
+    import learning_curve as LC
+    size = ["--layers", "1", "--d-model", "16", "--heads", "2", "--cond-dim", "8"]
+    common = ["--source", "copychain", "--eval-seqs", "16", "--eval-time-samples", "2"]
+    with tempfile.TemporaryDirectory() as tmp:
+        def path(name):
+            return os.path.join(tmp, name)
+        LC.main(["run", "--process", "uniform", "--points", "2,4", "--out", path("u.json"),
+                 "--checkpoint", path("u.ckpt")] + common + size)
+        u = json.load(open(path("u.json")))
+        c = u["config"]
+        check((c["n_layers"], c["d_model"], c["n_heads"], c["cond_dim"]) == (1, 16, 2, 8)
+              and [p["step"] for p in u["curve"]] == [2, 4]
+              and all(np.isfinite(p["nelbo"]) for p in u["curve"]),
+              "learning curve: trains and records the size it is given")
+        try:
+            LC.main(["run", "--process", "uniform", "--points", "6", "--out", path("x.json"),
+                     "--resume", path("u.ckpt"), "--previous", path("u.json"),
+                     "--d-model", "32"] + common + size[:2] + size[4:])
+            check(False, "learning curve: resuming under another size is refused")
+        except SystemExit as e:
+            check("not a run of these settings" in str(e),
+                  "learning curve: resuming under another size is refused")
+        LC.main(["run", "--process", "uniform", "--points", "6", "--out", path("u6.json"),
+                 "--resume", path("u.ckpt"), "--previous", path("u.json")] + common + size)
+        u6 = json.load(open(path("u6.json")))
+        check([p["step"] for p in u6["curve"]] == [2, 4, 6] and u6["curve"][:2] == u["curve"],
+              "learning curve: a resumed run keeps the curve and adds its points")
+        LC.main(["run", "--process", "uniform", "--points", "8", "--cooldown", "4",
+                 "--out", path("c.json"), "--resume", path("u.ckpt"),
+                 "--previous", path("u.json")] + common + size)
+        cd = json.load(open(path("c.json")))
+        # steps 4..7 follow the cosine from the peak at 4 towards 0 at 8
+        peak = cd["budget"]["lr"]
+        last = peak * 0.5 * (1 + np.cos(np.pi * 3 / 4))
+        check(cd["cooldown"] == {"from_step": 4, "steps": 4, "to_ratio": 0.0}
+              and cd["curve"][-1]["step"] == 8
+              and abs(cd["curve"][-1]["learning_rate"] - last) < 1e-6 * peak,
+              "learning curve: a cooldown follows the cosine from the peak towards 0")
+        LC.main(["run", "--process", "uniform", "--points", "2", "--out", path("w.json"),
+                 "--layers", "1", "--d-model", "8", "--heads", "1", "--cond-dim", "8"] + common)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            LC.main(["table", path("u.json"), path("w.json")])
+        check("d 16" in out.getvalue() and "d 8" in out.getvalue(),
+              "learning curve: one table per model size")
+        with contextlib.redirect_stdout(io.StringIO()):
+            LC.main(["paired", path("u.ckpt"), path("u.ckpt"), "--source", "copychain",
+                     "--eval-seqs", "16", "--time-samples", "2", "--chunks", "4",
+                     "--out", path("p.json")])
+        pr = json.load(open(path("p.json")))
+        check(pr["gap_vs_last"] == [0.0] and np.isfinite(pr["nelbo"][0]),
+              "learning curve: a checkpoint paired with itself has a gap of exactly 0")
+
+
 def main():
     print("quality benchmark checks")
     px = check_likelihood("copychain (S=3, L=5)", tiny_copychain(), clean_prob_copychain)
@@ -208,6 +269,7 @@ def main():
     check_sampler("brackets (S=6, L=4)", src4, px4)
     check_statistics()
     check_runner()
+    check_learning_curve()
     print("quality_bench_smoke: %d failed" % len(FAILED))
     return 1 if FAILED else 0
 
