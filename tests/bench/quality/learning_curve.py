@@ -27,7 +27,8 @@ the gap against model size.
 
 --cooldown N (with --resume) ends a constant-rate run the way a
 warm-up / stable / decay schedule does: from the resumed step the rate
-follows a cosine from the peak to 0 over N steps, so the points after it say
+follows a cosine from the peak towards 0, reached at the resumed step + N
+(the last step taken runs at peak·(1 + cos(π(N−1)/N))/2), so the points after it say
 how much of a process's loss at the constant rate was the rate's noise.
 
 `paired` measures the NELBO gaps between checkpoints (trainer or model
@@ -148,8 +149,8 @@ def resume(args, ctx, cfg):
         # resumed step: the cosine then starts at the peak there and reaches
         # 0 at step + cooldown (warm-up, stable rate, decay)
         saved = nctmc.Trainer.inspect(args.resume, ctx)
-        step = saved["state"]["step"]
-        params = dict(saved["params"], warmup_steps=step, total_steps=step + args.cooldown,
+        at = saved["state"]["step"]
+        params = dict(saved["params"], warmup_steps=at, total_steps=at + args.cooldown,
                       min_lr_ratio=0.0)
         trainer = nctmc.Trainer.resume(args.resume, ctx, **params)
     else:
@@ -276,8 +277,8 @@ def main(argv=None):
     r.add_argument("--resume", help="continue from this --checkpoint of an earlier run")
     r.add_argument("--previous", help="with --resume: that run's JSON (its curve is kept)")
     r.add_argument("--cooldown", type=int, default=0,
-                   help="with --resume: decay the rate from the peak to 0 over this many "
-                        "steps (a cosine), from the resumed step on")
+                   help="with --resume: decay the rate from the peak towards 0 over this "
+                        "many steps (a cosine), from the resumed step on")
     t = sub.add_parser("table")
     t.add_argument("paths", nargs="+")
     q = sub.add_parser("paired")
