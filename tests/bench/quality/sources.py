@@ -41,13 +41,6 @@ COPYCHAIN_SUCCESSORS = [
 ]
 
 
-def _noise_channel(x, vocab, eps):
-    """e[n, p, z] = P(x_p | z_p = z) = (1 - eps) [x_p = z] + eps / vocab."""
-    e = np.full(x.shape + (vocab,), eps / vocab)
-    np.put_along_axis(e, x[..., None].astype(np.int64), 1.0 - eps + eps / vocab, axis=-1)
-    return e
-
-
 def _apply_noise(z, vocab, eps, rng):
     noisy = rng.random(z.shape) < eps
     return np.where(noisy, rng.integers(0, vocab, size=z.shape), z).astype(np.int32)
@@ -79,7 +72,25 @@ class Source:
     def sample(self, n, rng):
         raise NotImplementedError
 
+    def noise_matrix(self):
+        """C[z, x] = P(x_p = x | z_p = z) = (1 - eps) [x = z] + eps / vocab:
+        the noise channel between the hidden clean token and the observed one."""
+        return (1.0 - self.eps) * np.eye(self.vocab) + self.eps / self.vocab
+
     def log_prob(self, x):
+        """Exact log p(x) (natural log) of observed sequences x [n, length]."""
+        e = self.noise_matrix().T[np.asarray(x, np.int64)]   # e[n, p, z] = C[z, x_p]
+        return self.log_marginal(e)
+
+    def log_marginal(self, e):
+        """log of the probability of any per-position evidence about the
+        hidden clean sequence: sum over z of P(z) prod_p e[n, p, z_p], for
+        e [n, length, vocab] (e = C[:, x_p] gives log p(x))."""
+        raise NotImplementedError
+
+    def clean_posterior(self, e):
+        """P(z_p = z | evidence) [n, length, vocab] for the evidence e of
+        log_marginal (forward-backward)."""
         raise NotImplementedError
 
     def forbidden(self, x):
@@ -139,27 +150,51 @@ class CopyChain(Source):
     def sample(self, n, rng):
         return _apply_noise(self.sample_clean(n, rng), self.vocab, self.eps, rng)
 
-    def log_prob(self, x):
-        """Forward algorithm over (z_0, z_p): alpha[n, a, z] = P(x_0..x_p,
-        z_0 = a, z_p = z), renormalised every step (the scales are summed
-        in log space)."""
-        x = np.asarray(x)
-        n, length = x.shape
-        e = _noise_channel(x, self.vocab, self.eps)
+    def _alphas(self, e):
+        """Forward pass over (z_0, z_p): alpha_p[n, a, z] = P(e_0..e_p,
+        z_0 = a, z_p = z) for p = 0 .. L-2, each renormalised (the log scales
+        summed)."""
+        n = e.shape[0]
         alpha = np.zeros((n, self.vocab, self.vocab))
         idx = np.arange(self.vocab)
         alpha[:, idx, idx] = self.init * e[:, 0, :]
-        log_scale = np.zeros(n)
-        for p in range(1, length - 1):
+        alphas, log_scale = [alpha], np.zeros(n)
+        for p in range(1, self.length - 1):
             alpha = (alpha @ self.trans) * e[:, p, None, :]
             s = alpha.sum(axis=(1, 2))
             alpha /= s[:, None, None]
             log_scale += np.log(s)
-        # last position: copy z_0 (= a) or step from z_{L-2} (= z)
-        last = e[:, length - 1, :]
-        term = self.copy * last[:, :, None] + \
+            alphas.append(alpha)
+        return alphas, log_scale
+
+    def _last_term(self, e):
+        """term[n, a, z] = P(e_{L-1} | z_0 = a, z_{L-2} = z): the last token
+        copies z_0 or steps from z_{L-2}."""
+        last = e[:, -1, :]
+        return self.copy * last[:, :, None] + \
             (1.0 - self.copy) * (last @ self.trans.T)[:, None, :]
-        return log_scale + np.log((alpha * term).sum(axis=(1, 2)))
+
+    def log_marginal(self, e):
+        alphas, log_scale = self._alphas(e)
+        return log_scale + np.log((alphas[-1] * self._last_term(e)).sum(axis=(1, 2)))
+
+    def clean_posterior(self, e):
+        """Forward-backward over (z_0, z_p); beta_p[n, a, z] = P(e_{p+1}..
+        e_{L-1} | z_0 = a, z_p = z), renormalised per step."""
+        n, length, v = e.shape
+        alphas, _ = self._alphas(e)
+        post = np.empty((n, length, v))
+        beta = self._last_term(e)
+        for p in range(length - 2, -1, -1):
+            beta = beta / beta.sum(axis=(1, 2), keepdims=True)
+            joint = (alphas[p] * beta).sum(axis=1)                 # over z_0
+            post[:, p] = joint / joint.sum(axis=1, keepdims=True)
+            beta = (e[:, p, None, :] * beta) @ self.trans.T
+        a = alphas[-1]
+        last = e[:, -1, :] * (self.copy * a.sum(axis=2) +
+                              (1.0 - self.copy) * (a.sum(axis=1) @ self.trans))
+        post[:, -1] = last / last.sum(axis=1, keepdims=True)
+        return post
 
     def forbidden(self, x):
         """Transitions x_{p-1} -> x_p, p = 1 .. L-2, outside the successor
@@ -291,23 +326,44 @@ class Brackets(Source):
     def sample(self, n, rng):
         return _apply_noise(self.sample_clean(n, rng), self.vocab, self.eps, rng)
 
-    def log_prob(self, x):
-        """Forward algorithm over the stack: alpha[n, s] = P(x_0..x_{p-1},
-        stack after p tokens = s), renormalised every step."""
-        x = np.asarray(x)
-        n, length = x.shape
-        n_s = len(self.stacks)
-        e = _noise_channel(x, self.vocab, self.eps)
-        alpha = np.zeros((n, n_s))
+    def _alphas(self, e):
+        """Forward pass over the stack: alpha_p[n, s] = P(e_0..e_{p-1}, stack
+        before position p = s) for p = 0 .. L, each renormalised (the log
+        scales summed)."""
+        n = e.shape[0]
+        alpha = np.zeros((n, len(self.stacks)))
         alpha[:, 0] = 1.0
-        log_scale = np.zeros(n)
-        for p in range(length):
+        alphas, log_scale = [alpha], np.zeros(n)
+        for p in range(self.length):
             w = alpha[:, :, None] * self.prob[p][None] * e[:, p, None, :]
             alpha = w.reshape(n, -1) @ self.scatter
             s = alpha.sum(axis=1)
             alpha /= s[:, None]
             log_scale += np.log(s)
-        return log_scale + np.log(alpha[:, 0])
+            alphas.append(alpha)
+        return alphas, log_scale
+
+    def log_marginal(self, e):
+        alphas, log_scale = self._alphas(e)
+        return log_scale + np.log(alphas[-1][:, 0])
+
+    def clean_posterior(self, e):
+        """Forward-backward over the stack; beta_p[n, s] = P(e_p..e_{L-1},
+        the stack empty at the end | stack before p = s), renormalised."""
+        n, length, v = e.shape
+        n_s = len(self.stacks)
+        alphas, _ = self._alphas(e)
+        post = np.empty((n, length, v))
+        beta = np.zeros((n, n_s))
+        beta[:, 0] = 1.0
+        for p in range(length - 1, -1, -1):
+            after = (beta @ self.scatter.T).reshape(n, n_s, v)   # beta at next(s, z)
+            step = self.prob[p][None] * e[:, p, None, :] * after   # [n, s, z]
+            joint = (alphas[p][:, :, None] * step).sum(axis=1)
+            post[:, p] = joint / joint.sum(axis=1, keepdims=True)
+            beta = step.sum(axis=2)
+            beta /= beta.sum(axis=1, keepdims=True)
+        return post
 
     def _parse(self, x):
         """Reads x with the clean grammar, skipping (and counting) every

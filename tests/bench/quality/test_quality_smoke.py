@@ -110,6 +110,22 @@ def check_likelihood(name, src, clean_prob):
     return px
 
 
+def check_posterior(name, src, clean_prob, n=3):
+    """log_marginal and clean_posterior for arbitrary positive evidence
+    against sums over every clean sequence."""
+    pz, _ = brute_force(src, clean_prob)
+    zs = np.array(list(itertools.product(range(src.vocab), repeat=src.length)))
+    e = np.random.default_rng(7).uniform(0.05, 1.0, (n, src.length, src.vocab))
+    pos = np.arange(src.length)
+    joint = pz.reshape(-1)[None, :] * np.prod(e[:, pos, zs], axis=2)   # [n, z]
+    err = np.max(np.abs(src.log_marginal(e) - np.log(joint.sum(axis=1))))
+    check(err < 1e-10, "%s: log_marginal of random evidence = brute force (%.1e)" % (name, err))
+    want = np.stack([np.stack([joint[:, zs[:, p] == v].sum(axis=1) for v in range(src.vocab)], 1)
+                     for p in pos], 1) / joint.sum(axis=1)[:, None, None]
+    err = np.max(np.abs(src.clean_posterior(e) - want))
+    check(err < 1e-12, "%s: clean_posterior (forward-backward) = brute force (%.1e)" % (name, err))
+
+
 def check_sampler(name, src, px, n=200000):
     x = src.sample(n, np.random.default_rng(1))
     codes = np.zeros(n, np.int64)
@@ -257,6 +273,38 @@ def check_learning_curve():
         pr = json.load(open(path("p.json")))
         check(pr["gap_vs_last"] == [0.0] and np.isfinite(pr["nelbo"][0]),
               "learning curve: a checkpoint paired with itself has a gap of exactly 0")
+        LC.main(["run", "--process", "masked", "--points", "2", "--out", path("m.json"),
+                 "--checkpoint", path("m.ckpt")] + common + size)
+        check_time_bands([path("u.ckpt"), path("m.ckpt")], path("bands.json"))
+
+
+def check_time_bands(checkpoints, out):
+    """The NELBO split by time band on two barely trained models: whatever
+    the model, the best possible NELBO of its process is the source's
+    entropy, the excess splits into an exit-rate part and a non-negative
+    jump part, and the masked model's exit rate is exact."""
+    import io
+    import contextlib
+    import time_bands as TB
+    with contextlib.redirect_stdout(io.StringIO()):
+        TB.main(checkpoints + ["--source", "copychain", "--eval-seqs", "64", "--samples", "2",
+                               "--out", out])
+    for r in json.load(open(out))["results"]:
+        name = "time bands (%s)" % r["process"]
+        gap, se = r["best_minus_entropy"]
+        check(abs(gap) < 4 * se, "%s: the best possible NELBO is the source's entropy "
+              "(%+.4f +- %.4f)" % (name, gap, se))
+        lib = abs(r["nelbo"] - r["library_nelbo"])
+        check(lib < 4 * np.hypot(r["nelbo_se"], r["library_se"]),
+              "%s: the bands' NELBO agrees with nctmc_eval (%.3f vs %.3f)"
+              % (name, r["nelbo"], r["library_nelbo"]))
+        parts = all(b["excess"] - b["rate"] >= -1e-9 and b["rate"] >= 0.0
+                    for b in r["bands"]) and r["total"]["excess"]["value"] > 0
+        check(parts, "%s: every band's excess = exit rate + jump, each >= 0" % name)
+        if r["process"] == "masked":
+            # the library's rate is the exact one, rounded to float32
+            rate = max(b["rate"] for b in r["bands"])
+            check(rate < 1e-9, "%s: the masked exit rate is exact (excess %.1e)" % (name, rate))
 
 
 def main():
@@ -267,6 +315,8 @@ def main():
     src4 = tiny_brackets(length=4)
     _, px4 = brute_force(src4, clean_prob_brackets)
     check_sampler("brackets (S=6, L=4)", src4, px4)
+    check_posterior("copychain (S=3, L=5)", tiny_copychain(), clean_prob_copychain)
+    check_posterior("brackets (S=6, L=6)", tiny_brackets(), clean_prob_brackets)
     check_statistics()
     check_runner()
     check_learning_curve()
