@@ -88,37 +88,75 @@ def band_times(edges, n_seqs, samples, rng):
     return out
 
 
+def exact_rates(cfg, source, x_t, t):
+    """Rhat(x_t -> j | x0 = k) [n, L, K, S] for every data token k, the
+    posterior P(x0_p = k | x_t) [n, L, K] and the best model's rates
+    R* = sum_k P(k | x_t) Rhat_k [n, L, S]."""
+    tt = torch.from_numpy(t)
+    xt = torch.from_numpy(x_t.astype(np.int64))
+    tokens = range(source.vocab)
+    rhat = torch.stack([R.reverse_rates(cfg, xt, torch.full_like(xt, k), tt)
+                        for k in tokens], dim=2).numpy()
+    q = torch.stack([R.q_t0(cfg, tt, torch.full_like(xt, k)).gather(-1, xt[..., None])[..., 0]
+                     for k in tokens], dim=2).numpy()                      # q(x_t | x0 = k)
+    channel = source.noise_matrix()                                         # [z, k]
+    evidence = q @ channel.T                                                # P(x_t,p | z_p)
+    post_z = source.clean_posterior(evidence)
+    post = q * ((post_z / evidence) @ channel)
+    return rhat, post, np.einsum("nlk,nlks->nls", post, rhat)
+
+
 def rows_figures(cfg, source, model, x0, x_t, t):
     """Per row and position (arrays [n, L], natural-log units): the loss at
     the true x0, the best model's expected loss, and this model's excess,
     all of it and the exit rate's part."""
-    n_data = source.vocab
-    tt = torch.from_numpy(t)
-    xt = torch.from_numpy(x_t.astype(np.int64))
-    # Rhat(x_t -> j | x0 = k) and q(x_t | x0 = k) for every data token k
-    rhat = torch.stack([R.reverse_rates(cfg, xt, torch.full_like(xt, k), tt)
-                        for k in range(n_data)], dim=2).numpy()            # [n, L, K, S]
-    q = torch.stack([R.q_t0(cfg, tt, torch.full_like(xt, k)).gather(-1, xt[..., None])[..., 0]
-                     for k in range(n_data)], dim=2).numpy()               # [n, L, K]
-    channel = source.noise_matrix()                                         # [z, k]
-    evidence = q @ channel.T                                                # [n, L, z]
-    post_z = source.clean_posterior(evidence)
-    post = q * ((post_z / evidence) @ channel)                              # P(x0_p = k | x_t)
-    rstar = np.einsum("nlk,nlks->nls", post, rhat)
+    rhat, post, rstar = exact_rates(cfg, source, x_t, t)
     log_rate, jump = model.forward(x_t, t.astype(np.float32))
-    log_m = torch.from_numpy(log_rate.astype(np.float64)[..., None] + jump.astype(np.float64))
+    log_rate = torch.from_numpy(log_rate.astype(np.float64))
+    log_m = log_rate[..., None] + torch.from_numpy(jump.astype(np.float64))
     rs = torch.from_numpy(rstar)
     excess = R.poisson_kl(rs, log_m).sum(-1).numpy()
-    rate_part = R.poisson_kl(rs.sum(-1), torch.from_numpy(log_rate.astype(np.float64))).numpy()
+    rate_part = R.poisson_kl(rs.sum(-1), log_rate).numpy()
     log_rstar = torch.log(rs)
     best = np.zeros(x_t.shape)
-    for k in range(n_data):   # E over x0 of f(Rhat, R*); a zero posterior adds nothing
+    for k in range(source.vocab):   # E over x0 of f(Rhat, R*); a zero posterior adds nothing
         f = R.poisson_kl(torch.from_numpy(rhat[:, :, k]), log_rstar).sum(-1).numpy()
         with np.errstate(invalid="ignore"):
             best += np.where(post[..., k] > 0, post[..., k] * f, 0.0)
     true_rhat = np.take_along_axis(rhat, x0[:, :, None, None].astype(np.int64), axis=2)[:, :, 0]
     loss = R.poisson_kl(torch.from_numpy(true_rhat), log_m).sum(-1).numpy()
     return loss, best, excess, rate_part
+
+
+FIGURES = ("loss", "best", "excess", "rate", "excess_noisy", "rate_noisy", "noisy")
+
+
+def accumulate(cfg, source, model, heldout, edges, args):
+    """Every figure per band and sequence, in bits/token ([band, sequence];
+    "noisy" is the share of positions with x_t != x0)."""
+    n, length = heldout.shape
+    rng = np.random.default_rng(args.seed)
+    per = {k: np.zeros((len(edges) - 1, n)) for k in FIGURES}
+    for b, ts, ws in band_times(edges, n, args.samples, rng):
+        for k in range(args.samples):
+            for lo in range(0, n, args.batch):
+                sl = slice(lo, min(lo + args.batch, n))
+                x0, t = heldout[sl], ts[k, sl]
+                x_t = R.sample_xt(cfg, torch.from_numpy(t), torch.from_numpy(x0.astype(np.int64)),
+                                  torch.Generator().manual_seed(int(rng.integers(2 ** 62)))).numpy()
+                loss, best, excess, rate = rows_figures(cfg, source, model, x0, x_t, t)
+                noisy = x_t != x0   # a noise token (uniform), a mask (masked), either
+                scale = ws[k, sl] / (length * LN2)
+                for key, v in (("loss", loss), ("best", best), ("excess", excess),
+                               ("rate", rate), ("excess_noisy", excess * noisy),
+                               ("rate_noisy", rate * noisy)):
+                    per[key][b, sl] += scale * v.sum(axis=1)
+                per["noisy"][b, sl] += noisy.mean(axis=1) / args.samples
+    return per
+
+
+def mean_se(v):
+    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v)))
 
 
 def analyse(path, args, source, heldout, entropy_per_seq):
@@ -131,45 +169,21 @@ def analyse(path, args, source, heldout, entropy_per_seq):
                          "(%d data tokens, length %d)" % (path, source.name, source.vocab, length))
     lib = model.eval(heldout, time_samples=args.samples * (len(EDGES) - 1), batch_size=128,
                      seed=1, time_sampling="sqrt")
-    t_max = lib["t_max"]
-    edges = list(EDGES) + [t_max]
-    rng = np.random.default_rng(args.seed)
-    n = len(heldout)
-    names = ("loss", "best", "excess", "rate", "excess_noisy", "rate_noisy", "noisy")
-    per = {k: np.zeros((len(edges) - 1, n)) for k in names}   # [band, sequence], bits/token
-    for b, ts, ws in band_times(edges, n, args.samples, rng):
-        for k in range(args.samples):
-            for lo in range(0, n, args.batch):
-                sl = slice(lo, min(lo + args.batch, n))
-                x0, t, w = heldout[sl], ts[k, sl], ws[k, sl]
-                x_t = R.sample_xt(cfg, torch.from_numpy(t), torch.from_numpy(x0.astype(np.int64)),
-                                  torch.Generator().manual_seed(int(rng.integers(2 ** 62)))).numpy()
-                loss, best, excess, rate = rows_figures(cfg, source, model, x0, x_t, t)
-                noisy = x_t != x0   # a noise token (uniform), a mask (masked), either
-                scale = w / (length * LN2)
-                for key, v in (("loss", loss), ("best", best), ("excess", excess),
-                               ("rate", rate), ("excess_noisy", excess * noisy),
-                               ("rate_noisy", rate * noisy)):
-                    per[key][b, sl] += scale * v.sum(axis=1)
-                per["noisy"][b, sl] += noisy.mean(axis=1) / args.samples
+    edges = list(EDGES) + [lib["t_max"]]
+    per = accumulate(cfg, source, model, heldout, edges, args)
     prior = lib["prior_bits_per_token"]
-
-    def mean_se(v):
-        return float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v)))
-
     bands = []
     for b in range(len(edges) - 1):
         row = {"t_lo": edges[b], "t_hi": edges[b + 1]}
-        for key in names:
+        for key in FIGURES:
             row[key], row[key + "_se"] = mean_se(per[key][b])
         bands.append(row)
-    total = {key: mean_se(per[key].sum(axis=0)) for key in names if key != "noisy"}
+    total = {key: mean_se(per[key].sum(axis=0)) for key in FIGURES if key != "noisy"}
     best_nelbo = per["best"].sum(axis=0) + prior
-    return {"checkpoint": path, "process": cfg.process, "t_max": t_max,
+    return {"checkpoint": path, "process": cfg.process, "t_max": lib["t_max"],
             "prior_bits_per_token": prior, "bands": bands,
             "total": {k: {"value": v[0], "se": v[1]} for k, v in total.items()},
-            "nelbo": mean_se(per["loss"].sum(axis=0) + prior)[0],
-            "nelbo_se": total["loss"][1],
+            "nelbo": total["loss"][0] + prior, "nelbo_se": total["loss"][1],
             "library_nelbo": lib["nelbo_bits_per_token"], "library_se": lib["std_error_bits"],
             "best_nelbo": float(best_nelbo.mean()),
             "best_minus_entropy": mean_se(best_nelbo - entropy_per_seq)}
