@@ -155,10 +155,6 @@ def accumulate(cfg, source, model, heldout, edges, args):
     return per
 
 
-def mean_se(v):
-    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v)))
-
-
 def analyse(path, args, source, heldout, entropy_per_seq):
     ctx = nctmc.Context(backend="cpu", threads=args.threads)
     model = nctmc.Model.load(path, ctx)
@@ -176,9 +172,9 @@ def analyse(path, args, source, heldout, entropy_per_seq):
     for b in range(len(edges) - 1):
         row = {"t_lo": edges[b], "t_hi": edges[b + 1]}
         for key in FIGURES:
-            row[key], row[key + "_se"] = mean_se(per[key][b])
+            row[key], row[key + "_se"] = S.mean_and_se(per[key][b])
         bands.append(row)
-    total = {key: mean_se(per[key].sum(axis=0)) for key in FIGURES if key != "noisy"}
+    total = {key: S.mean_and_se(per[key].sum(axis=0)) for key in FIGURES if key != "noisy"}
     best_nelbo = per["best"].sum(axis=0) + prior
     return {"checkpoint": path, "process": cfg.process, "t_max": lib["t_max"],
             "prior_bits_per_token": prior, "bands": bands,
@@ -186,7 +182,7 @@ def analyse(path, args, source, heldout, entropy_per_seq):
             "nelbo": total["loss"][0] + prior, "nelbo_se": total["loss"][1],
             "library_nelbo": lib["nelbo_bits_per_token"], "library_se": lib["std_error_bits"],
             "best_nelbo": float(best_nelbo.mean()),
-            "best_minus_entropy": mean_se(best_nelbo - entropy_per_seq)}
+            "best_minus_entropy": S.mean_and_se(best_nelbo - entropy_per_seq)}
 
 
 def report(r):
