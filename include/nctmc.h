@@ -104,7 +104,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define NCTMC_VERSION_MAJOR 0
-#define NCTMC_VERSION_MINOR 6
+#define NCTMC_VERSION_MINOR 7
 #define NCTMC_VERSION_PATCH 0
 /** The version as one number, MAJOR*10000 + MINOR*100 + PATCH. */
 #define NCTMC_VERSION_NUMBER \
@@ -364,7 +364,16 @@ enum {
      *  an O(1) target at every t; h = 0 is the best context-free rate. For
      *  the mixture process the rate out of the mask token does not depend
      *  on x0 and is used exactly. */
-    NCTMC_EXIT_LINK_NOISE_POSTERIOR = 1
+    NCTMC_EXIT_LINK_NOISE_POSTERIOR = 1,
+    /** Since 0.7.0. The exit rate and the jump distribution both come from
+     *  one estimate p of the clean token: the output head's logits, a
+     *  softmax over the data tokens, and R(i -> j) = sum_k p_k R(i -> j |
+     *  x0 = k), the exact conditional rates averaged over p (so lambda is
+     *  lam_c at p = e_i and lam_n at p_i = 0). The exit-rate head is unused
+     *  (its weights stay in the checkpoint). nctmc_model_forward() reports
+     *  the resulting log lambda_theta and jump log-probabilities as for the
+     *  other links. */
+    NCTMC_EXIT_LINK_DENOISER = 2
 };
 
 /** The model's hyper-parameters. Fill with nctmc_model_config_init(). */

@@ -65,6 +65,28 @@ typedef struct nctmc_lcond_args {
     const float *seq_weight;
 } nctmc_lcond_args;
 
+/*
+ * The denoiser exit-rate link (lib/denoiser_math.h), one row per position.
+ * forward:  from the head's logits z (x0_logits) writes the sigma link's
+ *           outputs: logits[r, j] = log(R_j / sigma) for j != i, j < S,
+ *           0 at the current token and in the padding; rate_h[r] =
+ *           log(lambda / sigma).
+ * backward: given dL/dl in `logits` and dL/dh in `rate_h`, overwrites
+ *           `logits` with dL/dz (0 outside the data tokens); rate_h is
+ *           only read.
+ */
+typedef struct nctmc_denoiser_args {
+    int64_t n_rows;
+    int32_t seq_len;       /* L: rows per sequence (indexes `times`) */
+    int32_t row_stride;    /* V >= S */
+    const float *x0_logits;  /* [N, V] z */
+    const int32_t *x_t;    /* [N] */
+    const float *times;    /* [B] */
+    nctmc_fp fp;
+    float *logits;         /* [N, V], see above */
+    float *rate_h;         /* [N], see above */
+} nctmc_denoiser_args;
+
 /* A linear layer's weight [out, in] in a reduced precision (a model made by
  * nctmc_model_convert()). Both buffers are backend memory. */
 typedef struct nctmc_packed_weight {
@@ -273,6 +295,9 @@ typedef struct nctmc_backend_ops {
     /* Per row log lambda_theta and the jump log-probabilities (see
      * lcond_math.h). */
     void (*jump_output)(nctmc_backend *be, const nctmc_jump_output_args *args);
+    /* The denoiser link's forward and backward (nctmc_denoiser_args). */
+    void (*denoiser_forward)(nctmc_backend *be, const nctmc_denoiser_args *args);
+    void (*denoiser_backward)(nctmc_backend *be, const nctmc_denoiser_args *args);
 
     /* ---- optimiser ------------------------------------------------------ */
     /* Sum of x[i]^2 over n floats, accumulated in double in a fixed order;
@@ -351,7 +376,7 @@ nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const struct nctmc_a
  * per-row math it shares (lcond_math.h, sample_math.h, philox.h) is inline
  * in headers.
  */
-#define NCTMC_BACKEND_ABI_VERSION 4u
+#define NCTMC_BACKEND_ABI_VERSION 5u
 #define NCTMC_BACKEND_MODULE_ENTRY "nctmc_backend_module_entry"
 
 typedef struct nctmc_backend_module {

@@ -22,10 +22,18 @@ static void output_layer_backward(const nctmc_model *m, dit_workspace *ws, int64
     const dit_dims *z = &m->dims;
     dit_grad_scratch *s = &ws->grad;
     const float *x = dit_layer(ws, z->n_layers - 1)->x_out;
+    if (ws->denoiser) {
+        /* the loss's gradients of the link's outputs become those of the
+         * head's logits, in place in ws->logits */
+        nctmc_denoiser_args a = dit_denoiser_args(m, ws, B, L);
+        a.rate_h = s->d_rate_h;
+        be->ops->denoiser_backward(be, &a);
+    }
     be->ops->linear_backward(be, N, z->d, z->V, ws->uf, w->out_w, ws->logits, s->d_u, false,
                              g->out_w, g->out_b, acc);
-    if (m->fp.process == NCTMC_FP_MASKED) {
-        /* the masked process's exit rate is exact: the head gets no signal */
+    if (m->fp.process == NCTMC_FP_MASKED || ws->denoiser) {
+        /* the masked process's exit rate is exact, the denoiser link's comes
+         * from the logits: the exit-rate head gets no signal */
         if (!acc) {
             be->ops->fill_zero(be, g->rate_w, (size_t)z->d * sizeof(float));
             be->ops->fill_zero(be, g->rate_b, sizeof(float));

@@ -110,6 +110,12 @@ static void output_layer(const nctmc_model *m, dit_workspace *ws, int32_t B, int
                             ws->modf);
     be->ops->adaln_forward(be, N, L, z->d, x, w->final_norm_w, ws->modf, ws->modf + z->d,
                            2 * z->d, ws->uf, ws->lnf_mean, ws->lnf_rstd);
+    if (ws->denoiser) {
+        linear(ws, N, z->d, z->V, ws->uf, w->out_w, w->out_q, w->out_b, ws->x0_logits);
+        nctmc_denoiser_args a = dit_denoiser_args(m, ws, B, L);
+        be->ops->denoiser_forward(be, &a);
+        return;
+    }
     linear(ws, N, z->d, z->V, ws->uf, w->out_w, w->out_q, w->out_b, ws->logits);
     be->ops->linear_forward(be, N, z->d, 1, ws->uf, w->rate_w, w->rate_b, ws->rate_h);
 }

@@ -88,6 +88,10 @@ struct dit_workspace {
     float *uf;         /* [N, d] */
     float *logits;     /* [N, V] (gradients overwrite them in place) */
     float *rate_h;     /* [N] */
+    /* The denoiser link (dit_config_denoiser): the head's own logits, which
+     * the link turns into `logits` and `rate_h`; NULL otherwise. */
+    bool denoiser;
+    float *x0_logits;  /* [N, V] */
     float *loss;       /* [N] */
     float *seq_weight; /* [B] the loss weights of the last weighted dit_loss */
 
@@ -114,6 +118,25 @@ static inline dit_layer_acts *dit_layer(dit_workspace *ws, int32_t k)
  * branches, from its input to its output in the residual stream. */
 void dit_block_forward(const nctmc_model *m, dit_workspace *ws, int32_t k, int32_t B,
                        int32_t L);
+
+/* The denoiser link's operation arguments over the workspace's B x L rows
+ * (forward direction: logits and rate_h are its outputs). */
+static inline nctmc_denoiser_args dit_denoiser_args(const nctmc_model *m, dit_workspace *ws,
+                                                    int32_t B, int32_t L)
+{
+    nctmc_denoiser_args a = {
+        .n_rows = (int64_t)B * L,
+        .seq_len = L,
+        .row_stride = m->dims.V,
+        .x0_logits = ws->x0_logits,
+        .x_t = ws->x_t,
+        .times = ws->times,
+        .fp = m->fp,
+        .logits = ws->logits,
+        .rate_h = ws->rate_h,
+    };
+    return a;
+}
 
 /* Backward pass: given d_logits (in place in ws->logits) and
  * ws->grad.d_rate_h from the loss op, writes (or adds) every parameter's

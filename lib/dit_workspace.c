@@ -126,6 +126,8 @@ static void plan_workspace(arena_plan *p, dit_workspace *ws, const ws_sizes *z)
     plan_f(p, &ws->uf, z->N, z->d);
     plan_f(p, &ws->logits, z->N, z->V);
     plan_f(p, &ws->rate_h, z->N, 1);
+    if (ws->denoiser)
+        plan_f(p, &ws->x0_logits, z->N, z->V);
     plan_f(p, &ws->loss, z->N, 1);
     plan_f(p, &ws->seq_weight, z->B, 1);
     plan_f(p, &ws->att_workspace, z->att_work, 1);
@@ -234,6 +236,7 @@ nctmc_status dit_workspace_create(const nctmc_model *m, nctmc_backend *be, int32
     ws->max_batch = B;
     ws->max_length = L;
     ws->time_input_kind = m->config.time_input;
+    ws->denoiser = dit_config_denoiser(&m->config);
     ws->n_layer_acts = training ? m->dims.n_layers : 1;
     ws->layers = nctmc_mem_calloc(be->alloc, (size_t)ws->n_layer_acts, sizeof *ws->layers);
     if (training)

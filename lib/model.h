@@ -174,6 +174,14 @@ nctmc_status dit_config_validate(const nctmc_model_config *config, dit_dims *dim
 /* The forward process of a configuration. */
 nctmc_fp dit_config_fp(const nctmc_model_config *config);
 
+/* Whether the model's outputs pass through the denoiser link
+ * (denoiser_math.h): its exit link, on a process whose exit rate is learned. */
+static inline bool dit_config_denoiser(const nctmc_model_config *config)
+{
+    return config->exit_link == NCTMC_EXIT_LINK_DENOISER &&
+           config->process != NCTMC_PROCESS_MASKED;
+}
+
 /* Builds the tensor table of a configuration (names, shapes, offsets).
  * *tensors comes from alloc (alloc.h; NULL = the C library); frees nothing
  * on failure. */

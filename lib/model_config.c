@@ -68,7 +68,8 @@ static nctmc_status validate_process(const nctmc_model_config *cfg, char *err,
                           "config.time_input = %d is not an nctmc_time_input",
                           (int)cfg->time_input);
     if (cfg->exit_link != NCTMC_EXIT_LINK_SIGMA &&
-        cfg->exit_link != NCTMC_EXIT_LINK_NOISE_POSTERIOR)
+        cfg->exit_link != NCTMC_EXIT_LINK_NOISE_POSTERIOR &&
+        cfg->exit_link != NCTMC_EXIT_LINK_DENOISER)
         return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "config.exit_link = %d is not an nctmc_exit_link", (int)cfg->exit_link);
     if (cfg->process == NCTMC_PROCESS_MIXTURE &&
@@ -131,6 +132,9 @@ nctmc_fp dit_config_fp(const nctmc_model_config *cfg)
     fp.vocab = cfg->vocab_size;
     fp.mixture_uniform = cfg->mixture_uniform;
     fp.schedule_eps = cfg->schedule_eps;
-    fp.exit_link = (int32_t)cfg->exit_link;
+    /* the denoiser link's forward operation writes the sigma link's
+     * outputs (denoiser_math.h): everything after it reads them so */
+    fp.exit_link = cfg->exit_link == NCTMC_EXIT_LINK_DENOISER ? NCTMC_FP_LINK_SIGMA
+                                                              : (int32_t)cfg->exit_link;
     return fp;
 }

@@ -51,7 +51,7 @@ typedef enum { CF_I32, CF_U64, CF_F32, CF_ENUM } config_field_kind;
 static const char *const process_names[] = {"uniform", "masked", "mixture", NULL};
 static const char *const schedule_names[] = {"linear", "cosine", "loglinear", NULL};
 static const char *const time_input_names[] = {"t", "log_snr", NULL};
-static const char *const exit_link_names[] = {"sigma", "noise_posterior", NULL};
+static const char *const exit_link_names[] = {"sigma", "noise_posterior", "denoiser", NULL};
 
 typedef struct config_field {
     const char *key;

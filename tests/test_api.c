@@ -455,7 +455,15 @@ static double sigma_linear(double t) { return 1.0 / (1.0 - t); }
 
 /* A fresh model has zero output projections: uniform jumps, h = 0, which
  * is lambda = sigma under the sigma link and the context-free optimum
- * sigma (1 - 1/S) of the uniform process under the noise-posterior link. */
+ * sigma (1 - 1/S) of the uniform process under the noise-posterior link.
+ * Under the denoiser link zero logits are the context-free posterior
+ * p(x0 | x_t) of uniform x0, and its average of the conditional rates is
+ * that same optimum. */
+static double fresh_rate_factor(nctmc_exit_link link, double S)
+{
+    return link == NCTMC_EXIT_LINK_SIGMA ? 1.0 : 1.0 - 1.0 / S;
+}
+
 static void test_forward_fresh(nctmc_exit_link link)
 {
     nctmc_context *ctx = make_context(2);
@@ -466,9 +474,9 @@ static void test_forward_fresh(nctmc_exit_link link)
     nctmc_forward_params p = params_of(&io);
     CHECK(nctmc_model_forward(m, &p) == NCTMC_OK, "forward: %s", nctmc_model_last_error(m));
     int bad = 0;
-    double factor = link == NCTMC_EXIT_LINK_SIGMA ? 1.0 : 1.0 - 1.0 / 7.0;
     for (int32_t r = 0; r < 18; r++) {
-        double want = log(factor * sigma_linear(io.times[r / 6]));
+        double t = io.times[r / 6];
+        double want = log(fresh_rate_factor(link, 7.0) * sigma_linear(t));
         bad += fabs(io.log_rate[r] - want) > 1e-5;
         for (int32_t j = 0; j < 7; j++) {
             float lp = io.logp[r * 7 + j];
@@ -761,6 +769,7 @@ int main(void)
     test_initialisation();
     test_forward_fresh(NCTMC_EXIT_LINK_SIGMA);
     test_forward_fresh(NCTMC_EXIT_LINK_NOISE_POSTERIOR);
+    test_forward_fresh(NCTMC_EXIT_LINK_DENOISER);
     test_forward_random();
     test_forward_shared_model();
     test_forward_errors();

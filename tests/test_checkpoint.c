@@ -183,7 +183,7 @@ static void test_round_trips(nctmc_context *ctx, test_rng *rng)
             nctmc_model_config cfg = tiny_config((nctmc_process)p, (nctmc_schedule)s);
             /* every combination of time input and exit link, both formats */
             cfg.time_input = (p + s) % 2;
-            cfg.exit_link = s == 1 ? NCTMC_EXIT_LINK_SIGMA : NCTMC_EXIT_LINK_NOISE_POSTERIOR;
+            cfg.exit_link = (nctmc_exit_link)((p + 2 * s) % 3); /* each link on each */
             nctmc_model *m = make_model(ctx, &cfg, rng);
             CHECK(m && nctmc_model_get_tokenizer(m), "process %d schedule %d: model", p, s);
             if (!m)

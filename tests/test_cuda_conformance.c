@@ -792,6 +792,59 @@ static void test_loss(test_rng *rng, nctmc_fp fp, int32_t B, int32_t L, int32_t 
     loss_case_free(&c);
 }
 
+/* The denoiser link: forward (the sigma link's logits and h from the head's
+ * logits) and backward (the head's logits' gradient, in place), with
+ * upstream gradients that are random everywhere, the current token's and
+ * the padding's entries included (the backward must ignore them). */
+enum { DN_LOGITS, DN_H, DN_DZ, DN_COUNT };
+
+static void run_denoiser(nctmc_backend *be, const loss_case *c, const float *upstream,
+                         float *out[DN_COUNT])
+{
+    size_t N = (size_t)c->B * c->L, NV = N * (size_t)c->V;
+    float *z = dputf(be, c->logits, NV), *times = dputf(be, c->times, (size_t)c->B);
+    int32_t *x_t = dput(be, c->x_t, N * sizeof(int32_t));
+    float *l = be->ops->alloc(be, NV * 4), *h = be->ops->alloc(be, N * 4);
+    nctmc_denoiser_args a = {(int64_t)N, c->L, c->V, z, x_t, times, c->fp, l, h};
+    be->ops->denoiser_forward(be, &a);
+    sync_ok(be, "denoiser_forward");
+    out[DN_LOGITS] = dget(be, l, NV);
+    out[DN_H] = dget(be, h, N);
+    be->ops->upload(be, l, upstream, NV * 4);
+    be->ops->upload(be, h, c->rate_h, N * 4);
+    be->ops->denoiser_backward(be, &a);
+    sync_ok(be, "denoiser_backward");
+    out[DN_DZ] = dget(be, l, NV);
+    void *bufs[] = {z, times, x_t, l, h};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        dfree(be, bufs[i]);
+}
+
+static void test_denoiser(test_rng *rng, nctmc_fp fp, int32_t B, int32_t L, int32_t V,
+                          const char *label)
+{
+    loss_case c = loss_case_make(rng, fp, B, L, V);
+    size_t N = (size_t)B * L, sizes[DN_COUNT] = {N * V, N, N * V};
+    float *upstream = hrand(rng, N * V, -1.0f, 1.0f);
+    float *want[DN_COUNT], *got[DN_COUNT], *again[DN_COUNT];
+    run_denoiser(CPU, &c, upstream, want);
+    run_denoiser(GPU, &c, upstream, got);
+    run_denoiser(GPU, &c, upstream, again);
+    static const char *const names[DN_COUNT] = {"denoiser logits", "denoiser h",
+                                                "denoiser d_logits"};
+    for (int k = 0; k < DN_COUNT; k++) {
+        char what[128];
+        snprintf(what, sizeof what, "%s %s S%d", label, names[k], fp.vocab);
+        compare(what, got[k], want[k], sizes[k], TOL_REDUCTION);
+        same_bits(what, got[k], again[k], sizes[k] * sizeof(float));
+        free(want[k]);
+        free(got[k]);
+        free(again[k]);
+    }
+    free(upstream);
+    loss_case_free(&c);
+}
+
 /* ------------------------------------------------------------------------
  * optimiser
  * ---------------------------------------------------------------------- */
@@ -1145,10 +1198,11 @@ static void check_recompute(model_run *r, const dit_batch *b, const model_result
 }
 
 static void test_model(test_rng *rng, nctmc_process process, nctmc_schedule schedule,
-                       int32_t n_classes, const char *label)
+                       int32_t n_classes, nctmc_exit_link link, const char *label)
 {
     const int32_t B = 3;
     nctmc_model_config cfg = model_config(process, schedule, n_classes);
+    cfg.exit_link = link;
     model_run cpu, gpu;
     if (!model_run_start(&cpu, "cpu", &cfg, NULL, B))
         return;
@@ -1389,6 +1443,12 @@ int main(void)
               "uniform/linear odd stride");
     test_loss(&rng, make_fp(NCTMC_FP_MASKED, NCTMC_FP_COSINE, 60000), 2, 3, 60000,
               "masked/cosine beyond shared memory");
+    test_denoiser(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 37), 3, 7, 40,
+                  "uniform/linear");
+    test_denoiser(&rng, make_fp(NCTMC_FP_MIXTURE, NCTMC_FP_COSINE, 37), 3, 7, 37,
+                  "mixture/cosine");
+    test_denoiser(&rng, make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_COSINE, 50304), 2, 3, 50307,
+                  "uniform/cosine odd stride");
 
     printf("optimiser\n");
     test_optim(&rng, 1000003);
@@ -1424,10 +1484,13 @@ int main(void)
     printf("contexts and the whole model\n");
     test_contexts();
     test_model_init();
-    test_model(&rng, NCTMC_PROCESS_UNIFORM, NCTMC_SCHEDULE_LINEAR, 0, "uniform/linear");
-    test_model(&rng, NCTMC_PROCESS_MASKED, NCTMC_SCHEDULE_COSINE, 0, "masked/cosine");
-    test_model(&rng, NCTMC_PROCESS_MIXTURE, NCTMC_SCHEDULE_LOGLINEAR, 3,
+    const nctmc_exit_link np = NCTMC_EXIT_LINK_NOISE_POSTERIOR;
+    test_model(&rng, NCTMC_PROCESS_UNIFORM, NCTMC_SCHEDULE_LINEAR, 0, np, "uniform/linear");
+    test_model(&rng, NCTMC_PROCESS_MASKED, NCTMC_SCHEDULE_COSINE, 0, np, "masked/cosine");
+    test_model(&rng, NCTMC_PROCESS_MIXTURE, NCTMC_SCHEDULE_LOGLINEAR, 3, np,
                "mixture/loglinear+labels");
+    test_model(&rng, NCTMC_PROCESS_UNIFORM, NCTMC_SCHEDULE_LINEAR, 0, NCTMC_EXIT_LINK_DENOISER,
+               "uniform/linear/denoiser link");
 
     printf("samplers\n");
     test_sampler(&rng, NCTMC_PROCESS_UNIFORM, NCTMC_SAMPLE_TAU_LEAPING, "uniform tau-leaping");

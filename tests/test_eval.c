@@ -1019,6 +1019,10 @@ static void test_bound(void)
          0, 1, 0, NCTMC_EXIT_LINK_NOISE_POSTERIOR},
         {"uniform cosine, perturbed, noise link", NCTMC_FP_UNIFORM, NCTMC_FP_COSINE, 0, 0, 0, 2,
          0.02f, NCTMC_EXIT_LINK_NOISE_POSTERIOR},
+        {"uniform linear, random, denoiser link", NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 0, 0, 0, 0,
+         0.2f, NCTMC_EXIT_LINK_DENOISER},
+        {"mixture loglinear p_u=.5, random, denoiser link", NCTMC_FP_MIXTURE,
+         NCTMC_FP_LOGLINEAR, 0.5f, 0.05f, 0, 0, 0.2f, NCTMC_EXIT_LINK_DENOISER},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         test_bound_case(&cases[c], n_grid);

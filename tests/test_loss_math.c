@@ -1465,6 +1465,283 @@ static void test_jump_output(nctmc_backend *be)
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* 6. The denoiser link (lib/denoiser_math.h) through the CPU backend's ops  */
+/* ------------------------------------------------------------------------ */
+
+/* The link by its definition: p_k proportional to exp(z_k) q_t(i | k) over
+ * the data tokens k (the prior exp(z) updated by the position's own x_t),
+ * and R_j = sum_k p_k Rhat_j(i | x0 = k), each Rhat from the generator.
+ * R[i] is 0; returns lambda = sum_j R_j. */
+static double ref_denoiser_rates(const ref_proc *p, double t, int i, const double *z,
+                                 double *R)
+{
+    static double gen[MAX_S * MAX_S];
+    double pi[MAX_S], q[MAX_S], Rhat[MAX_S], pk[MAX_S];
+    int S = p->S, n_data = ref_n_data(p);
+    ref_prior(p, pi);
+    ref_generator(p, ref_sigma(p, t), pi, gen);
+    double m = -INFINITY, sum = 0.0;
+    for (int k = 0; k < n_data; k++)
+        m = fmax(m, z[k]);
+    for (int k = 0; k < n_data; k++) {
+        ref_q(p, ref_alpha(p, t), k, pi, q);
+        sum += (pk[k] = exp(z[k] - m) * q[i]);
+    }
+    for (int j = 0; j < S; j++)
+        R[j] = 0.0;
+    for (int k = 0; k < n_data; k++) {
+        ref_q(p, ref_alpha(p, t), k, pi, q);
+        ref_reverse(p, gen, q, i, Rhat);
+        for (int j = 0; j < S; j++)
+            R[j] += pk[k] / sum * Rhat[j];
+    }
+    double lam = 0.0;
+    for (int j = 0; j < S; j++)
+        lam += R[j];
+    return lam;
+}
+
+/* sum_{j != i, R_j > 0} g_j log(R_j / sigma) + g_h log(lambda / sigma): the
+ * scalar whose gradient in z the backward operation returns. */
+static double ref_denoiser_objective(const ref_proc *p, double t, int i, const double *z,
+                                     const float *g, float g_h)
+{
+    double R[MAX_S], sigma = ref_sigma(p, t);
+    double lam = ref_denoiser_rates(p, t, i, z, R), f = (double)g_h * log(lam / sigma);
+    for (int j = 0; j < p->S; j++)
+        if (j != i && R[j] > 0.0)
+            f += (double)g[j] * log(R[j] / sigma);
+    return f;
+}
+
+typedef struct dn_rows {
+    int32_t N, V;
+    float *z, *g, *g_h, *t;   /* inputs: logits, upstream gradients */
+    int32_t *x;
+    float *l, *h, *dz;        /* the operations' outputs */
+} dn_rows;
+
+#define DN_MODES 4
+/* Every (t, i, mode) as a row. Modes: logits spread out, sure that i is
+ * clean, sure that it is noise, sure of another token. The upstream
+ * gradients at the current token and in the padding are SENTINEL: the
+ * backward operation must ignore them. */
+static void dn_make_rows(const ref_proc *p, test_rng *rng, dn_rows *b)
+{
+    static const double times[] = {1e-4, 1e-3, 0.01, 0.1, 0.5, 0.9, 0.999};
+    const int n_t = (int)(sizeof times / sizeof times[0]);
+    int S = p->S, n_data = ref_n_data(p);
+    b->V = S + 3;
+    b->N = n_t * S * DN_MODES;
+    size_t NV = (size_t)b->N * (size_t)b->V;
+    b->z = malloc(sizeof(float) * NV);
+    b->g = malloc(sizeof(float) * NV);
+    b->l = malloc(sizeof(float) * NV);
+    b->dz = malloc(sizeof(float) * NV);
+    b->g_h = malloc(sizeof(float) * (size_t)b->N);
+    b->t = malloc(sizeof(float) * (size_t)b->N);
+    b->h = malloc(sizeof(float) * (size_t)b->N);
+    b->x = malloc(sizeof(int32_t) * (size_t)b->N);
+    for (int32_t r = 0; r < b->N; r++) {
+        int mode = r % DN_MODES, i = (r / DN_MODES) % S;
+        float *z = b->z + (size_t)r * b->V, *g = b->g + (size_t)r * b->V;
+        b->t[r] = (float)times[r / (DN_MODES * S)];
+        b->x[r] = i;
+        for (int j = 0; j < b->V; j++) {
+            z[j] = j < S ? test_uniform(rng, -3.0f, 3.0f) : SENTINEL;
+            g[j] = j < S && j != i ? test_uniform(rng, -1.0f, 1.0f) : SENTINEL;
+        }
+        if (mode == 1 && i < n_data)
+            z[i] = 25.0f;
+        if (mode == 2 && i < n_data)
+            z[i] = -25.0f;
+        if (mode == 3)
+            z[(i + 1) % n_data] = 25.0f;
+        b->g_h[r] = test_uniform(rng, -1.0f, 1.0f);
+    }
+}
+
+static void dn_free_rows(dn_rows *b)
+{
+    free(b->z);
+    free(b->g);
+    free(b->l);
+    free(b->dz);
+    free(b->g_h);
+    free(b->t);
+    free(b->h);
+    free(b->x);
+}
+
+/* Forward, then backward from the upstream gradients, on the backend. */
+static void dn_run(nctmc_backend *be, nctmc_fp fp, dn_rows *b)
+{
+    size_t NV = (size_t)b->N * (size_t)b->V, N = (size_t)b->N;
+    nctmc_denoiser_args a = {
+        .n_rows = b->N, .seq_len = 1, .row_stride = b->V, .fp = fp,
+        .x0_logits = dev_upload(be, b->z, sizeof(float) * NV),
+        .x_t = dev_upload(be, b->x, sizeof(int32_t) * N),
+        .times = dev_upload(be, b->t, sizeof(float) * N),
+        .logits = dev_upload(be, NULL, sizeof(float) * NV),
+        .rate_h = dev_upload(be, NULL, sizeof(float) * N),
+    };
+    be->ops->denoiser_forward(be, &a);
+    be->ops->download(be, b->l, a.logits, sizeof(float) * NV);
+    be->ops->download(be, b->h, a.rate_h, sizeof(float) * N);
+    be->ops->upload(be, a.logits, b->g, sizeof(float) * NV);
+    be->ops->upload(be, a.rate_h, b->g_h, sizeof(float) * N);
+    be->ops->denoiser_backward(be, &a);
+    be->ops->download(be, b->dz, a.logits, sizeof(float) * NV);
+    CHECK(be->ops->synchronize(be) == NCTMC_OK, "denoiser ops: %s", be->error);
+    be->ops->free(be, (void *)a.x0_logits);
+    be->ops->free(be, (void *)a.x_t);
+    be->ops->free(be, (void *)a.times);
+    be->ops->free(be, a.logits);
+    be->ops->free(be, a.rate_h);
+}
+
+typedef struct dn_worsts {
+    worst logit, rate, fixed, grad, dir;
+} dn_worsts;
+
+/* The forward outputs of row r against the definition. */
+static void dn_check_forward(const ref_proc *p, const dn_rows *b, int32_t r, const char *name,
+                             dn_worsts *w)
+{
+    int S = p->S, i = b->x[r];
+    double t = (double)b->t[r], sigma = ref_sigma(p, t), zd[MAX_S], R[MAX_S];
+    const float *z = b->z + (size_t)r * b->V, *l = b->l + (size_t)r * b->V;
+    for (int j = 0; j < S; j++)
+        zd[j] = (double)z[j];
+    double want_h = log(ref_denoiser_rates(p, t, i, zd, R) / sigma);
+    /* no rate at all (a lone data token, the mask unreachable): h = -inf */
+    double err_h = want_h == -INFINITY && (double)b->h[r] == -INFINITY
+                       ? 0.0
+                       : fabs((double)b->h[r] - want_h);
+    worst_add(&w->rate, err_h, 4 * F32_EPS * fabs(want_h) + 1e-6,
+              "%s t=%g i=%d row %d: h %.9g want %.9g", name, t, i, r, (double)b->h[r], want_h);
+    for (int j = 0; j < b->V; j++) {
+        if (j >= S || j == i || R[j] == 0.0) {
+            /* 0 at i and in the padding; the floor for a rate of 0 */
+            double want = j >= S || j == i ? 0.0 : -1e30;
+            worst_add(&w->fixed, fabs((double)l[j] - want), 1e-300 + 1e-6 * fabs(want),
+                      "%s row %d j=%d: %g, want %g", name, r, j, (double)l[j], want);
+            continue;
+        }
+        double want = log(R[j] / sigma);
+        worst_add(&w->logit, fabs((double)l[j] - want), 4 * F32_EPS * fabs(want) + 1e-6,
+                  "%s t=%g i=%d j=%d row %d: %.9g want %.9g", name, t, i, j, r, (double)l[j],
+                  want);
+    }
+}
+
+/* The backward output of row r against central differences of the
+ * definition: per element where S is small, along a random direction
+ * always; 0 outside the data tokens. */
+static void dn_check_backward(const ref_proc *p, const dn_rows *b, int32_t r, test_rng *rng,
+                              const char *name, dn_worsts *w)
+{
+    int S = p->S, i = b->x[r], n_data = ref_n_data(p);
+    double t = (double)b->t[r], zd[MAX_S], v[MAX_S], scale = 0.0, gv = 0.0;
+    const float *z = b->z + (size_t)r * b->V, *g = b->g + (size_t)r * b->V;
+    const float *dz = b->dz + (size_t)r * b->V;
+    const double eps = 1e-5;
+    double fd[MAX_S];
+    for (int j = 0; j < S; j++)
+        zd[j] = (double)z[j];
+    /* per element only for small S: the definition costs S^2 a call */
+    bool per_element = S <= 8;
+    for (int k = 0; k < n_data && !per_element; k++)
+        scale = fmax(scale, fabs((double)dz[k]));
+    for (int k = 0; k < n_data && per_element; k++) {
+        double z0 = zd[k];
+        zd[k] = z0 + eps;
+        double up = ref_denoiser_objective(p, t, i, zd, g, b->g_h[r]);
+        zd[k] = z0 - eps;
+        double down = ref_denoiser_objective(p, t, i, zd, g, b->g_h[r]);
+        zd[k] = z0;
+        fd[k] = (up - down) / (2.0 * eps);
+        scale = fmax(scale, fabs(fd[k]));
+    }
+    for (int k = 0; k < n_data; k++) {
+        if (per_element)
+            worst_add(&w->grad, fabs((double)dz[k] - fd[k]), 1e-5 * scale + 1e-7,
+                      "%s t=%g i=%d k=%d row %d: %.9g want %.9g", name, t, i, k, r,
+                      (double)dz[k], fd[k]);
+        v[k] = (double)test_uniform(rng, -1.0f, 1.0f);
+        gv += v[k] * (double)dz[k];
+    }
+    for (int j = n_data; j < b->V; j++)
+        worst_add(&w->fixed, fabs((double)dz[j]), 1e-300, "%s row %d: dz[%d] = %g, want 0",
+                  name, r, j, (double)dz[j]);
+    double side[2];
+    for (int s = 0; s < 2; s++) {
+        double e = s == 0 ? eps : -eps, moved[MAX_S];
+        for (int j = 0; j < S; j++)
+            moved[j] = zd[j] + (j < n_data ? e * v[j] : 0.0);
+        side[s] = ref_denoiser_objective(p, t, i, moved, g, b->g_h[r]);
+    }
+    double dir = (side[0] - side[1]) / (2.0 * eps);
+    worst_add(&w->dir, fabs(gv - dir), 1e-5 * scale * n_data + 1e-7,
+              "%s t=%g i=%d row %d: g.v %.9g want %.9g", name, t, i, r, gv, dir);
+}
+
+static void test_denoiser_link(nctmc_backend *be)
+{
+    test_rng rng = test_rng_seed(17);
+    for (int v = 0; v < N_VOCABS; v++) {
+        for (int pc = 0; pc < N_PROCS; pc++) {
+            if (proc_kind[pc] == NCTMC_FP_MASKED)
+                continue; /* the masked process's rate is exact: no link */
+            for (int s = 0; s < N_SCHEDS; s++) {
+                nctmc_fp fp = make_fp(proc_kind[pc], s, test_vocabs[v], proc_pu[pc]);
+                ref_proc p = ref_of(&fp);
+                char name[96];
+                fp_name(&fp, name, sizeof name);
+                dn_rows b;
+                dn_make_rows(&p, &rng, &b);
+                dn_run(be, fp, &b);
+                dn_worsts w;
+                worst_init(&w.logit);
+                worst_init(&w.rate);
+                worst_init(&w.fixed);
+                worst_init(&w.grad);
+                worst_init(&w.dir);
+                double pi[MAX_S], R[MAX_S], zd[MAX_S] = {0};
+                ref_prior(&p, pi);
+                for (int32_t r = 0; r < b.N; r++) {
+                    int i = b.x[r];
+                    if (i >= ref_n_data(&p) && pi[i] == 0.0)
+                        continue; /* the mask of p_u = 1 is never a state */
+                    dn_check_forward(&p, &b, r, name, &w);
+                    /* the derivative of log 0 has no meaning: a row without
+                     * rates must only keep its gradients finite (0) */
+                    if (ref_denoiser_rates(&p, (double)b.t[r], i, zd, R) > 0.0)
+                        dn_check_backward(&p, &b, r, &rng, name, &w);
+                    else
+                        for (int j = 0; j < b.V; j++)
+                            worst_add(&w.fixed, fabs((double)b.dz[(size_t)r * b.V + j]), 1e-300,
+                                      "%s row %d: dz[%d] = %g without rates", name, r, j,
+                                      (double)b.dz[(size_t)r * b.V + j]);
+                }
+                char what[160];
+                snprintf(what, sizeof what, "%s: denoiser jump logits = log(R_j / sigma)", name);
+                CHECK_WORST(w.logit, what);
+                snprintf(what, sizeof what, "%s: denoiser h = log(lambda / sigma)", name);
+                CHECK_WORST(w.rate, what);
+                snprintf(what, sizeof what, "%s: denoiser fixed entries", name);
+                CHECK_WORST(w.fixed, what);
+                snprintf(what, sizeof what, "%s: denoiser dz against differences", name);
+                CHECK_WORST(w.grad, what);
+                snprintf(what, sizeof what, "%s: denoiser dz along a direction", name);
+                CHECK_WORST(w.dir, what);
+                dn_free_rows(&b);
+            }
+        }
+    }
+}
+
 int main(void)
 {
     verbose = getenv("LOSS_MATH_VERBOSE") != NULL;
@@ -1483,6 +1760,7 @@ int main(void)
         test_lcond_backend(be);
         test_lcond_invariances(be, be1);
         test_jump_output(be);
+        test_denoiser_link(be);
     }
     if (be)
         be->ops->destroy(be);

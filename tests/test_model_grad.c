@@ -27,7 +27,7 @@ typedef struct grad_fixture {
 } grad_fixture;
 
 static nctmc_model_config small_config(nctmc_process process, int32_t n_classes,
-                                       int32_t n_layers)
+                                       int32_t n_layers, nctmc_exit_link link)
 {
     nctmc_model_config c;
     nctmc_model_config_init(&c);
@@ -43,6 +43,7 @@ static nctmc_model_config small_config(nctmc_process process, int32_t n_classes,
     c.schedule = process == NCTMC_PROCESS_MASKED ? NCTMC_SCHEDULE_COSINE : NCTMC_SCHEDULE_LINEAR;
     c.mixture_uniform = 0.4f;
     c.seed = 3;
+    c.exit_link = link;
     return c;
 }
 
@@ -54,7 +55,8 @@ static size_t slab_bytes(const nctmc_model *m)
 /* Random weights everywhere (zero-initialised tensors included, so every
  * gradient path carries signal), a random batch with x_t ~ q(. | x0). */
 static void fixture_init_layers(grad_fixture *f, nctmc_process process, int32_t n_classes,
-                                int n_threads, uint64_t seed, int32_t n_layers)
+                                int n_threads, uint64_t seed, int32_t n_layers,
+                                nctmc_exit_link link)
 {
     memset(f, 0, sizeof *f);
     nctmc_context_params p;
@@ -62,7 +64,7 @@ static void fixture_init_layers(grad_fixture *f, nctmc_process process, int32_t 
     p.backend = "cpu";
     p.n_threads = n_threads;
     nctmc_context_create(&p, &f->ctx);
-    nctmc_model_config cfg = small_config(process, n_classes, n_layers);
+    nctmc_model_config cfg = small_config(process, n_classes, n_layers, link);
     CHECK(nctmc_model_create(f->ctx, &cfg, &f->model) == NCTMC_OK, "create: %s",
           nctmc_context_last_error(f->ctx));
     nctmc_model *m = f->model;
@@ -108,7 +110,7 @@ static void fixture_init_layers(grad_fixture *f, nctmc_process process, int32_t 
 static void fixture_init(grad_fixture *f, nctmc_process process, int32_t n_classes,
                          int n_threads, uint64_t seed)
 {
-    fixture_init_layers(f, process, n_classes, n_threads, seed, 2);
+    fixture_init_layers(f, process, n_classes, n_threads, seed, 2, NCTMC_EXIT_LINK_NOISE_POSTERIOR);
 }
 
 static void fixture_free(grad_fixture *f)
@@ -179,7 +181,11 @@ static void check_elements(grad_fixture *f, const char *what)
     double worst = 0.0;
     for (int32_t k = 0; k < m->n_tensors; k++) {
         const dit_tensor *t = &m->tensors[k];
-        bool masked_rate = m->fp.process == NCTMC_FP_MASKED && strstr(t->name, "rate_head");
+        /* the masked process's exit rate is exact, the denoiser link's
+         * comes from the logits: the exit-rate head has no effect */
+        bool masked_rate = (m->fp.process == NCTMC_FP_MASKED ||
+                            dit_config_denoiser(&m->config)) &&
+                           strstr(t->name, "rate_head");
         for (int s = 0; s < 3; s++) {
             size_t at = t->offset + (size_t)test_randint(&rng, (int32_t)t->n_elements);
             double g = f->host_grads[at];
@@ -239,10 +245,11 @@ static void check_directions(grad_fixture *f, const char *what)
     free(moved);
 }
 
-static void test_gradients(nctmc_process process, int32_t n_classes, const char *what)
+static void test_gradients(nctmc_process process, int32_t n_classes, nctmc_exit_link link,
+                           const char *what)
 {
     grad_fixture f;
-    fixture_init(&f, process, n_classes, 2, 1234 + (uint64_t)process);
+    fixture_init_layers(&f, process, n_classes, 2, 1234 + (uint64_t)process, 2, link);
     check_elements(&f, what);
     check_directions(&f, what);
     fixture_free(&f);
@@ -349,10 +356,11 @@ static void test_determinism(void)
  * blocks run again), twice in a row (the second forward starts with block
  * 0's activations in the shared set), with accumulation — in a smaller
  * arena. */
-static void test_recompute(nctmc_process process, int32_t n_classes, const char *what)
+static void test_recompute(nctmc_process process, int32_t n_classes, nctmc_exit_link link,
+                           const char *what)
 {
     grad_fixture f;
-    fixture_init_layers(&f, process, n_classes, 2, 4321 + (uint64_t)process, 4);
+    fixture_init_layers(&f, process, n_classes, 2, 4321 + (uint64_t)process, 4, link);
     nctmc_model *m = f.model;
     nctmc_backend *be = f.ctx->backend;
     size_t n = m->slab_floats;
@@ -399,14 +407,18 @@ static void test_recompute(nctmc_process process, int32_t n_classes, const char 
 
 int main(void)
 {
-    test_gradients(NCTMC_PROCESS_UNIFORM, 0, "uniform");
-    test_gradients(NCTMC_PROCESS_MASKED, 0, "masked");
-    test_gradients(NCTMC_PROCESS_MIXTURE, 3, "mixture+labels");
+    const nctmc_exit_link np = NCTMC_EXIT_LINK_NOISE_POSTERIOR, dn = NCTMC_EXIT_LINK_DENOISER;
+    test_gradients(NCTMC_PROCESS_UNIFORM, 0, np, "uniform");
+    test_gradients(NCTMC_PROCESS_MASKED, 0, np, "masked");
+    test_gradients(NCTMC_PROCESS_MIXTURE, 3, np, "mixture+labels");
+    test_gradients(NCTMC_PROCESS_UNIFORM, 0, dn, "uniform/denoiser");
+    test_gradients(NCTMC_PROCESS_MIXTURE, 3, dn, "mixture+labels/denoiser");
     test_weighted();
     test_accumulation();
     test_determinism();
-    test_recompute(NCTMC_PROCESS_UNIFORM, 0, "uniform");
-    test_recompute(NCTMC_PROCESS_MASKED, 0, "masked");
-    test_recompute(NCTMC_PROCESS_MIXTURE, 3, "mixture+labels");
+    test_recompute(NCTMC_PROCESS_UNIFORM, 0, np, "uniform");
+    test_recompute(NCTMC_PROCESS_MASKED, 0, np, "masked");
+    test_recompute(NCTMC_PROCESS_MIXTURE, 3, np, "mixture+labels");
+    test_recompute(NCTMC_PROCESS_UNIFORM, 0, dn, "uniform/denoiser");
     return test_finish("model_grad");
 }

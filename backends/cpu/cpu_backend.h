@@ -120,6 +120,10 @@ void cpu_lcond(nctmc_backend *be, const nctmc_lcond_args *args);
 void cpu_jump_output(nctmc_backend *be, const nctmc_jump_output_args *args);
 void cpu_sample_step(nctmc_backend *be, const nctmc_sample_step_args *args);
 
+/* cpu_denoiser.c */
+void cpu_denoiser_forward(nctmc_backend *be, const nctmc_denoiser_args *args);
+void cpu_denoiser_backward(nctmc_backend *be, const nctmc_denoiser_args *args);
+
 /* cpu_optim.c */
 double cpu_sum_squares(nctmc_backend *be, int64_t n, const float *x);
 void cpu_scale(nctmc_backend *be, int64_t n, float *x, float s);

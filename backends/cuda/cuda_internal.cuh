@@ -198,6 +198,17 @@ template <typename T> __device__ T cuda_block_max(T v, T *shared)
     return cuda_warp_max(t);
 }
 
+/* Whether n_rows rows fit a one-block-per-row grid (gridDim.x < 2^31);
+ * records the failure when not. */
+static inline bool cuda_rows_fit(cuda_backend *cb, int64_t n_rows, const char *what)
+{
+    if (n_rows > 0x7fffffff) {
+        cuda_fail(cb, NCTMC_ERR_INVALID_ARGUMENT, "%s: %lld rows", what, (long long)n_rows);
+        return false;
+    }
+    return true;
+}
+
 /* ---- operations --------------------------------------------------------- */
 
 /* cuda_linear.cu */
@@ -261,6 +272,10 @@ void cuda_sdpa_cache_free(cuda_backend *cb);
 /* cuda_loss.cu */
 void cuda_lcond(nctmc_backend *be, const nctmc_lcond_args *args);
 void cuda_jump_output(nctmc_backend *be, const nctmc_jump_output_args *args);
+
+/* cuda_denoiser.cu */
+void cuda_denoiser_forward(nctmc_backend *be, const nctmc_denoiser_args *args);
+void cuda_denoiser_backward(nctmc_backend *be, const nctmc_denoiser_args *args);
 
 /* cuda_optim.cu */
 double cuda_sum_squares(nctmc_backend *be, int64_t n, const float *x);

@@ -271,19 +271,10 @@ __global__ void jump_output_kernel(nctmc_jump_output_args a)
         out[j] = j == i ? -INFINITY : (float)((double)z[j] - lse);
 }
 
-static bool rows_fit(cuda_backend *cb, int64_t n_rows, const char *what)
-{
-    if (n_rows > 0x7fffffff) {
-        cuda_fail(cb, NCTMC_ERR_INVALID_ARGUMENT, "%s: %lld rows", what, (long long)n_rows);
-        return false;
-    }
-    return true;
-}
-
 void cuda_lcond(nctmc_backend *be, const nctmc_lcond_args *args)
 {
     cuda_backend *cb = cuda_of(be);
-    if (args->n_rows <= 0 || !rows_fit(cb, args->n_rows, "lcond"))
+    if (args->n_rows <= 0 || !cuda_rows_fit(cb, args->n_rows, "lcond"))
         return;
     uintptr_t bases = (uintptr_t)args->logits | (uintptr_t)args->d_logits;
     bool vec = args->row_stride % 4 == 0 && bases % 16 == 0;
@@ -311,7 +302,7 @@ void cuda_lcond(nctmc_backend *be, const nctmc_lcond_args *args)
 void cuda_jump_output(nctmc_backend *be, const nctmc_jump_output_args *args)
 {
     cuda_backend *cb = cuda_of(be);
-    if (args->n_rows <= 0 || !rows_fit(cb, args->n_rows, "jump_output"))
+    if (args->n_rows <= 0 || !cuda_rows_fit(cb, args->n_rows, "jump_output"))
         return;
     jump_output_kernel<<<(unsigned)args->n_rows, LOSS_THREADS, 0, cb->stream>>>(*args);
     cuda_launched(cb, "jump_output");

@@ -16,7 +16,7 @@
 const char *const cli_process_names[] = {"uniform", "masked", "mixture", NULL};
 const char *const cli_schedule_names[] = {"linear", "cosine", "loglinear", NULL};
 const char *const cli_time_input_names[] = {"t", "log_snr", NULL};
-const char *const cli_exit_link_names[] = {"sigma", "noise_posterior", NULL};
+const char *const cli_exit_link_names[] = {"sigma", "noise_posterior", "denoiser", NULL};
 const char *const cli_time_sampling_names[] = {"uniform", "logit", "sqrt", NULL};
 const char *const cli_tokenizer_names[] = {"bytes", "chars", "image", "bpe", NULL};
 

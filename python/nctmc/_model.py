@@ -11,7 +11,7 @@ from ._handles import Error, Handle, check
 PROCESSES = {"uniform": 0, "masked": 1, "mixture": 2}
 SCHEDULES = {"linear": 0, "cosine": 1, "loglinear": 2}
 TIME_INPUTS = {"t": 0, "log_snr": 1}
-EXIT_LINKS = {"sigma": 0, "noise_posterior": 1}
+EXIT_LINKS = {"sigma": 0, "noise_posterior": 1, "denoiser": 2}
 # config fields whose values may be given by name
 _NAMED = {"process": PROCESSES, "schedule": SCHEDULES, "time_input": TIME_INPUTS,
           "exit_link": EXIT_LINKS}
@@ -314,7 +314,8 @@ class Model(Handle):
         nctmc_model_config (vocab_size, seq_len, n_layers, d_model, n_heads,
         cond_dim, n_classes, seed, ...); process, schedule, time_input and
         exit_link take names ("uniform", "masked", "mixture"; "linear",
-        "cosine", "loglinear"; "t", "log_snr"; "sigma", "noise_posterior").
+        "cosine", "loglinear"; "t", "log_snr"; "sigma", "noise_posterior",
+        "denoiser").
         preset names a recipe (nctmc.presets()) whose configuration the
         keyword arguments then override."""
         ctx = _default_context(ctx)

@@ -28,7 +28,7 @@ Fixture format (all little-endian), version 1:
                             11 length Lb (<= seq_len, the batch's)    12 has_labels
                             13 V (padded vocabulary; a consistency check)
                             14 time_input (0 t, 1 log_snr)            15 exit_link (0 sigma,
-                               1 noise_posterior)
+                               1 noise_posterior, 2 denoiser)
     uint32   n_floats      2, then float32 floats[n_floats]:
                              0 mixture_uniform p_u   1 schedule_eps
     uint32   n_arrays, then n_arrays records:
@@ -44,7 +44,8 @@ Arrays, in this order:
     input.x_t [B, Lb] i32, input.x_0 [B, Lb] i32, input.times [B] f32,
     input.labels [B] i32 (only when has_labels; n_classes is the null label),
     param.<name> f32 for every tensor in the model's order,
-    output.logits [B, Lb, V], output.rate_h [B, Lb], output.log_rate [B, Lb]
+    output.logits [B, Lb, V], output.rate_h [B, Lb] (the denoiser link's outputs
+    for that link), output.log_rate [B, Lb]
     (-inf where the rate is exactly 0), output.jump_logprobs [B, Lb, S] (-inf at
     x_t), output.loss [B, Lb], output.mean_loss [1]  (all f32),
     grad.<name> f32: d mean_loss / d param, same order and shapes as param.*.
@@ -99,6 +100,18 @@ CONFIGS = {
                                          process="mixture", schedule="cosine",
                                          mixture_uniform=0.4, time_input="log_snr",
                                          exit_link="noise_posterior"), 3, 6, "given", 6),
+    # 0.7.0's denoiser link: rates from the logits alone, rate head unused
+    "uniform_linear_logsnr_denoiser": (dict(S=11, L=8, n_layers=2, d=32, H=4, c=16,
+                                            process="uniform", schedule="linear",
+                                            time_input="log_snr",
+                                            exit_link="denoiser"), 3, 8, None, 7),
+    # ... and on the mixture, padded, with labels: the mask column is a jump
+    # target but never an x0
+    "mixture_cosine_denoiser_labels": (dict(S=9, L=6, n_layers=2, d=32, H=4, c=16, n_classes=2,
+                                            vocab_pad_multiple=4, process="mixture",
+                                            schedule="cosine", mixture_uniform=0.4,
+                                            time_input="log_snr",
+                                            exit_link="denoiser"), 3, 6, "given", 8),
 }
 
 # The metric of tests/test_parity.c: per quantity, the largest

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 PROCESSES = ("uniform", "masked", "mixture")     # nctmc_process values 0, 1, 2
 SCHEDULES = ("linear", "cosine", "loglinear")    # nctmc_schedule values 0, 1, 2
 TIME_INPUTS = ("t", "log_snr")                  # nctmc_time_input values 0, 1
-EXIT_LINKS = ("sigma", "noise_posterior")        # nctmc_exit_link values 0, 1
+EXIT_LINKS = ("sigma", "noise_posterior", "denoiser")  # nctmc_exit_link values 0, 1, 2
 TIME_FEATURES = 256
 ROPE_BASE = 10000.0
 LN_EPS = 1e-5
@@ -47,7 +47,7 @@ class Config:
     mixture_uniform: float = 0.1   # p_u
     schedule_eps: float = 1e-3     # eps of the log-linear schedule
     time_input: str = "t"          # what the time embedding sees: "t" or "log_snr"
-    exit_link: str = "sigma"       # "sigma" or "noise_posterior"
+    exit_link: str = "sigma"       # "sigma", "noise_posterior" or "denoiser"
 
     def __post_init__(self):
         assert self.process in PROCESSES and self.schedule in SCHEDULES
@@ -317,7 +317,10 @@ def model_outputs(cfg, logits, h, x_t, t):
 
     The jump distribution is a softmax over the S - 1 states j != x_t: the
     current token's logit is excluded (its log-probability is -inf), and the
-    padding columns S .. V-1 are ignored."""
+    padding columns S .. V-1 are ignored. Under the denoiser link both come
+    from the logits alone (denoiser_outputs)."""
+    if cfg.exit_link == "denoiser" and cfg.process != "masked":
+        return denoiser_outputs(cfg, logits, x_t, t.to(logits.dtype))
     S = cfg.S
     current = F.one_hot(x_t.long(), S).bool()
     z = logits[..., :S].masked_fill(current, float("-inf"))
@@ -333,6 +336,41 @@ def model_outputs(cfg, logits, h, x_t, t):
     else:
         log_rate = h + torch.log(sigma)[:, None]
     return log_rate, jump_logprobs
+
+
+def denoiser_outputs(cfg, logits, x_t, t):
+    """The denoiser link by its definition: p_k proportional to
+    exp(logit_k) q_t(x_t | x0 = k) over the data tokens k estimates x0 (the
+    logits a prior that the position's own x_t updates), and the model's
+    rates are the conditional reverse rates averaged over it,
+    R_j = sum_k p_k Rhat(x_t -> j | x0 = k)."""
+    n = cfg.n_data
+    i = x_t.long()[..., None]
+    log_lik = torch.stack([torch.log(q_t0(cfg, t, torch.full_like(x_t, k)).gather(-1, i)[..., 0])
+                           for k in range(n)], dim=-1)              # [B, L, n]
+    p = torch.softmax(logits[..., :n] + log_lik, dim=-1)
+    rates = 0.0
+    for k in range(n):
+        x0 = torch.full_like(x_t, k)
+        rates = rates + p[..., k:k + 1] * reverse_rates(cfg, x_t, x0, t)
+    lam = rates.sum(-1)
+    current = F.one_hot(x_t.long(), cfg.S).bool()
+    log_r = torch.log(rates.masked_fill(current, 1.0)) - torch.log(lam)[..., None]
+    return torch.log(lam), log_r.masked_fill(current, float("-inf"))
+
+
+def denoiser_link_values(cfg, log_rate, jump_logprobs, t):
+    """What the library's workspace holds after the denoiser link's forward
+    operation: log(R_j / sigma) (0 at x_t and in the padding) and
+    log(lambda / sigma) -- the sigma link's inputs for the same rates."""
+    _, sigma = schedule(cfg, t.to(log_rate.dtype))
+    log_sigma = torch.log(sigma)[:, None]
+    l = log_rate[..., None] + jump_logprobs - log_sigma[..., None]
+    l = torch.where(torch.isneginf(jump_logprobs), torch.zeros_like(l), l)
+    pad = cfg.V - cfg.S
+    if pad:
+        l = torch.cat([l, l.new_zeros(l.shape[:-1] + (pad,))], dim=-1)
+    return l, log_rate - log_sigma
 
 
 def noise_posterior_rate(cfg, h, x_t, t):
@@ -403,6 +441,9 @@ def model_loss(p, cfg, x_t, x0, t, labels=None):
     logits, h = forward(p, cfg, x_t, t, labels)
     log_rate, jump_logprobs = model_outputs(cfg, logits, h, x_t, t)
     loss = lcond_loss(cfg, log_rate, jump_logprobs, x_t, x0, t)
+    if cfg.exit_link == "denoiser" and cfg.process != "masked":
+        # the workspace's logits and h are the link's outputs
+        logits, h = denoiser_link_values(cfg, log_rate, jump_logprobs, t)
     return {"logits": logits, "rate_h": h, "log_rate": log_rate,
             "jump_logprobs": jump_logprobs, "loss": loss, "mean_loss": loss.mean()}
 

@@ -16,7 +16,8 @@ The size, batch, learning rate, warm-up and EMA are the quality benchmark's
 CPU budget (docs/quality.md, "The budget"), except that the rate stays
 constant instead of decaying (a cosine that ends at the last step would make
 each intermediate point a different schedule); the model's defaults are the
-library's (log-SNR time input, noise-posterior link). Every step trains on
+library's (log-SNR time input, noise-posterior link; --exit-link picks
+another). Every step trains on
 fresh source samples; every point evaluates the EMA weights on the same
 held-out sequences (bench_quality.py's HELDOUT_SEED). The table sets the
 processes of a source side by side with the gap and its ratio to the
@@ -73,6 +74,8 @@ def run(args):
                seq_len=source.length, n_layers=args.layers or budget["layers"],
                d_model=args.d_model or budget["d_model"], n_heads=args.heads or budget["heads"],
                cond_dim=args.cond_dim or budget["cond"], process=args.process, seed=args.seed)
+    if args.exit_link:
+        cfg["exit_link"] = args.exit_link
     points = sorted(int(p) for p in args.points.split(","))
     curve, step, cpu_before = [], 0, 0.0
     if args.resume:
@@ -273,6 +276,8 @@ def main(argv=None):
     r.add_argument("--d-model", type=int, help="model width (default: the CPU budget's 128)")
     r.add_argument("--heads", type=int, help="attention heads (default: the CPU budget's 4)")
     r.add_argument("--cond-dim", type=int, help="time-conditioning width (default 64)")
+    r.add_argument("--exit-link", choices=["sigma", "noise_posterior", "denoiser"],
+                   help="the model's exit-rate link (default: the library's)")
     r.add_argument("--checkpoint", help="save the trainer here at the last point")
     r.add_argument("--resume", help="continue from this --checkpoint of an earlier run")
     r.add_argument("--previous", help="with --resume: that run's JSON (its curve is kept)")

@@ -1,0 +1,95 @@
+/*
+ * cuda_denoiser.cu — the denoiser exit-rate link, forward and backward, one
+ * block per row (position). The per-row and per-column math is
+ * lib/denoiser_math.h, the code the CPU backend runs; the row's sums are
+ * taken per thread in a fixed stride and combined by the deterministic
+ * block reductions of cuda_internal.cuh.
+ */
+#include <math.h>
+
+#include "cuda_internal.cuh"
+#include "denoiser_math.h"
+
+/* The row's scalars: the max over the data tokens, the sum of exp(z - max)
+ * over the data tokens other than i. Synchronises the block. */
+__device__ dn_row dn_row_device(const nctmc_denoiser_args &a, const float *z, int64_t r,
+                                double *shared)
+{
+    int32_t i = a.x_t[r], n_data = fp_n_data(&a.fp);
+    double max = -INFINITY;
+    for (int32_t k = (int32_t)threadIdx.x; k < n_data; k += (int32_t)blockDim.x)
+        max = (double)z[k] > max ? (double)z[k] : max;
+    max = cuda_block_max(max, shared);
+    double sum = 0.0;
+    for (int32_t k = (int32_t)threadIdx.x; k < n_data; k += (int32_t)blockDim.x)
+        if (k != i)
+            sum += exp((double)z[k] - max);
+    sum = cuda_block_sum(sum, shared);
+    double t = (double)a.times[r / a.seq_len];
+    float z_i = i >= 0 && i < n_data ? z[i] : 0.0f;
+    return dn_prepare(&a.fp, t, i, max, log(sum), z_i);
+}
+
+__global__ void denoiser_forward_kernel(nctmc_denoiser_args a)
+{
+    __shared__ double shared[32];
+    int64_t r = blockIdx.x;
+    const float *z = a.x0_logits + r * a.row_stride;
+    dn_row d = dn_row_device(a, z, r, shared);
+    float *l = a.logits + r * a.row_stride;
+    int32_t S = a.fp.vocab;
+    for (int32_t j = (int32_t)threadIdx.x; j < a.row_stride; j += (int32_t)blockDim.x)
+        l[j] = j < S && j != d.i ? dn_stored_logit(dn_logit(&d, j, z[j])) : 0.0f;
+    if (threadIdx.x == 0)
+        a.rate_h[r] = (float)d.h;
+}
+
+__global__ void denoiser_backward_kernel(nctmc_denoiser_args a)
+{
+    __shared__ double shared[32];
+    int64_t r = blockIdx.x;
+    const float *z = a.x0_logits + r * a.row_stride;
+    dn_row d = dn_row_device(a, z, r, shared);
+    float *g = a.logits + r * a.row_stride;
+    double g_h = (double)a.rate_h[r];
+    int32_t S = a.fp.vocab;
+    double sum_u = 0.0, sum_pi_G = 0.0;   /* sum_u: over k != i */
+    for (int32_t j = (int32_t)threadIdx.x; j < S; j += (int32_t)blockDim.x) {
+        if (j == d.i)
+            continue;
+        dn_terms c = dn_column_terms(&d, j, z[j], (double)g[j], g_h);
+        sum_u += c.u;
+        sum_pi_G += c.pi_G;
+    }
+    /* both reductions end with a barrier, so every read of g above is done
+     * before the writes below */
+    sum_u = cuda_block_sum(sum_u, shared);
+    sum_pi_G = cuda_block_sum(sum_pi_G, shared);
+    double u_i = dn_u_current(&d, sum_pi_G);
+    for (int32_t k = (int32_t)threadIdx.x; k < a.row_stride; k += (int32_t)blockDim.x) {
+        if (k >= d.n_data) {
+            g[k] = 0.0f;
+            continue;
+        }
+        double u = k == d.i ? u_i : dn_column_terms(&d, k, z[k], (double)g[k], g_h).u;
+        g[k] = (float)dn_dz(&d, k, z[k], u, u_i, sum_u);
+    }
+}
+
+void cuda_denoiser_forward(nctmc_backend *be, const nctmc_denoiser_args *args)
+{
+    cuda_backend *cb = cuda_of(be);
+    if (args->n_rows <= 0 || !cuda_rows_fit(cb, args->n_rows, "denoiser_forward"))
+        return;
+    denoiser_forward_kernel<<<(unsigned)args->n_rows, CUDA_THREADS, 0, cb->stream>>>(*args);
+    cuda_launched(cb, "denoiser_forward");
+}
+
+void cuda_denoiser_backward(nctmc_backend *be, const nctmc_denoiser_args *args)
+{
+    cuda_backend *cb = cuda_of(be);
+    if (args->n_rows <= 0 || !cuda_rows_fit(cb, args->n_rows, "denoiser_backward"))
+        return;
+    denoiser_backward_kernel<<<(unsigned)args->n_rows, CUDA_THREADS, 0, cb->stream>>>(*args);
+    cuda_launched(cb, "denoiser_backward");
+}
