@@ -90,55 +90,86 @@ static inline NCTMC_HD dn_row dn_prepare(const nctmc_fp *fp, double t, int32_t i
     return r;
 }
 
-static inline NCTMC_HD double dn_log_p(const dn_row *r, int32_t j, float z_j)
+/* The per-column work is in float (a row of 50k columns costs one exp
+ * and, forward, one log per column) on coefficients the row computes in
+ * double: for a data token j != i,
+ *   R_j / sigma = a_c p_j + b_j,   a_c = a / (1 - a),  b_j = pi_j w,
+ *   a_c p_j = exp(z_j - lap_off)
+ * (b_j alone at the mask, which is never x0). Both terms are >= 0, so the
+ * sum loses nothing. The exponent is taken in double and rounded once, and
+ * it is that of a_c p_j itself, so its rounding costs that term no more
+ * relative precision than its own logarithm has. */
+typedef struct dn_cols {
+    double lap_off;            /* log(a_c p_j) = z_j - lap_off (data j != i) */
+    float a_c;                 /* a / (1 - a) */
+    float b_data, b_mask;      /* pi w at a data token, at the mask */
+    float pi_data, pi_mask;
+    double inv_lam;            /* sigma / lambda (0 when lambda = 0) */
+} dn_cols;
+
+static inline NCTMC_HD dn_cols dn_columns(const dn_row *r)
 {
-    if (j == r->i)
-        return r->log_p_i;
-    return j < r->n_data ? (double)z_j - r->max - r->log_norm : -INFINITY;
+    dn_cols c;
+    c.lap_off = r->max + r->log_norm - (r->log_a - r->log_om);
+    c.a_c = (float)exp(r->log_a - r->log_om);
+    double w = exp(r->log_w);
+    c.pi_data = (float)exp(r->log_pi_data);
+    c.pi_mask = (float)exp(r->log_pi_mask);
+    c.b_data = (float)(exp(r->log_pi_data) * w);
+    c.b_mask = (float)(exp(r->log_pi_mask) * w);
+    c.inv_lam = r->h == -INFINITY ? 0.0 : exp(-r->h);
+    return c;
 }
 
-static inline NCTMC_HD double dn_log_pi(const dn_row *r, int32_t j)
+/* The exponent of a_c p_j for a data token j != i. */
+static inline NCTMC_HD float dn_ap_exponent(const dn_cols *c, float z_j)
 {
-    return j == r->mask ? r->log_pi_mask : r->log_pi_data;
+    return (float)((double)z_j - c->lap_off);
 }
 
-/* l_j = log(R_j / sigma) for j != i, j < S (-inf for an unreachable
- * state: the mask of a mixture with p_u = 1). */
-static inline NCTMC_HD double dn_logit(const dn_row *r, int32_t j, float z_j)
+/* p_j from a_c p_j (0 at t = 1, where a_c = 0 and no rate depends on p). */
+static inline NCTMC_HD float dn_p_of(const dn_cols *c, float ap)
 {
-    return fp_logaddexp(r->log_a + dn_log_p(r, j, z_j), r->log_om + dn_log_pi(r, j) + r->log_w) -
-           r->log_om;
+    return c->a_c > 0.0f ? ap / c->a_c : 0.0f;
 }
 
-/* The logit as stored: a rate of 0 becomes a finite floor, so that the
- * loss's prior-weighted sums never meet 0 * -inf. */
-#define DN_LOGIT_FLOOR (-1e30)
-static inline NCTMC_HD float dn_stored_logit(double l)
+/* R_j / sigma at a data token j != i from a_c p_j. */
+static inline NCTMC_HD float dn_rate_data(const dn_cols *c, float ap)
 {
-    return l > DN_LOGIT_FLOOR ? (float)l : (float)DN_LOGIT_FLOOR;
+    return ap + c->b_data;
+}
+
+/* l_j = log(R_j / sigma) as stored: a rate of 0 (the mask of a mixture with
+ * p_u = 1, unreachable) becomes a finite floor, so that the loss's
+ * prior-weighted sums never meet 0 * -inf. */
+#define DN_LOGIT_FLOOR (-1e30f)
+static inline NCTMC_HD float dn_logit_of_log_rate(float rate, float log_rate)
+{
+    return rate > 0.0f ? log_rate : DN_LOGIT_FLOOR;
 }
 
 /* The two sums the backward pass needs, accumulated over j != i, j < S:
- * sum_u = sum over data k != i of u_k, and sum_pi_G = sum_j pi_j G_j. The
- * terms of one column j (g = dL/dl_j, g_h = dL/dh): */
+ * sum_u = sum over data k != i of u_k, and sum_pi_G = sum_j pi_j G_j, with
+ * G_j = g_j / (R_j/sigma) + g_h sigma/lambda (gh_inv = the last term). The
+ * terms of a data column j != i with ap = a_c p_j, g = dL/dl_j: */
 typedef struct dn_terms {
-    double u;      /* u_j (0 when j is not a data token) */
-    double pi_G;   /* pi_j G_j */
+    float u;       /* u_j = a_c p G_j, as (a_c p / rate) g + a_c p gh_inv */
+    float pi_G;    /* pi_j G_j */
 } dn_terms;
 
-static inline NCTMC_HD dn_terms dn_column_terms(const dn_row *r, int32_t j, float z_j, double g,
-                                                double g_h)
+static inline NCTMC_HD dn_terms dn_data_terms(const dn_cols *c, float ap, float g, float gh_inv)
 {
-    dn_terms c;
-    double l = dn_logit(r, j, z_j), lp = dn_log_p(r, j, z_j);
-    double lpi = dn_log_pi(r, j);
-    /* p_j a / (1 - a) G_j = g a p_j / ((1 - a) R_j/sigma) + g_h a p_j / ((1 - a) lambda/sigma) */
-    double base = r->log_a + lp - r->log_om;
-    /* a column with p_j = 0 or pi_j = 0 adds nothing (and -inf - -inf
-     * must not make a NaN) */
-    c.u = lp == -INFINITY ? 0.0 : g * exp(base - l) + g_h * exp(base - r->h);
-    c.pi_G = lpi == -INFINITY ? 0.0 : g * exp(lpi - l) + g_h * exp(lpi - r->h);
-    return c;
+    dn_terms t;
+    float rate = dn_rate_data(c, ap);
+    t.u = ap / rate * g + ap * gh_inv;
+    t.pi_G = c->pi_data * (g / rate + gh_inv);
+    return t;
+}
+
+/* pi_m G_m at the mask (0 where it is unreachable). */
+static inline NCTMC_HD float dn_mask_pi_G(const dn_cols *c, float g, float gh_inv)
+{
+    return c->b_mask > 0.0f ? c->pi_mask * (g / c->b_mask + gh_inv) : 0.0f;
 }
 
 /* u_i from sum_j pi_j G_j (0 when i is not a data token). */
@@ -147,16 +178,13 @@ static inline NCTMC_HD double dn_u_current(const dn_row *r, double sum_pi_G)
     return r->log_p_i == -INFINITY ? 0.0 : -exp(r->log_p_i + r->log_rho) * sum_pi_G;
 }
 
-/* dz_k = u_k - p_k sum_m u_m, given u = u_k, u_i and sum_others = the sum
- * of u over the data tokens other than i. At k = i it is taken as
- * (1 - p_i) u_i - p_i sum_others: where p_i is near 1, u_i - p_i u_i would
- * cancel away the digits of a large u_i. */
-static inline NCTMC_HD double dn_dz(const dn_row *r, int32_t k, float z_k, double u, double u_i,
-                                    double sum_others)
+/* dz_i = u_i - p_i sum_m u_m, as (1 - p_i) u_i - p_i sum_others (the sum
+ * of u over the data tokens other than i): where p_i is near 1, u_i - p_i
+ * u_i would cancel away the digits of a large u_i. For k != i,
+ * dz_k = u_k - p_k (sum_others + u_i). */
+static inline NCTMC_HD double dn_dz_current(const dn_row *r, double u_i, double sum_others)
 {
-    if (k == r->i)
-        return exp(r->log_not_p_i) * u_i - exp(r->log_p_i) * sum_others;
-    return u - exp(dn_log_p(r, k, z_k)) * (sum_others + u_i);
+    return exp(r->log_not_p_i) * u_i - exp(r->log_p_i) * sum_others;
 }
 
 #endif /* NCTMC_DENOISER_MATH_H */

@@ -9,7 +9,36 @@
 #include <math.h>
 
 #include "cpu_backend.h"
+#include "cpu_math.h"
 #include "denoiser_math.h"
+
+#define LANES 16
+
+CPU_VECTOR_CLONES
+static float range_max(const float *restrict z, int32_t lo, int32_t hi, float max)
+{
+    for (int32_t k = lo; k < hi; k++)
+        max = z[k] > max ? z[k] : max;
+    return max;
+}
+
+/* sum of exp(z - max) over [lo, hi), in LANES float partials (a fixed
+ * order, so the same bits for every thread count) combined in double. */
+CPU_VECTOR_CLONES
+static double range_sum_exp(const float *restrict z, int32_t lo, int32_t hi, float max)
+{
+    float acc[LANES] = {0};
+    int32_t j = lo;
+    for (; j + LANES <= hi; j += LANES)
+        for (int k = 0; k < LANES; k++)
+            acc[k] += cpu_expf(z[j + k] - max);
+    double sum = 0.0;
+    for (; j < hi; j++)
+        sum += (double)cpu_expf(z[j] - max);
+    for (int k = 0; k < LANES; k++)
+        sum += (double)acc[k];
+    return sum;
+}
 
 /* The row's per-position scalars: the max over the data tokens and the sum
  * of exp(z - max) over the data tokens other than the current one. */
@@ -17,52 +46,100 @@ static dn_row row_prepare(const nctmc_denoiser_args *a, int64_t r)
 {
     const float *z = a->x0_logits + r * a->row_stride;
     int32_t i = a->x_t[r], n_data = fp_n_data(&a->fp);
-    double max = -INFINITY;
-    for (int32_t k = 0; k < n_data; k++)
-        max = (double)z[k] > max ? (double)z[k] : max;
-    double sum = 0.0;
-    for (int32_t k = 0; k < n_data; k++)
-        if (k != i)
-            sum += exp((double)z[k] - max);
+    int32_t cut = i >= 0 && i < n_data ? i : n_data;
+    float max = range_max(z, 0, n_data, -INFINITY);
+    double sum = range_sum_exp(z, 0, cut, max) + range_sum_exp(z, cut + 1, n_data, max);
     double t = (double)a->times[r / a->seq_len];
-    float z_i = i >= 0 && i < n_data ? z[i] : 0.0f;
-    return dn_prepare(&a->fp, t, i, max, log(sum), z_i);
+    float z_i = cut < n_data ? z[i] : 0.0f;
+    return dn_prepare(&a->fp, t, i, (double)max, log(sum), z_i);
+}
+
+/* l_j over the data tokens [0, n): one exp and one log each. The current
+ * token's entry is overwritten by the caller. */
+CPU_VECTOR_CLONES
+static void forward_data(const dn_cols *c, const float *restrict z, float *restrict l,
+                         int32_t n)
+{
+    for (int32_t j = 0; j < n; j++) {
+        float rate = dn_rate_data(c, cpu_expf(dn_ap_exponent(c, z[j])));
+        l[j] = dn_logit_of_log_rate(rate, cpu_logf(rate));
+    }
 }
 
 static void forward_row(const nctmc_denoiser_args *a, int64_t r)
 {
     dn_row d = row_prepare(a, r);
+    dn_cols c = dn_columns(&d);
     const float *z = a->x0_logits + r * a->row_stride;
     float *l = a->logits + r * a->row_stride;
-    int32_t S = a->fp.vocab;
-    for (int32_t j = 0; j < S; j++)
-        l[j] = j == d.i ? 0.0f : dn_stored_logit(dn_logit(&d, j, z[j]));
-    for (int32_t j = S; j < a->row_stride; j++)
+    forward_data(&c, z, l, d.n_data);
+    if (d.mask >= 0)
+        l[d.mask] = dn_logit_of_log_rate(c.b_mask, logf(c.b_mask));
+    if (d.i >= 0 && d.i < a->fp.vocab)
+        l[d.i] = 0.0f;
+    for (int32_t j = a->fp.vocab; j < a->row_stride; j++)
         l[j] = 0.0f;
     a->rate_h[r] = (float)d.h;
+}
+
+/* Adds u_j and pi_j G_j over the data tokens [lo, hi) to the sums, in
+ * LANES float partials (a fixed order) combined in double. */
+CPU_VECTOR_CLONES
+static void backward_sums(const dn_cols *c, const float *restrict z, const float *restrict g,
+                          float gh_inv, int32_t lo, int32_t hi, double *sum_u, double *sum_pi_G)
+{
+    float au[LANES] = {0}, ap[LANES] = {0};
+    int32_t j = lo;
+    for (; j + LANES <= hi; j += LANES)
+        for (int k = 0; k < LANES; k++) {
+            dn_terms t = dn_data_terms(c, cpu_expf(dn_ap_exponent(c, z[j + k])), g[j + k], gh_inv);
+            au[k] += t.u;
+            ap[k] += t.pi_G;
+        }
+    for (; j < hi; j++) {
+        dn_terms t = dn_data_terms(c, cpu_expf(dn_ap_exponent(c, z[j])), g[j], gh_inv);
+        *sum_u += (double)t.u;
+        *sum_pi_G += (double)t.pi_G;
+    }
+    for (int k = 0; k < LANES; k++) {
+        *sum_u += (double)au[k];
+        *sum_pi_G += (double)ap[k];
+    }
+}
+
+/* dz_k = u_k - p_k total over the data tokens [lo, hi); u_k is recomputed
+ * from g[k] before g[k] is overwritten. */
+CPU_VECTOR_CLONES
+static void backward_write(const dn_cols *c, const float *restrict z, float *restrict g,
+                           float gh_inv, float total, int32_t lo, int32_t hi)
+{
+    for (int32_t k = lo; k < hi; k++) {
+        float ap = cpu_expf(dn_ap_exponent(c, z[k]));
+        g[k] = dn_data_terms(c, ap, g[k], gh_inv).u - dn_p_of(c, ap) * total;
+    }
 }
 
 static void backward_row(const nctmc_denoiser_args *a, int64_t r)
 {
     dn_row d = row_prepare(a, r);
+    dn_cols c = dn_columns(&d);
     const float *z = a->x0_logits + r * a->row_stride;
     float *g = a->logits + r * a->row_stride;
-    double g_h = (double)a->rate_h[r];
-    int32_t S = a->fp.vocab;
-    double sum_u = 0.0, sum_pi_G = 0.0;   /* sum_u: over k != i */
-    for (int32_t j = 0; j < S; j++) {
-        if (j == d.i)
-            continue;
-        dn_terms c = dn_column_terms(&d, j, z[j], (double)g[j], g_h);
-        sum_u += c.u;
-        sum_pi_G += c.pi_G;
-    }
+    float gh_inv = (float)((double)a->rate_h[r] * c.inv_lam);
+    /* the data tokens other than i: [0, cut) and [cut + 1, n_data) */
+    bool data_i = d.i >= 0 && d.i < d.n_data;
+    int32_t cut = data_i ? d.i : d.n_data;
+    double sum_u = 0.0, sum_pi_G = 0.0;
+    backward_sums(&c, z, g, gh_inv, 0, cut, &sum_u, &sum_pi_G);
+    backward_sums(&c, z, g, gh_inv, cut + 1, d.n_data, &sum_u, &sum_pi_G);
+    if (d.mask >= 0 && d.mask != d.i)
+        sum_pi_G += (double)dn_mask_pi_G(&c, g[d.mask], gh_inv);
     double u_i = dn_u_current(&d, sum_pi_G);
-    /* u_k is recomputed from g[k] before g[k] is overwritten */
-    for (int32_t k = 0; k < d.n_data; k++) {
-        double u = k == d.i ? u_i : dn_column_terms(&d, k, z[k], (double)g[k], g_h).u;
-        g[k] = (float)dn_dz(&d, k, z[k], u, u_i, sum_u);
-    }
+    float total = (float)(sum_u + u_i);
+    backward_write(&c, z, g, gh_inv, total, 0, cut);
+    backward_write(&c, z, g, gh_inv, total, cut + 1, d.n_data);
+    if (data_i)
+        g[d.i] = (float)dn_dz_current(&d, u_i, sum_u);
     for (int32_t j = d.n_data; j < a->row_stride; j++)
         g[j] = 0.0f;
 }

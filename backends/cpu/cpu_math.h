@@ -60,6 +60,32 @@ static inline float cpu_expf(float x_in)
     return x_in == x_in ? y : x_in;
 }
 
+/* log(x) for x > 0: x = m 2^e with m in [sqrt(1/2), sqrt(2)), and
+ * log m = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.1716, by its series
+ * to s^9 (the next term is below 3e-9 relative); e ln 2 in two pieces as
+ * in cpu_expf. Exact to a few roundings. Inputs below the smallest normal
+ * float are taken as it (log = -87.34); callers pass only x > 0. Written
+ * without branches so that loops over it vectorise. */
+static inline float cpu_logf(float x_in)
+{
+    float x = x_in >= 1.17549435e-38f ? x_in : 1.17549435e-38f;
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    int32_t e = (int32_t)(bits >> 23) - 127;
+    uint32_t mbits = (bits & 0x7fffffu) | 0x3f800000u;
+    float m;
+    memcpy(&m, &mbits, sizeof m);
+    int32_t big = m > 1.41421356f;
+    m = big ? 0.5f * m : m;
+    e += big;
+    /* f = m - 1 is exact; 2s = f - s f, so log m = f - s (f - 2 s^2 Q) with
+     * Q = 1/3 + s^2/5 + ...: the rounded part is about f^2 / 2, not f */
+    float f = m - 1.0f, s = f / (2.0f + f), s2 = s * s;
+    float q = 1.0f / 3.0f + s2 * (0.2f + s2 * (1.0f / 7.0f + s2 * (1.0f / 9.0f)));
+    float fe = (float)e;
+    return fe * -2.12194440e-4f + (f - s * (f - 2.0f * s2 * q)) + fe * 0.693359375f;
+}
+
 /* tanh(x) = 1 - 2 / (1 + e^{2x}); exact to about 2e-7 absolute. */
 static inline float cpu_tanhf(float x)
 {

@@ -36,10 +36,18 @@ __global__ void denoiser_forward_kernel(nctmc_denoiser_args a)
     int64_t r = blockIdx.x;
     const float *z = a.x0_logits + r * a.row_stride;
     dn_row d = dn_row_device(a, z, r, shared);
+    dn_cols c = dn_columns(&d);
     float *l = a.logits + r * a.row_stride;
-    int32_t S = a.fp.vocab;
-    for (int32_t j = (int32_t)threadIdx.x; j < a.row_stride; j += (int32_t)blockDim.x)
-        l[j] = j < S && j != d.i ? dn_stored_logit(dn_logit(&d, j, z[j])) : 0.0f;
+    for (int32_t j = (int32_t)threadIdx.x; j < a.row_stride; j += (int32_t)blockDim.x) {
+        float v = 0.0f;
+        if (j < d.n_data && j != d.i) {
+            float rate = dn_rate_data(&c, expf(dn_ap_exponent(&c, z[j])));
+            v = dn_logit_of_log_rate(rate, logf(rate));
+        } else if (j == d.mask && j != d.i) {
+            v = dn_logit_of_log_rate(c.b_mask, logf(c.b_mask));
+        }
+        l[j] = v;   /* 0 at i and in the padding */
+    }
     if (threadIdx.x == 0)
         a.rate_h[r] = (float)d.h;
 }
@@ -50,29 +58,36 @@ __global__ void denoiser_backward_kernel(nctmc_denoiser_args a)
     int64_t r = blockIdx.x;
     const float *z = a.x0_logits + r * a.row_stride;
     dn_row d = dn_row_device(a, z, r, shared);
+    dn_cols c = dn_columns(&d);
     float *g = a.logits + r * a.row_stride;
-    double g_h = (double)a.rate_h[r];
-    int32_t S = a.fp.vocab;
-    double sum_u = 0.0, sum_pi_G = 0.0;   /* sum_u: over k != i */
-    for (int32_t j = (int32_t)threadIdx.x; j < S; j += (int32_t)blockDim.x) {
+    float gh_inv = (float)((double)a.rate_h[r] * c.inv_lam);
+    double sum_u = 0.0, sum_pi_G = 0.0;   /* over the columns j != i */
+    for (int32_t j = (int32_t)threadIdx.x; j < a.fp.vocab; j += (int32_t)blockDim.x) {
         if (j == d.i)
             continue;
-        dn_terms c = dn_column_terms(&d, j, z[j], (double)g[j], g_h);
-        sum_u += c.u;
-        sum_pi_G += c.pi_G;
+        if (j < d.n_data) {
+            dn_terms t = dn_data_terms(&c, expf(dn_ap_exponent(&c, z[j])), g[j], gh_inv);
+            sum_u += (double)t.u;
+            sum_pi_G += (double)t.pi_G;
+        } else if (j == d.mask) {
+            sum_pi_G += (double)dn_mask_pi_G(&c, g[j], gh_inv);
+        }
     }
     /* both reductions end with a barrier, so every read of g above is done
      * before the writes below */
     sum_u = cuda_block_sum(sum_u, shared);
     sum_pi_G = cuda_block_sum(sum_pi_G, shared);
     double u_i = dn_u_current(&d, sum_pi_G);
+    float total = (float)(sum_u + u_i);
     for (int32_t k = (int32_t)threadIdx.x; k < a.row_stride; k += (int32_t)blockDim.x) {
         if (k >= d.n_data) {
             g[k] = 0.0f;
-            continue;
+        } else if (k == d.i) {
+            g[k] = (float)dn_dz_current(&d, u_i, sum_u);
+        } else {
+            float ap = expf(dn_ap_exponent(&c, z[k]));
+            g[k] = dn_data_terms(&c, ap, g[k], gh_inv).u - dn_p_of(&c, ap) * total;
         }
-        double u = k == d.i ? u_i : dn_column_terms(&d, k, z[k], (double)g[k], g_h).u;
-        g[k] = (float)dn_dz(&d, k, z[k], u, u_i, sum_u);
     }
 }
 
