@@ -441,6 +441,7 @@ def test_constants_match_the_header(tmp_path):
     from nctmc import _model
     consts = {"NCTMC_INFILL_AUTO_TOKENS": N.INFILL_AUTO_TOKENS}
     consts.update({"NCTMC_WEIGHT_" + k.upper(): v for k, v in _model.WEIGHT_TYPES.items()})
+    consts.update({"NCTMC_EXIT_LINK_" + k.upper(): v for k, v in _model.EXIT_LINKS.items()})
     consts.update({"NCTMC_LOAD_MAP_AUTO": _model.LOAD_MAPPINGS["auto"],
                    "NCTMC_LOAD_MAP_LAZY": _model.LOAD_MAPPINGS["lazy"],
                    "NCTMC_LOAD_COPY": _model.LOAD_MAPPINGS["copy"]})
