@@ -99,8 +99,8 @@ static void adaln_forward_task(void *arg, int64_t task, int worker)
 {
     (void)worker;
     const adaln_job *job = arg;
-    int64_t r0 = task * CPU_ROWS_PER_TASK;
-    int64_t r1 = r0 + CPU_ROWS_PER_TASK < job->rows ? r0 + CPU_ROWS_PER_TASK : job->rows;
+    int64_t r0, r1;
+    cpu_task_rows(task, job->rows, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t mod = (r / job->seq_len) * job->mod_stride;
         int64_t off = r * job->dim;
@@ -145,8 +145,8 @@ static void adaln_dx_row(const float *restrict x, const float *restrict dy,
 
 static void adaln_dx_task(const adaln_job *job, int64_t task)
 {
-    int64_t r0 = task * CPU_ROWS_PER_TASK;
-    int64_t r1 = r0 + CPU_ROWS_PER_TASK < job->rows ? r0 + CPU_ROWS_PER_TASK : job->rows;
+    int64_t r0, r1;
+    cpu_task_rows(task, job->rows, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         const float *scale = job->scale + (r / job->seq_len) * job->mod_stride;
         int64_t off = r * job->dim;

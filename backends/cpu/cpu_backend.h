@@ -32,6 +32,14 @@ static inline cpu_backend *cpu_of(nctmc_backend *be)
  * depends on the thread count. */
 #define CPU_ROWS_PER_TASK 16
 
+/* The rows [*r0, *r1) of task `task` when n_rows rows are cut into tasks of
+ * CPU_ROWS_PER_TASK (the pieces cpu_parallel_chunks hands out). */
+static inline void cpu_task_rows(int64_t task, int64_t n_rows, int64_t *r0, int64_t *r1)
+{
+    *r0 = task * CPU_ROWS_PER_TASK;
+    *r1 = *r0 + CPU_ROWS_PER_TASK < n_rows ? *r0 + CPU_ROWS_PER_TASK : n_rows;
+}
+
 /* Runs fn over ceil(n / chunk) tasks. */
 void cpu_parallel_chunks(cpu_backend *cb, int64_t n, int64_t chunk, cpu_pool_fn fn, void *arg);
 

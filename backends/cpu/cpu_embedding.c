@@ -35,8 +35,8 @@ static void embedding_forward_task(void *arg, int64_t task, int worker)
 {
     (void)worker;
     const embedding_job *job = arg;
-    int64_t r0 = task * CPU_ROWS_PER_TASK;
-    int64_t r1 = r0 + CPU_ROWS_PER_TASK < job->rows ? r0 + CPU_ROWS_PER_TASK : job->rows;
+    int64_t r0, r1;
+    cpu_task_rows(task, job->rows, &r0, &r1);
     size_t bytes = (size_t)job->dim * sizeof(float);
     for (int64_t r = r0; r < r1; r++) {
         const float *src = job->table + (int64_t)job->ids[r] * job->dim;

@@ -165,8 +165,8 @@ static void lcond_task(void *arg, int64_t task, int worker)
 {
     (void)worker;
     const nctmc_lcond_args *a = ((const loss_job *)arg)->lc;
-    int64_t r0 = task * CPU_ROWS_PER_TASK;
-    int64_t r1 = r0 + CPU_ROWS_PER_TASK < a->n_rows ? r0 + CPU_ROWS_PER_TASK : a->n_rows;
+    int64_t r0, r1;
+    cpu_task_rows(task, a->n_rows, &r0, &r1);
     for (int64_t r = r0; r < r1; r++)
         lcond_row(a, r);
 }
@@ -205,8 +205,8 @@ static void jump_output_task(void *arg, int64_t task, int worker)
 {
     (void)worker;
     const nctmc_jump_output_args *a = ((const loss_job *)arg)->jo;
-    int64_t r0 = task * CPU_ROWS_PER_TASK;
-    int64_t r1 = r0 + CPU_ROWS_PER_TASK < a->n_rows ? r0 + CPU_ROWS_PER_TASK : a->n_rows;
+    int64_t r0, r1;
+    cpu_task_rows(task, a->n_rows, &r0, &r1);
     for (int64_t r = r0; r < r1; r++)
         jump_output_row(a, r);
 }

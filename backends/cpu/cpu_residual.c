@@ -38,8 +38,8 @@ static void residual_forward_task(void *arg, int64_t task, int worker)
 {
     (void)worker;
     const residual_job *job = arg;
-    int64_t r0 = task * CPU_ROWS_PER_TASK;
-    int64_t r1 = r0 + CPU_ROWS_PER_TASK < job->rows ? r0 + CPU_ROWS_PER_TASK : job->rows;
+    int64_t r0, r1;
+    cpu_task_rows(task, job->rows, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         const float *gate = job->gate + (r / job->seq_len) * job->mod_stride;
         int64_t off = r * job->dim;

@@ -50,9 +50,8 @@ static void sample_task(void *arg, int64_t task, int worker)
 {
     (void)worker;
     const sample_job *job = arg;
-    int64_t r0 = task * CPU_ROWS_PER_TASK;
-    int64_t r1 = r0 + CPU_ROWS_PER_TASK < job->a->n_rows ? r0 + CPU_ROWS_PER_TASK
-                                                          : job->a->n_rows;
+    int64_t r0, r1;
+    cpu_task_rows(task, job->a->n_rows, &r0, &r1);
     for (int64_t r = r0; r < r1; r++)
         sample_row(job, r);
 }

@@ -30,14 +30,34 @@ __device__ dn_row dn_row_device(const nctmc_denoiser_args &a, const float *z, in
     return dn_prepare(&a.fp, t, i, max, log(sum), z_i);
 }
 
+/* What both kernels start from: the block's row, its logits, scalars and
+ * column coefficients. */
+typedef struct dn_block {
+    const float *z;
+    float *out;    /* the row of `logits` */
+    dn_row d;
+    dn_cols c;
+} dn_block;
+
+__device__ dn_block dn_block_start(const nctmc_denoiser_args &a, double *shared)
+{
+    dn_block b;
+    int64_t r = blockIdx.x;
+    b.z = a.x0_logits + r * a.row_stride;
+    b.out = a.logits + r * a.row_stride;
+    b.d = dn_row_device(a, b.z, r, shared);
+    b.c = dn_columns(&b.d);
+    return b;
+}
+
 __global__ void denoiser_forward_kernel(nctmc_denoiser_args a)
 {
     __shared__ double shared[32];
-    int64_t r = blockIdx.x;
-    const float *z = a.x0_logits + r * a.row_stride;
-    dn_row d = dn_row_device(a, z, r, shared);
-    dn_cols c = dn_columns(&d);
-    float *l = a.logits + r * a.row_stride;
+    dn_block b = dn_block_start(a, shared);
+    const float *z = b.z;
+    const dn_row &d = b.d;
+    const dn_cols &c = b.c;
+    float *l = b.out;
     for (int32_t j = (int32_t)threadIdx.x; j < a.row_stride; j += (int32_t)blockDim.x) {
         float v = 0.0f;
         if (j < d.n_data && j != d.i) {
@@ -49,18 +69,18 @@ __global__ void denoiser_forward_kernel(nctmc_denoiser_args a)
         l[j] = v;   /* 0 at i and in the padding */
     }
     if (threadIdx.x == 0)
-        a.rate_h[r] = (float)d.h;
+        a.rate_h[blockIdx.x] = (float)d.h;
 }
 
 __global__ void denoiser_backward_kernel(nctmc_denoiser_args a)
 {
     __shared__ double shared[32];
-    int64_t r = blockIdx.x;
-    const float *z = a.x0_logits + r * a.row_stride;
-    dn_row d = dn_row_device(a, z, r, shared);
-    dn_cols c = dn_columns(&d);
-    float *g = a.logits + r * a.row_stride;
-    float gh_inv = (float)((double)a.rate_h[r] * c.inv_lam);
+    dn_block b = dn_block_start(a, shared);
+    const float *z = b.z;
+    const dn_row &d = b.d;
+    const dn_cols &c = b.c;
+    float *g = b.out;
+    float gh_inv = (float)((double)a.rate_h[blockIdx.x] * c.inv_lam);
     double sum_u = 0.0, sum_pi_G = 0.0;   /* over the columns j != i */
     for (int32_t j = (int32_t)threadIdx.x; j < a.fp.vocab; j += (int32_t)blockDim.x) {
         if (j == d.i)
@@ -91,20 +111,22 @@ __global__ void denoiser_backward_kernel(nctmc_denoiser_args a)
     }
 }
 
-void cuda_denoiser_forward(nctmc_backend *be, const nctmc_denoiser_args *args)
+static void launch(nctmc_backend *be, const nctmc_denoiser_args *args,
+                   void (*kernel)(nctmc_denoiser_args), const char *name)
 {
     cuda_backend *cb = cuda_of(be);
-    if (args->n_rows <= 0 || !cuda_rows_fit(cb, args->n_rows, "denoiser_forward"))
+    if (args->n_rows <= 0 || !cuda_rows_fit(cb, args->n_rows, name))
         return;
-    denoiser_forward_kernel<<<(unsigned)args->n_rows, CUDA_THREADS, 0, cb->stream>>>(*args);
-    cuda_launched(cb, "denoiser_forward");
+    kernel<<<(unsigned)args->n_rows, CUDA_THREADS, 0, cb->stream>>>(*args);
+    cuda_launched(cb, name);
+}
+
+void cuda_denoiser_forward(nctmc_backend *be, const nctmc_denoiser_args *args)
+{
+    launch(be, args, denoiser_forward_kernel, "denoiser_forward");
 }
 
 void cuda_denoiser_backward(nctmc_backend *be, const nctmc_denoiser_args *args)
 {
-    cuda_backend *cb = cuda_of(be);
-    if (args->n_rows <= 0 || !cuda_rows_fit(cb, args->n_rows, "denoiser_backward"))
-        return;
-    denoiser_backward_kernel<<<(unsigned)args->n_rows, CUDA_THREADS, 0, cb->stream>>>(*args);
-    cuda_launched(cb, "denoiser_backward");
+    launch(be, args, denoiser_backward_kernel, "denoiser_backward");
 }
