@@ -35,8 +35,9 @@
  *   u_k  = p_k a / (1 - a) G_k                (k != i, data)
  *   u_i  = -p_i rho sum_{j != i} pi_j G_j     (i a data token)
  *   dz_k = u_k - p_k sum_m u_m.
- * Every product is taken as the exponential of a sum of logs, so no factor
- * overflows where another would bring it back (e^{-l_j} alone can be huge).
+ * Per-row scalars are in double; the per-column work is in float (see
+ * dn_cols below), with the gradient's terms taken as ratios no larger than
+ * the upstream gradients, never e^{-l_j} alone (which can be huge).
  */
 #ifndef NCTMC_DENOISER_MATH_H
 #define NCTMC_DENOISER_MATH_H

@@ -2,9 +2,9 @@
  * cpu_denoiser.c — the denoiser exit-rate link, forward and backward
  * (lib/denoiser_math.h has the math, shared with CUDA).
  *
- * Rows are independent; each makes its passes over its S logits in
- * increasing column order with double accumulators, so the results do not
- * depend on the number of threads.
+ * Rows are independent; each makes its passes over its S logits in a fixed
+ * order (sums in LANES float partials, combined in double), so the results
+ * do not depend on the number of threads.
  */
 #include <math.h>
 

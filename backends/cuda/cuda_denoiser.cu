@@ -16,18 +16,19 @@ __device__ dn_row dn_row_device(const nctmc_denoiser_args &a, const float *z, in
                                 double *shared)
 {
     int32_t i = a.x_t[r], n_data = fp_n_data(&a.fp);
-    double max = -INFINITY;
+    float max = -INFINITY;
     for (int32_t k = (int32_t)threadIdx.x; k < n_data; k += (int32_t)blockDim.x)
-        max = (double)z[k] > max ? (double)z[k] : max;
-    max = cuda_block_max(max, shared);
+        max = z[k] > max ? z[k] : max;
+    max = cuda_block_max(max, (float *)shared);
+    /* float exps, as the CPU backend's; the partial sums in double */
     double sum = 0.0;
     for (int32_t k = (int32_t)threadIdx.x; k < n_data; k += (int32_t)blockDim.x)
         if (k != i)
-            sum += exp((double)z[k] - max);
+            sum += (double)expf(z[k] - max);
     sum = cuda_block_sum(sum, shared);
     double t = (double)a.times[r / a.seq_len];
     float z_i = i >= 0 && i < n_data ? z[i] : 0.0f;
-    return dn_prepare(&a.fp, t, i, max, log(sum), z_i);
+    return dn_prepare(&a.fp, t, i, (double)max, log(sum), z_i);
 }
 
 /* What both kernels start from: the block's row, its logits, scalars and
@@ -53,7 +54,7 @@ __device__ dn_block dn_block_start(const nctmc_denoiser_args &a, double *shared)
 __global__ void denoiser_forward_kernel(nctmc_denoiser_args a)
 {
     __shared__ double shared[32];
-    dn_block b = dn_block_start(a, shared);
+    const dn_block b = dn_block_start(a, shared);
     const float *z = b.z;
     const dn_row &d = b.d;
     const dn_cols &c = b.c;
