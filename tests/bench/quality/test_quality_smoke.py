@@ -300,6 +300,12 @@ def check_time_bands(checkpoints, out):
         parts = all(b["excess"] - b["rate"] >= -1e-9 and b["rate"] >= 0.0
                     for b in r["bands"]) and r["total"]["excess"]["value"] > 0
         check(parts, "%s: every band's excess = exit rate + jump, each >= 0" % name)
+        # every noise position of the masked process is a mask; the uniform has none
+        ex_mask, ex_noisy = r["total"]["excess_mask"]["value"], r["total"]["excess_noisy"]["value"]
+        want = ex_noisy if r["process"] == "masked" else 0.0
+        check(abs(ex_mask - want) < 1e-12 and (r["process"] != "masked" or ex_mask > 0),
+              "%s: the excess at masks (%.4g) is %s" % (name, ex_mask,
+              "all of the excess at noise" if r["process"] == "masked" else "0"))
         if r["process"] == "masked":
             # the library's rate is the exact one, rounded to float32
             rate = max(b["rate"] for b in r["bands"])

@@ -128,12 +128,15 @@ def rows_figures(cfg, source, model, x0, x_t, t):
     return loss, best, excess, rate_part
 
 
-FIGURES = ("loss", "best", "excess", "rate", "excess_noisy", "rate_noisy", "noisy")
+FIGURES = ("loss", "best", "excess", "rate", "excess_noisy", "rate_noisy", "noisy",
+           "excess_mask", "rate_mask", "mask")
 
 
 def accumulate(cfg, source, model, heldout, edges, args):
     """Every figure per band and sequence, in bits/token ([band, sequence];
-    "noisy" is the share of positions with x_t != x0)."""
+    "noisy" is the share of positions with x_t != x0, "mask" the share with
+    x_t the mask token; "excess_mask" the excess at those, where the masked
+    and mixture processes' exit rate is exact and only the jump can err)."""
     n, length = heldout.shape
     rng = np.random.default_rng(args.seed)
     per = {k: np.zeros((len(edges) - 1, n)) for k in FIGURES}
@@ -146,12 +149,15 @@ def accumulate(cfg, source, model, heldout, edges, args):
                                   torch.Generator().manual_seed(int(rng.integers(2 ** 62)))).numpy()
                 loss, best, excess, rate = rows_figures(cfg, source, model, x0, x_t, t)
                 noisy = x_t != x0   # a noise token (uniform), a mask (masked), either
+                masks = x_t == cfg.mask if cfg.mask is not None else np.zeros_like(noisy)
                 scale = ws[k, sl] / (length * LN2)
                 for key, v in (("loss", loss), ("best", best), ("excess", excess),
                                ("rate", rate), ("excess_noisy", excess * noisy),
-                               ("rate_noisy", rate * noisy)):
+                               ("rate_noisy", rate * noisy), ("excess_mask", excess * masks),
+                               ("rate_mask", rate * masks)):
                     per[key][b, sl] += scale * v.sum(axis=1)
                 per["noisy"][b, sl] += noisy.mean(axis=1) / args.samples
+                per["mask"][b, sl] += masks.mean(axis=1) / args.samples
     return per
 
 
@@ -174,7 +180,8 @@ def analyse(path, args, source, heldout, entropy_per_seq):
         for key in FIGURES:
             row[key], row[key + "_se"] = S.mean_and_se(per[key][b])
         bands.append(row)
-    total = {key: S.mean_and_se(per[key].sum(axis=0)) for key in FIGURES if key != "noisy"}
+    total = {key: S.mean_and_se(per[key].sum(axis=0)) for key in FIGURES
+             if key not in ("noisy", "mask")}
     best_nelbo = per["best"].sum(axis=0) + prior
     return {"checkpoint": path, "process": cfg.process, "t_max": lib["t_max"],
             "prior_bits_per_token": prior, "bands": bands,
@@ -201,6 +208,25 @@ def report(r):
           % (t["loss"]["value"], t["best"]["value"], t["excess"]["value"], t["excess"]["se"],
              t["rate"]["value"], t["excess"]["value"] - t["rate"]["value"],
              t["excess_noisy"]["value"]))
+    if r["process"] == "mixture":
+        report_mixture(r)
+
+
+def report_mixture(r):
+    """The mixture's excess by what a position holds: a mask (only the
+    jump can err there), a data token that is noise, a clean token."""
+    print("| t | mask share | excess at masks | at noise data tokens (exit rate) "
+          "| at clean tokens (exit rate) |")
+    print("|---|---|---|---|---|")
+
+    def row(label, share, f):
+        nd, nd_rate = f("excess_noisy") - f("excess_mask"), f("rate_noisy") - f("rate_mask")
+        clean, clean_rate = f("excess") - f("excess_noisy"), f("rate") - f("rate_noisy")
+        print("| %s | %s | %.4f | %.4f (%.4f) | %.4f (%.4f) |"
+              % (label, share, f("excess_mask"), nd, nd_rate, clean, clean_rate))
+    for b in r["bands"]:
+        row("%.3g-%.3g" % (b["t_lo"], b["t_hi"]), "%.3f" % b["mask"], lambda k: b[k])
+    row("all", "", lambda k: r["total"][k]["value"])
 
 
 def main(argv=None):
