@@ -1551,7 +1551,10 @@ typedef struct nctmc_sample_params {
     int32_t length;           /**< tokens each, 1 .. max_length; 0 = max_length */
     nctmc_sample_method method;   /**< default NCTMC_SAMPLE_TAU_LEAPING */
     int32_t n_steps;          /**< steps of the time grid (default 128) */
-    nctmc_time_grid grid;     /**< default NCTMC_GRID_UNIFORM */
+    /** Default NCTMC_GRID_UNIFORM. At few steps the geometric grid can
+     *  help a uniform-process model and hurts a masked one (docs/api.md,
+     *  "Sampling settings, measured"). */
+    nctmc_time_grid grid;
     float t_max;              /**< first time (default 1 - 1e-3) */
     float t_min;              /**< last time (default 1e-3), 0 < t_min < t_max < 1 */
     /** Jump logits are divided by this (default 1); > 0. Applies to the
