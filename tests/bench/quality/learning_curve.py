@@ -76,6 +76,10 @@ def run(args):
                cond_dim=args.cond_dim or budget["cond"], process=args.process, seed=args.seed)
     if args.exit_link:
         cfg["exit_link"] = args.exit_link
+    if args.mixture_uniform is not None:
+        if args.process != "mixture":
+            raise SystemExit("learning_curve: --mixture-uniform is for --process mixture")
+        cfg["mixture_uniform"] = args.mixture_uniform
     points = sorted(int(p) for p in args.points.split(","))
     curve, step, cpu_before = [], 0, 0.0
     if args.resume:
@@ -278,6 +282,8 @@ def main(argv=None):
     r.add_argument("--cond-dim", type=int, help="time-conditioning width (default 64)")
     r.add_argument("--exit-link", choices=["sigma", "noise_posterior", "denoiser"],
                    help="the model's exit-rate link (default: the library's)")
+    r.add_argument("--mixture-uniform", type=float,
+                   help="p_u of the mixture process (the library's default 0.1 when absent)")
     r.add_argument("--checkpoint", help="save the trainer here at the last point")
     r.add_argument("--resume", help="continue from this --checkpoint of an earlier run")
     r.add_argument("--previous", help="with --resume: that run's JSON (its curve is kept)")

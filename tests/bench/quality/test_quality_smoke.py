@@ -12,8 +12,9 @@
    evaluates and samples it, writes its JSON and the markdown table.
 5. The learning-curve script trains at the model size it is given, records
    it, refuses to resume under another size, cools the rate down to 0 when
-   asked, tables each size apart, and its paired evaluation gives a
-   checkpoint against itself a gap of zero.
+   asked, tables each size apart, passes the mixture's p_u to the model,
+   and its paired evaluation gives a checkpoint against itself a gap of
+   zero.
 
 Usage: test_quality_smoke.py [LIBRARY]   (LIBRARY: libnctmc.so.1 to drive)
 Exit 0 when every check passes, 1 otherwise, 77 when numpy is missing.
@@ -275,6 +276,27 @@ def check_learning_curve():
         LC.main(["run", "--process", "masked", "--points", "2", "--out", path("m.json"),
                  "--checkpoint", path("m.ckpt")] + common + size)
         check_time_bands([path("u.ckpt"), path("m.ckpt")], path("bands.json"))
+        check_mixture_share(LC, path, common + size)
+
+
+def check_mixture_share(LC, path, args):
+    """--mixture-uniform reaches the model (its saved configuration and the
+    JSON say the p_u given) and is refused for a process without one."""
+    import nctmc
+    LC.main(["run", "--process", "mixture", "--mixture-uniform", "0.3", "--points", "2",
+             "--out", path("x3.json"), "--checkpoint", path("x3.ckpt")] + args)
+    saved = nctmc.Model.load(path("x3.ckpt"), nctmc.Context(backend="cpu", threads=1))
+    recorded = json.load(open(path("x3.json")))["config"]["mixture_uniform"]
+    check(abs(saved.config["mixture_uniform"] - 0.3) < 1e-7 and recorded == 0.3,
+          "learning curve: --mixture-uniform 0.3 is the saved model's p_u (%.4g)"
+          % saved.config["mixture_uniform"])
+    try:
+        LC.main(["run", "--process", "uniform", "--mixture-uniform", "0.3", "--points", "2",
+                 "--out", path("x.json")] + args)
+        check(False, "learning curve: --mixture-uniform is refused for the uniform process")
+    except SystemExit as e:
+        check("--process mixture" in str(e),
+              "learning curve: --mixture-uniform is refused for the uniform process")
 
 
 def check_time_bands(checkpoints, out):
