@@ -24,7 +24,9 @@ processes of a source side by side with the gap and its ratio to the
 source's entropy (one table per model size). Nothing is tuned to a process:
 both get the same settings. --layers / --d-model / --heads / --cond-dim change
 the model's size alone (everything else stays the budget's), for curves of
-the gap against model size.
+the gap against model size. --lr changes the constant learning rate alone,
+for a sweep of the rate per process and size (each process at its own best
+rate is still equal budget: the same steps, batch and model).
 
 --cooldown N (with --resume) ends a constant-rate run the way a
 warm-up / stable / decay schedule does: from the resumed step the rate
@@ -69,7 +71,7 @@ DEFAULT_POINTS = "250,500,1000,2000,3000,4000"
 def run(args):
     source = S.make_source(args.source)
     ctx = nctmc.Context(backend="cpu", threads=args.threads)
-    budget = BQ.BUDGETS["cpu"]
+    budget = run_budget(args)
     cfg = dict(vocab_size=source.vocab + (0 if args.process == "uniform" else 1),
                seq_len=source.length, n_layers=args.layers or budget["layers"],
                d_model=args.d_model or budget["d_model"], n_heads=args.heads or budget["heads"],
@@ -134,13 +136,24 @@ def run(args):
         json.dump(out, f, indent=1)
 
 
+def run_budget(args):
+    """The CPU budget, with --lr in place of its learning rate when given
+    (the JSON records the rate, so --resume refuses a run of another)."""
+    budget = dict(BQ.BUDGETS["cpu"])
+    if args.lr is not None:
+        if not args.lr > 0:
+            raise SystemExit("learning_curve: --lr must be positive")
+        budget["lr"] = args.lr
+    return budget
+
+
 def resume(args, ctx, cfg):
     """The trainer of --resume, checked against the --previous run's record:
     the same source, process, model and budget, evaluated the same way."""
     if not args.previous:
         raise SystemExit("learning_curve: --resume needs --previous (the run's JSON)")
     previous = json.load(open(args.previous))
-    budget = BQ.BUDGETS["cpu"]
+    budget = run_budget(args)
     same = (previous["source"] == args.source and previous["process"] == args.process and
             previous["config"] == cfg and previous["eval_seqs"] == args.eval_seqs and
             previous["eval_time_samples"] == args.eval_time_samples and
@@ -284,6 +297,9 @@ def main(argv=None):
                    help="the model's exit-rate link (default: the library's)")
     r.add_argument("--mixture-uniform", type=float,
                    help="p_u of the mixture process (the library's default 0.1 when absent)")
+    r.add_argument("--lr", type=float,
+                   help="the constant learning rate after the warm-up (default: the "
+                        "CPU budget's 1e-3); recorded in the JSON's budget")
     r.add_argument("--checkpoint", help="save the trainer here at the last point")
     r.add_argument("--resume", help="continue from this --checkpoint of an earlier run")
     r.add_argument("--previous", help="with --resume: that run's JSON (its curve is kept)")

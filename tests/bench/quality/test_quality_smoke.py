@@ -12,9 +12,9 @@
    evaluates and samples it, writes its JSON and the markdown table.
 5. The learning-curve script trains at the model size it is given, records
    it, refuses to resume under another size, cools the rate down to 0 when
-   asked, tables each size apart, passes the mixture's p_u to the model,
-   and its paired evaluation gives a checkpoint against itself a gap of
-   zero.
+   asked, tables each size apart, passes the mixture's p_u and a learning
+   rate to the run, and its paired evaluation gives a checkpoint against
+   itself a gap of zero.
 
 Usage: test_quality_smoke.py [LIBRARY]   (LIBRARY: libnctmc.so.1 to drive)
 Exit 0 when every check passes, 1 otherwise, 77 when numpy is missing.
@@ -277,6 +277,27 @@ def check_learning_curve():
                  "--checkpoint", path("m.ckpt")] + common + size)
         check_time_bands([path("u.ckpt"), path("m.ckpt")], path("bands.json"))
         check_mixture_share(LC, path, common + size)
+        check_learning_rate(LC, path, common + size)
+
+
+def check_learning_rate(LC, path, args):
+    """--lr reaches the trainer (its saved parameters and the JSON's budget
+    say the rate given), and a run of one rate is not resumed under another."""
+    import nctmc
+    LC.main(["run", "--process", "uniform", "--lr", "3e-3", "--points", "2",
+             "--out", path("r.json"), "--checkpoint", path("r.ckpt")] + args)
+    saved = nctmc.Trainer.inspect(path("r.ckpt"), nctmc.Context(backend="cpu", threads=1))
+    recorded = json.load(open(path("r.json")))["budget"]["lr"]
+    check(abs(saved["params"]["learning_rate"] - 3e-3) < 1e-9 and recorded == 3e-3,
+          "learning curve: --lr 3e-3 is the saved trainer's rate (%.4g)"
+          % saved["params"]["learning_rate"])
+    try:
+        LC.main(["run", "--process", "uniform", "--points", "4", "--out", path("r4.json"),
+                 "--resume", path("r.ckpt"), "--previous", path("r.json")] + args)
+        check(False, "learning curve: a run at --lr 3e-3 is not resumed at the default rate")
+    except SystemExit as e:
+        check("not a run of these settings" in str(e),
+              "learning curve: a run at --lr 3e-3 is not resumed at the default rate")
 
 
 def check_mixture_share(LC, path, args):
