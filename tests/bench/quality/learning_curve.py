@@ -125,7 +125,7 @@ def run(args):
         trainer.save(args.checkpoint)
     ref, _ = S.source_reference(source, n=20000, seed=BQ.REFERENCE_SEED)
     out = {"source": args.source, "process": args.process, "config": cfg,
-           "budget": {k: budget[k] for k in ("batch", "lr", "warmup", "ema")},
+           "budget": budget_record(budget),
            "schedule": "constant after warm-up", "time_sampling": args.time_sampling,
            "cooldown": ({"from_step": start_step, "steps": args.cooldown, "to_ratio": 0.0}
                         if args.cooldown else None),
@@ -147,6 +147,12 @@ def run_budget(args):
     return budget
 
 
+def budget_record(budget):
+    """The part of the budget a run's JSON records and --resume compares:
+    one list, so that the record and the check cannot drift apart."""
+    return {k: budget[k] for k in ("batch", "lr", "warmup", "ema")}
+
+
 def resume(args, ctx, cfg):
     """The trainer of --resume, checked against the --previous run's record:
     the same source, process, model and budget, evaluated the same way."""
@@ -158,7 +164,7 @@ def resume(args, ctx, cfg):
             previous["config"] == cfg and previous["eval_seqs"] == args.eval_seqs and
             previous["eval_time_samples"] == args.eval_time_samples and
             previous.get("time_sampling", "uniform") == args.time_sampling and
-            previous["budget"] == {k: budget[k] for k in ("batch", "lr", "warmup", "ema")})
+            previous["budget"] == budget_record(budget))
     if not same:
         raise SystemExit("learning_curve: %s is not a run of these settings" % args.previous)
     if previous.get("cooldown"):
