@@ -26,7 +26,10 @@ both get the same settings. --layers / --d-model / --heads / --cond-dim change
 the model's size alone (everything else stays the budget's), for curves of
 the gap against model size. --lr changes the constant learning rate alone,
 for a sweep of the rate per process and size (each process at its own best
-rate is still equal budget: the same steps, batch and model).
+rate is still equal budget: the same steps, batch and model). --batch
+changes the sequences per step alone (the rate stays), for curves against
+training tokens at another batch: whether a process gains more from a
+less noisy gradient than from more steps.
 
 --cooldown N (with --resume) ends a constant-rate run the way a
 warm-up / stable / decay schedule does: from the resumed step the rate
@@ -137,13 +140,18 @@ def run(args):
 
 
 def run_budget(args):
-    """The CPU budget, with --lr in place of its learning rate when given
-    (the JSON records the rate, so --resume refuses a run of another)."""
+    """The CPU budget, with --lr in place of its learning rate and --batch in
+    place of its batch when given (the JSON records both, so --resume refuses
+    a run of another)."""
     budget = dict(BQ.BUDGETS["cpu"])
     if args.lr is not None:
         if not args.lr > 0:
             raise SystemExit("learning_curve: --lr must be positive")
         budget["lr"] = args.lr
+    if args.batch is not None:
+        if args.batch < 1:
+            raise SystemExit("learning_curve: --batch must be at least 1")
+        budget["batch"] = args.batch
     return budget
 
 
@@ -306,6 +314,9 @@ def main(argv=None):
     r.add_argument("--lr", type=float,
                    help="the constant learning rate after the warm-up (default: the "
                         "CPU budget's 1e-3); recorded in the JSON's budget")
+    r.add_argument("--batch", type=int,
+                   help="sequences per training step (default: the CPU budget's 128); "
+                        "recorded in the JSON's budget")
     r.add_argument("--checkpoint", help="save the trainer here at the last point")
     r.add_argument("--resume", help="continue from this --checkpoint of an earlier run")
     r.add_argument("--previous", help="with --resume: that run's JSON (its curve is kept)")

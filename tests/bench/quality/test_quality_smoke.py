@@ -278,6 +278,7 @@ def check_learning_curve():
         check_time_bands([path("u.ckpt"), path("m.ckpt")], path("bands.json"))
         check_mixture_share(LC, path, common + size)
         check_learning_rate(LC, path, common + size)
+        check_batch(LC, path, common + size)
 
 
 def check_learning_rate(LC, path, args):
@@ -298,6 +299,34 @@ def check_learning_rate(LC, path, args):
     except SystemExit as e:
         check("not a run of these settings" in str(e),
               "learning curve: a run at --lr 3e-3 is not resumed at the default rate")
+
+
+def check_batch(LC, path, args):
+    """--batch reaches the trainer (its saved parameters, the JSON's budget
+    and the tokens counted say the batch given), a run of one batch is not
+    resumed under another, and a batch below 1 is refused."""
+    import nctmc
+    LC.main(["run", "--process", "masked", "--batch", "3", "--points", "2",
+             "--out", path("b.json"), "--checkpoint", path("b.ckpt")] + args)
+    saved = nctmc.Trainer.inspect(path("b.ckpt"), nctmc.Context(backend="cpu", threads=1))
+    run = json.load(open(path("b.json")))
+    check(saved["params"]["batch_size"] == 3 and run["budget"]["batch"] == 3 and
+          run["curve"][-1]["tokens"] == 2 * 3 * run["config"]["seq_len"],
+          "learning curve: --batch 3 is the saved trainer's batch (%d) and the tokens counted"
+          % saved["params"]["batch_size"])
+    try:
+        LC.main(["run", "--process", "masked", "--points", "4", "--out", path("b4.json"),
+                 "--resume", path("b.ckpt"), "--previous", path("b.json")] + args)
+        check(False, "learning curve: a run at --batch 3 is not resumed at the default batch")
+    except SystemExit as e:
+        check("not a run of these settings" in str(e),
+              "learning curve: a run at --batch 3 is not resumed at the default batch")
+    try:
+        LC.main(["run", "--process", "masked", "--batch", "0", "--points", "2",
+                 "--out", path("b0.json")] + args)
+        check(False, "learning curve: --batch 0 is refused")
+    except SystemExit as e:
+        check("--batch must be at least 1" in str(e), "learning curve: --batch 0 is refused")
 
 
 def check_mixture_share(LC, path, args):
