@@ -235,14 +235,11 @@ def check_learning_curve():
               and [p["step"] for p in u["curve"]] == [2, 4]
               and all(np.isfinite(p["nelbo"]) for p in u["curve"]),
               "learning curve: trains and records the size it is given")
-        try:
-            LC.main(["run", "--process", "uniform", "--points", "6", "--out", path("x.json"),
-                     "--resume", path("u.ckpt"), "--previous", path("u.json"),
-                     "--d-model", "32"] + common + size[:2] + size[4:])
-            check(False, "learning curve: resuming under another size is refused")
-        except SystemExit as e:
-            check("not a run of these settings" in str(e),
-                  "learning curve: resuming under another size is refused")
+        check_refused(LC, ["run", "--process", "uniform", "--points", "6", "--out",
+                           path("x.json"), "--resume", path("u.ckpt"), "--previous",
+                           path("u.json"), "--d-model", "32"] + common + size[:2] + size[4:],
+                      "not a run of these settings",
+                      "learning curve: resuming under another size is refused")
         LC.main(["run", "--process", "uniform", "--points", "6", "--out", path("u6.json"),
                  "--resume", path("u.ckpt"), "--previous", path("u.json")] + common + size)
         u6 = json.load(open(path("u6.json")))
@@ -281,6 +278,15 @@ def check_learning_curve():
         check_batch(LC, path, common + size)
 
 
+def check_refused(LC, argv, message, what):
+    """learning_curve.py stops on argv with an error that says message."""
+    try:
+        LC.main(argv)
+        check(False, what)
+    except SystemExit as e:
+        check(message in str(e), what)
+
+
 def check_learning_rate(LC, path, args):
     """--lr reaches the trainer (its saved parameters and the JSON's budget
     say the rate given), and a run of one rate is not resumed under another."""
@@ -292,13 +298,10 @@ def check_learning_rate(LC, path, args):
     check(abs(saved["params"]["learning_rate"] - 3e-3) < 1e-9 and recorded == 3e-3,
           "learning curve: --lr 3e-3 is the saved trainer's rate (%.4g)"
           % saved["params"]["learning_rate"])
-    try:
-        LC.main(["run", "--process", "uniform", "--points", "4", "--out", path("r4.json"),
-                 "--resume", path("r.ckpt"), "--previous", path("r.json")] + args)
-        check(False, "learning curve: a run at --lr 3e-3 is not resumed at the default rate")
-    except SystemExit as e:
-        check("not a run of these settings" in str(e),
-              "learning curve: a run at --lr 3e-3 is not resumed at the default rate")
+    check_refused(LC, ["run", "--process", "uniform", "--points", "4", "--out", path("r4.json"),
+                       "--resume", path("r.ckpt"), "--previous", path("r.json")] + args,
+                  "not a run of these settings",
+                  "learning curve: a run at --lr 3e-3 is not resumed at the default rate")
 
 
 def check_batch(LC, path, args):
@@ -314,19 +317,13 @@ def check_batch(LC, path, args):
           run["curve"][-1]["tokens"] == 2 * 3 * run["config"]["seq_len"],
           "learning curve: --batch 3 is the saved trainer's batch (%d) and the tokens counted"
           % saved["params"]["batch_size"])
-    try:
-        LC.main(["run", "--process", "masked", "--points", "4", "--out", path("b4.json"),
-                 "--resume", path("b.ckpt"), "--previous", path("b.json")] + args)
-        check(False, "learning curve: a run at --batch 3 is not resumed at the default batch")
-    except SystemExit as e:
-        check("not a run of these settings" in str(e),
-              "learning curve: a run at --batch 3 is not resumed at the default batch")
-    try:
-        LC.main(["run", "--process", "masked", "--batch", "0", "--points", "2",
-                 "--out", path("b0.json")] + args)
-        check(False, "learning curve: --batch 0 is refused")
-    except SystemExit as e:
-        check("--batch must be at least 1" in str(e), "learning curve: --batch 0 is refused")
+    check_refused(LC, ["run", "--process", "masked", "--points", "4", "--out", path("b4.json"),
+                       "--resume", path("b.ckpt"), "--previous", path("b.json")] + args,
+                  "not a run of these settings",
+                  "learning curve: a run at --batch 3 is not resumed at the default batch")
+    check_refused(LC, ["run", "--process", "masked", "--batch", "0", "--points", "2",
+                       "--out", path("b0.json")] + args,
+                  "--batch must be at least 1", "learning curve: --batch 0 is refused")
 
 
 def check_mixture_share(LC, path, args):
@@ -340,13 +337,10 @@ def check_mixture_share(LC, path, args):
     check(abs(saved.config["mixture_uniform"] - 0.3) < 1e-7 and recorded == 0.3,
           "learning curve: --mixture-uniform 0.3 is the saved model's p_u (%.4g)"
           % saved.config["mixture_uniform"])
-    try:
-        LC.main(["run", "--process", "uniform", "--mixture-uniform", "0.3", "--points", "2",
-                 "--out", path("x.json")] + args)
-        check(False, "learning curve: --mixture-uniform is refused for the uniform process")
-    except SystemExit as e:
-        check("--process mixture" in str(e),
-              "learning curve: --mixture-uniform is refused for the uniform process")
+    check_refused(LC, ["run", "--process", "uniform", "--mixture-uniform", "0.3",
+                       "--points", "2", "--out", path("x.json")] + args,
+                  "--process mixture",
+                  "learning curve: --mixture-uniform is refused for the uniform process")
 
 
 def check_time_bands(checkpoints, out):
