@@ -287,40 +287,39 @@ def check_refused(LC, argv, message, what):
         check(message in str(e), what)
 
 
-def check_learning_rate(LC, path, args):
-    """--lr reaches the trainer (its saved parameters and the JSON's budget
-    say the rate given), and a run of one rate is not resumed under another."""
+def check_budget_flag(LC, path, args, flag, value, param):
+    """A budget flag of learning_curve.py reaches the trainer (its saved
+    parameter and the JSON's budget say the value given), and a run with it
+    is not resumed without it. Returns the run's JSON."""
     import nctmc
-    LC.main(["run", "--process", "uniform", "--lr", "3e-3", "--points", "2",
-             "--out", path("r.json"), "--checkpoint", path("r.ckpt")] + args)
-    saved = nctmc.Trainer.inspect(path("r.ckpt"), nctmc.Context(backend="cpu", threads=1))
-    recorded = json.load(open(path("r.json")))["budget"]["lr"]
-    check(abs(saved["params"]["learning_rate"] - 3e-3) < 1e-9 and recorded == 3e-3,
-          "learning curve: --lr 3e-3 is the saved trainer's rate (%.4g)"
-          % saved["params"]["learning_rate"])
-    check_refused(LC, ["run", "--process", "uniform", "--points", "4", "--out", path("r4.json"),
-                       "--resume", path("r.ckpt"), "--previous", path("r.json")] + args,
+    name = flag.lstrip("-")
+    LC.main(["run", "--process", "uniform", flag, str(value), "--points", "2",
+             "--out", path(name + ".json"), "--checkpoint", path(name + ".ckpt")] + args)
+    saved = nctmc.Trainer.inspect(path(name + ".ckpt"), nctmc.Context(backend="cpu", threads=1))
+    run = json.load(open(path(name + ".json")))
+    check(abs(saved["params"][param] - value) < 1e-9 and run["budget"][name] == value,
+          "learning curve: %s %g is the saved trainer's %s (%g)"
+          % (flag, value, param, saved["params"][param]))
+    check_refused(LC, ["run", "--process", "uniform", "--points", "4",
+                       "--out", path(name + "4.json"), "--resume", path(name + ".ckpt"),
+                       "--previous", path(name + ".json")] + args,
                   "not a run of these settings",
-                  "learning curve: a run at --lr 3e-3 is not resumed at the default rate")
+                  "learning curve: a run at %s %g is not resumed without it" % (flag, value))
+    return run
+
+
+def check_learning_rate(LC, path, args):
+    """--lr reaches the trainer and a run of one rate is not resumed under
+    another."""
+    check_budget_flag(LC, path, args, "--lr", 3e-3, "learning_rate")
 
 
 def check_batch(LC, path, args):
-    """--batch reaches the trainer (its saved parameters, the JSON's budget
-    and the tokens counted say the batch given), a run of one batch is not
-    resumed under another, and a batch below 1 is refused."""
-    import nctmc
-    LC.main(["run", "--process", "masked", "--batch", "3", "--points", "2",
-             "--out", path("b.json"), "--checkpoint", path("b.ckpt")] + args)
-    saved = nctmc.Trainer.inspect(path("b.ckpt"), nctmc.Context(backend="cpu", threads=1))
-    run = json.load(open(path("b.json")))
-    check(saved["params"]["batch_size"] == 3 and run["budget"]["batch"] == 3 and
-          run["curve"][-1]["tokens"] == 2 * 3 * run["config"]["seq_len"],
-          "learning curve: --batch 3 is the saved trainer's batch (%d) and the tokens counted"
-          % saved["params"]["batch_size"])
-    check_refused(LC, ["run", "--process", "masked", "--points", "4", "--out", path("b4.json"),
-                       "--resume", path("b.ckpt"), "--previous", path("b.json")] + args,
-                  "not a run of these settings",
-                  "learning curve: a run at --batch 3 is not resumed at the default batch")
+    """--batch reaches the trainer (and the tokens counted), a run of one
+    batch is not resumed under another, and a batch below 1 is refused."""
+    run = check_budget_flag(LC, path, args, "--batch", 3, "batch_size")
+    check(run["curve"][-1]["tokens"] == 2 * 3 * run["config"]["seq_len"],
+          "learning curve: the tokens counted at --batch 3 are 2 steps x 3 sequences")
     check_refused(LC, ["run", "--process", "masked", "--batch", "0", "--points", "2",
                        "--out", path("b0.json")] + args,
                   "--batch must be at least 1", "learning curve: --batch 0 is refused")
