@@ -88,7 +88,7 @@ def run(args):
     points = sorted(int(p) for p in args.points.split(","))
     curve, step, cpu_before = [], 0, 0.0
     if args.resume:
-        trainer, previous = resume(args, ctx, cfg)
+        trainer, previous = resume(args, ctx, cfg, budget)
         curve, step = list(previous["curve"]), trainer.state["step"]
         cpu_before = curve[-1]["cpu_seconds"] if curve else 0.0
         points = [p for p in points if p > step]
@@ -161,13 +161,12 @@ def budget_record(budget):
     return {k: budget[k] for k in ("batch", "lr", "warmup", "ema")}
 
 
-def resume(args, ctx, cfg):
+def resume(args, ctx, cfg, budget):
     """The trainer of --resume, checked against the --previous run's record:
     the same source, process, model and budget, evaluated the same way."""
     if not args.previous:
         raise SystemExit("learning_curve: --resume needs --previous (the run's JSON)")
     previous = json.load(open(args.previous))
-    budget = run_budget(args)
     same = (previous["source"] == args.source and previous["process"] == args.process and
             previous["config"] == cfg and previous["eval_seqs"] == args.eval_seqs and
             previous["eval_time_samples"] == args.eval_time_samples and

@@ -274,7 +274,7 @@ def check_learning_curve():
                  "--checkpoint", path("m.ckpt")] + common + size)
         check_time_bands([path("u.ckpt"), path("m.ckpt")], path("bands.json"))
         check_mixture_share(LC, path, common + size)
-        check_learning_rate(LC, path, common + size)
+        check_budget_flag(LC, path, common + size, "--lr", 3e-3, "learning_rate")
         check_batch(LC, path, common + size)
 
 
@@ -306,12 +306,6 @@ def check_budget_flag(LC, path, args, flag, value, param):
                   "not a run of these settings",
                   "learning curve: a run at %s %g is not resumed without it" % (flag, value))
     return run
-
-
-def check_learning_rate(LC, path, args):
-    """--lr reaches the trainer and a run of one rate is not resumed under
-    another."""
-    check_budget_flag(LC, path, args, "--lr", 3e-3, "learning_rate")
 
 
 def check_batch(LC, path, args):
