@@ -15,6 +15,8 @@
    asked, tables each size apart, passes the mixture's p_u and a learning
    rate to the run, and its paired evaluation gives a checkpoint against
    itself a gap of zero.
+6. The power-law fits of excess_scaling.py recover known exponents and
+   crossings, and it refuses pairs it cannot read unambiguously.
 
 Usage: test_quality_smoke.py [LIBRARY]   (LIBRARY: libnctmc.so.1 to drive)
 Exit 0 when every check passes, 1 otherwise, 77 when numpy is missing.
@@ -273,6 +275,7 @@ def check_learning_curve():
         LC.main(["run", "--process", "masked", "--points", "2", "--out", path("m.json"),
                  "--checkpoint", path("m.ckpt")] + common + size)
         check_time_bands([path("u.ckpt"), path("m.ckpt")], path("bands.json"))
+        check_excess_scaling(path, path("bands.json"))
         check_mixture_share(LC, path, common + size)
         check_budget_flag(LC, path, common + size, "--lr", 3e-3, "learning_rate")
         check_batch(LC, path, common + size)
@@ -369,6 +372,54 @@ def check_time_bands(checkpoints, out):
             # the library's rate is the exact one, rounded to float32
             rate = max(b["rate"] for b in r["bands"])
             check(rate < 1e-9, "%s: the masked exit rate is exact (excess %.1e)" % (name, rate))
+
+
+def check_excess_scaling(path, bands):
+    """The power-law fits recover the exponents, k and the crossing of
+    excesses made to follow known power laws, on either side of k = 1; a
+    file of several models needs @K, and a masked model in the uniform
+    slot is refused."""
+    import io
+    import contextlib
+    import excess_scaling as ES
+
+    def bands_file(name, process, excess):
+        with open(path(name), "w") as f:
+            json.dump({"results": [{"process": process, "checkpoint": name,
+                                    "total": {"excess": {"value": excess, "se": 0.0}}}]}, f)
+        return path(name)
+
+    def fit(name, u_of, m_of):
+        pairs = ["%g:%s:%s" % (s, bands_file("%s_u%g.json" % (name, s), "uniform", u_of(s)),
+                               bands_file("%s_m%g.json" % (name, s), "masked", m_of(s)))
+                 for s in (1.0, 4.0, 16.0)]
+        with contextlib.redirect_stdout(io.StringIO()):
+            ES.main(pairs + ["--boot", "8", "--out", path(name + ".json")])
+        return json.load(open(path(name + ".json")))["fit"]
+
+    # U = 2 S^-0.4, M = S^-0.5: ln U = ln 2 + 0.8 ln M, U = M at M = 2^5
+    f = fit("behind", lambda s: 2 * s ** -0.4, lambda s: s ** -0.5)
+    check(abs(f["u_exponent"] - 0.4) < 1e-9 and abs(f["m_exponent"] - 0.5) < 1e-9
+          and abs(f["k"] - 0.8) < 1e-9 and abs(f["m_cross"] - 32) < 1e-6
+          and f["cross"] == "behind" and f["boot_share_k_above_1"] == 0.0,
+          "excess scaling: exponents 0.4 / 0.5, k 0.8, U = M behind at M = 32 (%.4g, %.4g, "
+          "%.4g, %s)" % (f["u_exponent"], f["m_exponent"], f["k"], f["cross"]))
+    # U = 2 S^-0.6, M = S^-0.5: k = 1.2, U = M at M = 1/32, S = 1024
+    f = fit("ahead", lambda s: 2 * s ** -0.6, lambda s: s ** -0.5)
+    check(abs(f["k"] - 1.2) < 1e-9 and abs(f["m_cross"] - 1 / 32) < 1e-9
+          and abs(f["seq_cross"] - 1024) < 1e-6 and f["cross"] == "ahead"
+          and f["boot_share_cross_ahead"] == 1.0,
+          "excess scaling: k 1.2 puts U = M ahead, at M = 1/32 and 1024 sequences "
+          "(%.4g, %.4g)" % (f["m_cross"], f["seq_cross"]))
+    for argv, message, what in (
+            (["1:%s:%s" % (bands, bands)] * 2, "name one as", "a file of two models without @K"),
+            (["1:%s@1:%s@1" % (bands, bands)] * 2, "where a uniform or mixture one belongs",
+             "a masked model in the uniform slot")):
+        try:
+            ES.main(argv)
+            check(False, "excess scaling: %s is refused" % what)
+        except SystemExit as e:
+            check(message in str(e), "excess scaling: %s is refused" % what)
 
 
 def main():
