@@ -3,21 +3,24 @@
 through each process's excess over the source's entropy, from time_bands.py
 figures of pairs of models trained on the same number of sequences.
 
-  excess_scaling.py SEQS:U_BANDS[@K]:M_BANDS[@K] [...]
+  excess_scaling.py SEQS:U_BANDS[@K]:M_BANDS[@K] [...] [--t-range LO HI]
                     [--boot 4000] [--seed 0] [--out fit.json]
 
 SEQS is the training sequences each model of the pair saw (batch x steps);
 U_BANDS is the time_bands.py JSON of the paper's-process model (uniform or
 mixture), M_BANDS that of the masked model; @K picks the K-th model of a
 file that holds several (0 when there is one). Several pairs may share a
-SEQS (other seeds, or the same sequences in other batches).
+SEQS (other seeds, or the same sequences in other batches). --t-range
+fits the excess of the bands between two of their edges instead of the
+whole excess (its standard error then treats the bands as independent,
+which they are not quite: they share the sequences).
 
 Two fits, both least squares in log-log with every pair weighted alike:
   1. each process's excess against sequences, E = A S^-b;
   2. the uniform excess against masked's, ln U = c + k ln M, which needs no
      notion of budget: along any path of scale that lowers masked's excess,
-     U / M = e^c M^(k - 1), so the uniform model overtakes only if k > 1,
-     and then where M reaches M* = e^(c / (1 - k)).
+     U / M = e^c M^(k - 1), which falls as M does if k > 1 and grows if
+     k < 1; U = M where M is M* = e^(c / (1 - k)).
 Two kinds of error for each fitted figure: from the residuals (when there
 are more pairs than parameters; this includes the spread between training
 seeds and batches when the pairs have it) and from the evaluation's
@@ -35,8 +38,26 @@ import sys
 import numpy as np
 
 
-def excess_of(spec, want_masked):
-    """(excess, se, process, checkpoint) of one model in a time_bands JSON."""
+def band_excess(r, t_range):
+    """The excess of the bands that tile t_range, and its standard error as
+    if the bands were independent (they share the sequences, so this is
+    approximate; the whole range is the file's own total)."""
+    edges = sorted({b["t_lo"] for b in r["bands"]} | {b["t_hi"] for b in r["bands"]})
+    lo, hi = t_range
+    hi = min(hi, edges[-1])  # the last band ends at t_max, which the process sets
+    inside = [b for b in r["bands"] if b["t_lo"] >= lo and b["t_hi"] <= hi]
+    if lo not in edges or hi not in edges or not inside:
+        raise SystemExit("excess_scaling: --t-range %g %g does not fall on the bands' edges %s"
+                         % (lo, hi, ", ".join("%g" % e for e in edges)))
+    if len(inside) == len(r["bands"]):
+        return r["total"]["excess"]["value"], r["total"]["excess"]["se"]
+    value = sum(b["excess"] for b in inside)
+    return value, math.sqrt(sum(b["excess_se"] ** 2 for b in inside))
+
+
+def excess_of(spec, want_masked, t_range=None):
+    """(excess, se, process, checkpoint) of one model in a time_bands JSON,
+    over every t or over the bands of t_range."""
     path, _, index = spec.partition("@")
     with open(path) as f:
         results = json.load(f)["results"]
@@ -50,21 +71,24 @@ def excess_of(spec, want_masked):
     if (r["process"] == "masked") != want_masked:
         raise SystemExit("excess_scaling: %s is a %s model where a %s one belongs"
                          % (spec, r["process"], "masked" if want_masked else "uniform or mixture"))
-    e = r["total"]["excess"]
-    if not e["value"] > 0.0:
+    if t_range:
+        value, se = band_excess(r, t_range)
+    else:
+        value, se = r["total"]["excess"]["value"], r["total"]["excess"]["se"]
+    if not value > 0.0:
         raise SystemExit("excess_scaling: %s has an excess of %g; a power law needs it > 0"
-                         % (spec, e["value"]))
-    return e["value"], e["se"], r["process"], r["checkpoint"]
+                         % (spec, value))
+    return value, se, r["process"], r["checkpoint"]
 
 
-def parse_pair(arg):
+def parse_pair(arg, t_range):
     parts = arg.split(":")
     if len(parts) != 3:
         raise SystemExit("excess_scaling: a pair is SEQS:U_BANDS[@K]:M_BANDS[@K], not %r" % arg)
     seqs = float(parts[0])
     if not seqs > 0:
         raise SystemExit("excess_scaling: the sequences of %r must be > 0" % arg)
-    u, m = excess_of(parts[1], False), excess_of(parts[2], True)
+    u, m = excess_of(parts[1], False, t_range), excess_of(parts[2], True, t_range)
     return {"sequences": seqs, "u": u[0], "u_se": u[1], "u_process": u[2], "u_checkpoint": u[3],
             "m": m[0], "m_se": m[1], "m_checkpoint": m[3]}
 
@@ -136,11 +160,14 @@ def main(argv=None):
     ap.add_argument("pairs", nargs="+", metavar="SEQS:U_BANDS[@K]:M_BANDS[@K]")
     ap.add_argument("--boot", type=int, default=4000, help="bootstrap draws (0: none)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--t-range", type=float, nargs=2, metavar=("LO", "HI"),
+                    help="only the excess of the bands between these two of their edges "
+                    "(the last band ends at the model's t_max; 1 reaches it)")
     ap.add_argument("--out", help="also write the figures here (JSON)")
     args = ap.parse_args(argv)
     if args.boot == 1 or args.boot < 0:
         raise SystemExit("excess_scaling: --boot is 0 (none) or at least 2 draws")
-    pairs = [parse_pair(a) for a in args.pairs]
+    pairs = [parse_pair(a, args.t_range) for a in args.pairs]
     if len(pairs) < 2:
         raise SystemExit("excess_scaling: a fit needs at least two pairs")
     seqs = np.array([p["sequences"] for p in pairs])
@@ -184,8 +211,8 @@ def main(argv=None):
                                                100 * f["boot_share_cross_ahead"]))
     if args.out:
         with open(args.out, "w") as fo:
-            json.dump({"pairs": pairs, "fit": f, "boot": args.boot, "seed": args.seed},
-                      fo, indent=1)
+            json.dump({"pairs": pairs, "fit": f, "boot": args.boot, "seed": args.seed,
+                       "t_range": args.t_range}, fo, indent=1)
     return 0
 
 

@@ -376,25 +376,32 @@ def check_time_bands(checkpoints, out):
 
 def check_excess_scaling(path, bands):
     """The power-law fits recover the exponents, k and the crossing of
-    excesses made to follow known power laws, on either side of k = 1; a
-    file of several models needs @K, and a masked model in the uniform
-    slot is refused."""
+    excesses made to follow known power laws, on either side of k = 1, and
+    in one band of t alone; a --t-range off the bands' edges, a file of
+    several models without @K and a masked model in the uniform slot are
+    refused."""
     import io
     import contextlib
     import excess_scaling as ES
 
-    def bands_file(name, process, excess):
+    def bands_file(name, process, excess, rest):
+        """excess in t < 0.5, rest above it (t_max 0.999 or 1, as the
+        processes have it)"""
+        bands = [{"t_lo": 0.0, "t_hi": 0.5, "excess": excess, "excess_se": 0.0},
+                 {"t_lo": 0.5, "t_hi": 1.0 if process == "masked" else 0.999,
+                  "excess": rest, "excess_se": 0.0}]
         with open(path(name), "w") as f:
-            json.dump({"results": [{"process": process, "checkpoint": name,
-                                    "total": {"excess": {"value": excess, "se": 0.0}}}]}, f)
+            json.dump({"results": [{"process": process, "checkpoint": name, "bands": bands,
+                                    "total": {"excess": {"value": excess + rest,
+                                                         "se": 0.0}}}]}, f)
         return path(name)
 
-    def fit(name, u_of, m_of):
-        pairs = ["%g:%s:%s" % (s, bands_file("%s_u%g.json" % (name, s), "uniform", u_of(s)),
-                               bands_file("%s_m%g.json" % (name, s), "masked", m_of(s)))
+    def fit(name, u_of, m_of, rest=0.0, flags=()):
+        pairs = ["%g:%s:%s" % (s, bands_file("%s_u%g.json" % (name, s), "uniform", u_of(s), rest),
+                               bands_file("%s_m%g.json" % (name, s), "masked", m_of(s), rest))
                  for s in (1.0, 4.0, 16.0)]
         with contextlib.redirect_stdout(io.StringIO()):
-            ES.main(pairs + ["--boot", "8", "--out", path(name + ".json")])
+            ES.main(pairs + ["--boot", "8", "--out", path(name + ".json")] + list(flags))
         return json.load(open(path(name + ".json")))["fit"]
 
     # U = 2 S^-0.4, M = S^-0.5: ln U = ln 2 + 0.8 ln M, U = M at M = 2^5
@@ -411,7 +418,17 @@ def check_excess_scaling(path, bands):
           and f["boot_share_cross_ahead"] == 1.0,
           "excess scaling: k 1.2 puts U = M ahead, at M = 1/32 and 1024 sequences "
           "(%.4g, %.4g)" % (f["m_cross"], f["seq_cross"]))
+    # the same power laws in t < 0.5 only, under a constant excess above it
+    f = fit("band", lambda s: 2 * s ** -0.4, lambda s: s ** -0.5, 0.3, ["--t-range", "0", "0.5"])
+    whole = fit("band_all", lambda s: 2 * s ** -0.4, lambda s: s ** -0.5, 0.3)
+    check(abs(f["u_exponent"] - 0.4) < 1e-9 and abs(f["k"] - 0.8) < 1e-9
+          and abs(whole["u_exponent"] - 0.4) > 0.05,
+          "excess scaling: --t-range 0 0.5 fits that band's excess alone (k %.4g; the whole "
+          "excess's exponent %.4g)" % (f["k"], whole["u_exponent"]))
     for argv, message, what in (
+            (["1:%s:%s" % (path("band_u1.json"), path("band_m1.json")),
+              "4:%s:%s" % (path("band_u4.json"), path("band_m4.json")), "--t-range", "0.1", "0.5"],
+             "does not fall on the bands' edges", "a --t-range off the bands' edges"),
             (["1:%s:%s" % (bands, bands)] * 2, "name one as", "a file of two models without @K"),
             (["1:%s@1:%s@1" % (bands, bands)] * 2, "where a uniform or mixture one belongs",
              "a masked model in the uniform slot")):
