@@ -27,8 +27,10 @@ seeds and batches when the pairs have it) and from the evaluation's
 standard errors alone (a parametric bootstrap: every excess redrawn from a
 normal with its standard error, the fit repeated). A crossing "ahead" is at
 a smaller masked excess (more training) than any pair measured; "behind",
-at a larger one. Three pairs on one path are three points: the fit says
-which way the measured trend points, not where it must go.
+at a larger one; where k is within two standard errors of 1 the trend of
+the ratio is not resolved and the crossing means nothing. Three pairs on
+one path are three points: the fit says which way the measured trend
+points, not where it must go.
 """
 import argparse
 import json
@@ -195,6 +197,10 @@ def main(argv=None):
     print("excess ~ sequences^-b: uniform b = %s" % fig("u_exponent"))
     print("                        masked b = %s" % fig("m_exponent"))
     print("ln U = c + k ln M: k = %s, c = %.3f" % (fig("k"), f["c"]))
+    errors = [e for e in (f["k_se"], f["k_boot_se"]) if math.isfinite(e)]
+    f["k_resolved"] = bool(errors and abs(f["k"] - 1.0) > 2.0 * max(errors))
+    print("k - 1 = %+.3f: %s two standard errors (the larger of the two kinds)"
+          % (f["k"] - 1.0, "beyond" if f["k_resolved"] else "within"))
     if f["cross"] == "none":
         print("k = 1: the ratio U / M does not change with scale; no crossing")
     else:

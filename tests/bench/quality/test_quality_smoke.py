@@ -384,21 +384,23 @@ def check_excess_scaling(path, bands):
     import contextlib
     import excess_scaling as ES
 
-    def bands_file(name, process, excess, rest):
+    def bands_file(name, process, excess, rest, se):
         """excess in t < 0.5, rest above it (t_max 0.999 or 1, as the
-        processes have it)"""
+        processes have it), the total's standard error se"""
         bands = [{"t_lo": 0.0, "t_hi": 0.5, "excess": excess, "excess_se": 0.0},
                  {"t_lo": 0.5, "t_hi": 1.0 if process == "masked" else 0.999,
                   "excess": rest, "excess_se": 0.0}]
         with open(path(name), "w") as f:
             json.dump({"results": [{"process": process, "checkpoint": name, "bands": bands,
                                     "total": {"excess": {"value": excess + rest,
-                                                         "se": 0.0}}}]}, f)
+                                                         "se": se}}}]}, f)
         return path(name)
 
-    def fit(name, u_of, m_of, rest=0.0, flags=()):
-        pairs = ["%g:%s:%s" % (s, bands_file("%s_u%g.json" % (name, s), "uniform", u_of(s), rest),
-                               bands_file("%s_m%g.json" % (name, s), "masked", m_of(s), rest))
+    def fit(name, u_of, m_of, rest=0.0, flags=(), se=0.0):
+        pairs = ["%g:%s:%s" % (s, bands_file("%s_u%g.json" % (name, s), "uniform", u_of(s), rest,
+                                             se * u_of(s)),
+                               bands_file("%s_m%g.json" % (name, s), "masked", m_of(s), rest,
+                                          se * m_of(s)))
                  for s in (1.0, 4.0, 16.0)]
         with contextlib.redirect_stdout(io.StringIO()):
             ES.main(pairs + ["--boot", "8", "--out", path(name + ".json")] + list(flags))
@@ -408,7 +410,7 @@ def check_excess_scaling(path, bands):
     f = fit("behind", lambda s: 2 * s ** -0.4, lambda s: s ** -0.5)
     check(abs(f["u_exponent"] - 0.4) < 1e-9 and abs(f["m_exponent"] - 0.5) < 1e-9
           and abs(f["k"] - 0.8) < 1e-9 and abs(f["m_cross"] - 32) < 1e-6
-          and f["cross"] == "behind" and f["boot_share_k_above_1"] == 0.0,
+          and f["cross"] == "behind" and f["boot_share_k_above_1"] == 0.0 and f["k_resolved"],
           "excess scaling: exponents 0.4 / 0.5, k 0.8, U = M behind at M = 32 (%.4g, %.4g, "
           "%.4g, %s)" % (f["u_exponent"], f["m_exponent"], f["k"], f["cross"]))
     # U = 2 S^-0.6, M = S^-0.5: k = 1.2, U = M at M = 1/32, S = 1024
@@ -418,6 +420,11 @@ def check_excess_scaling(path, bands):
           and f["boot_share_cross_ahead"] == 1.0,
           "excess scaling: k 1.2 puts U = M ahead, at M = 1/32 and 1024 sequences "
           "(%.4g, %.4g)" % (f["m_cross"], f["seq_cross"]))
+    # U = 1.5 M, each known to 1%: the ratio does not move, so the trend
+    # is not resolved and there is no crossing to place
+    f = fit("parallel", lambda s: 1.5 * s ** -0.5, lambda s: s ** -0.5, se=0.01)
+    check(abs(f["k"] - 1.0) < 1e-9 and f["k_boot_se"] > 0.0 and not f["k_resolved"],
+          "excess scaling: U = 1.5 M gives k = 1 (%.6g), a trend not resolved" % f["k"])
     # the same power laws in t < 0.5 only, under a constant excess above it
     f = fit("band", lambda s: 2 * s ** -0.4, lambda s: s ** -0.5, 0.3, ["--t-range", "0", "0.5"])
     whole = fit("band_all", lambda s: 2 * s ** -0.4, lambda s: s ** -0.5, 0.3)
