@@ -3,17 +3,20 @@
 through each process's excess over the source's entropy, from time_bands.py
 figures of pairs of models trained on the same number of sequences.
 
-  excess_scaling.py SEQS:U_BANDS[@K]:M_BANDS[@K] [...] [--t-range LO HI]
+  excess_scaling.py SEQS:U_BANDS[@K]:M_BANDS[@K][:GROUP] [...] [--t-range LO HI]
                     [--boot 4000] [--seed 0] [--out fit.json]
 
 SEQS is the training sequences each model of the pair saw (batch x steps);
 U_BANDS is the time_bands.py JSON of the paper's-process model (uniform or
 mixture), M_BANDS that of the masked model; @K picks the K-th model of a
 file that holds several (0 when there is one). Several pairs may share a
-SEQS (other seeds, or the same sequences in other batches). --t-range
-fits the excess of the bands between two of their edges instead of the
-whole excess (its standard error then treats the bands as independent,
-which they are not quite: they share the sequences).
+SEQS (other seeds, or the same sequences in other batches); pairs given
+the same GROUP (a training seed, a batch) share an intercept, every group
+its own, and all one slope, so that a seed's offset is not read as noise
+in the slope (no GROUP: one group). --t-range fits the excess of the
+bands between two of their edges instead of the whole excess (its
+standard error then treats the bands as independent, which they are not
+quite: they share the sequences).
 
 Two fits, both least squares in log-log with every pair weighted alike:
   1. each process's excess against sequences, E = A S^-b;
@@ -23,7 +26,8 @@ Two fits, both least squares in log-log with every pair weighted alike:
      k < 1; U = M where M is M* = e^(c / (1 - k)).
 Two kinds of error for each fitted figure: from the residuals (when there
 are more pairs than parameters; this includes the spread between training
-seeds and batches when the pairs have it) and from the evaluation's
+seeds and batches that their groups' intercepts do not take up) and from
+the evaluation's
 standard errors alone (a parametric bootstrap: every excess redrawn from a
 normal with its standard error, the fit repeated). A crossing "ahead" is at
 a smaller masked excess (more training) than any pair measured; "behind",
@@ -85,28 +89,38 @@ def excess_of(spec, want_masked, t_range=None):
 
 def parse_pair(arg, t_range):
     parts = arg.split(":")
-    if len(parts) != 3:
-        raise SystemExit("excess_scaling: a pair is SEQS:U_BANDS[@K]:M_BANDS[@K], not %r" % arg)
+    if len(parts) not in (3, 4):
+        raise SystemExit("excess_scaling: a pair is SEQS:U_BANDS[@K]:M_BANDS[@K][:GROUP], "
+                         "not %r" % arg)
     seqs = float(parts[0])
     if not seqs > 0:
         raise SystemExit("excess_scaling: the sequences of %r must be > 0" % arg)
     u, m = excess_of(parts[1], False, t_range), excess_of(parts[2], True, t_range)
-    return {"sequences": seqs, "u": u[0], "u_se": u[1], "u_process": u[2], "u_checkpoint": u[3],
+    return {"sequences": seqs, "group": parts[3] if len(parts) == 4 else "",
+            "u": u[0], "u_se": u[1], "u_process": u[2], "u_checkpoint": u[3],
             "m": m[0], "m_se": m[1], "m_checkpoint": m[3]}
 
 
-def line_fit(x, y):
-    """Least squares y = a + s x: (a, s, se of s from the residuals or nan)."""
+def line_fit(x, y, groups):
+    """Least squares y = a_g + s x, one intercept per group and one slope:
+    ({group: a_g}, s, se of s from the residuals or nan). Centring each
+    group on its own means takes a seed's (or a batch's) offset out of the
+    slope and out of its error."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    xm, ym = x.mean(), y.mean()
-    sxx = ((x - xm) ** 2).sum()
+    xc, yc, means = x.copy(), y.copy(), {}
+    for g in sorted(set(groups)):
+        rows = np.array([h == g for h in groups])
+        means[g] = (x[rows].mean(), y[rows].mean())
+        xc[rows] -= means[g][0]
+        yc[rows] -= means[g][1]
+    sxx = (xc ** 2).sum()
     if sxx == 0.0:
-        raise SystemExit("excess_scaling: the pairs do not spread along the fitted axis")
-    s = ((x - xm) * (y - ym)).sum() / sxx
-    a = ym - s * xm
-    dof = len(x) - 2
-    se = math.sqrt(((y - a - s * x) ** 2).sum() / dof / sxx) if dof > 0 else float("nan")
-    return a, s, se
+        raise SystemExit("excess_scaling: the pairs do not spread along the fitted axis "
+                         "within a group")
+    s = (xc * yc).sum() / sxx
+    dof = len(x) - len(means) - 1
+    se = math.sqrt(((yc - s * xc) ** 2).sum() / dof / sxx) if dof > 0 else float("nan")
+    return {g: ym - s * xm for g, (xm, ym) in means.items()}, s, se
 
 
 def exp_or_inf(x):
@@ -114,41 +128,56 @@ def exp_or_inf(x):
     return math.exp(x) if x < 700.0 else math.inf
 
 
-def fits(seqs, u, m):
-    """Every fitted figure of one set of excesses, as a dict."""
-    ls, lu, lm = np.log(seqs), np.log(u), np.log(m)
-    out = {}
-    for name, ly in (("u", lu), ("m", lm)):
-        a, s, se = line_fit(ls, ly)
-        out[name + "_exponent"], out[name + "_exponent_se"], out[name + "_log_a"] = -s, se, a
-    c, k, k_se = line_fit(lm, lu)
-    out.update({"k": k, "k_se": k_se, "c": c})
-    # U = M where (1 - k) ln M = c; the masked excess there, and where that
-    # lies against the pairs measured
-    out["m_cross"] = exp_or_inf(c / (1.0 - k)) if k != 1.0 else float("nan")
+def crossing(c, k, u_log_a, m_log_a, db, seqs, m):
+    """Where U = M for one group: the masked excess M* there (from ln U =
+    c + k ln M: (1 - k) ln M* = c), where that lies against the group's
+    pairs, and the sequences where its two power laws meet."""
+    out = {"c": c, "u_log_a": u_log_a, "m_log_a": m_log_a}
     if k != 1.0:
+        out["m_cross"] = exp_or_inf(c / (1.0 - k))
         out["cross"] = "ahead" if out["m_cross"] < m.min() else (
             "behind" if out["m_cross"] > m.max() else "within")
     else:
-        out["cross"] = "none"
-    # the same in sequences, from the two power laws
-    db = out["u_exponent"] - out["m_exponent"]
-    if db != 0.0:
-        out["seq_cross"] = exp_or_inf((out["u_log_a"] - out["m_log_a"]) / db)
+        out["m_cross"], out["cross"] = float("nan"), "none"
+    at = exp_or_inf((u_log_a - m_log_a) / db) if db != 0.0 else float("nan")
+    out["seq_cross"] = at
+    if math.isnan(at):
+        out["seq_cross_where"] = "none"
     else:
-        out["seq_cross"] = float("nan")
+        out["seq_cross_where"] = ("ahead" if at > seqs.max() else
+                                  "behind" if at < seqs.min() else "within")
+    return out
+
+
+def fits(seqs, u, m, groups):
+    """Every fitted figure of one set of excesses, as a dict."""
+    ls, lu, lm = np.log(seqs), np.log(u), np.log(m)
+    out = {}
+    log_a = {}
+    for name, ly in (("u", lu), ("m", lm)):
+        log_a[name], s, se = line_fit(ls, ly, groups)
+        out[name + "_exponent"], out[name + "_exponent_se"] = -s, se
+    c, k, k_se = line_fit(lm, lu, groups)
+    out.update({"k": k, "k_se": k_se})
+    db = out["u_exponent"] - out["m_exponent"]
+    out["groups"] = {}
+    for g in sorted(c):
+        rows = np.array([h == g for h in groups])
+        out["groups"][g] = crossing(c[g], k, log_a["u"][g], log_a["m"][g], db, seqs[rows],
+                                    m[rows])
     return out
 
 
 def bootstrap(pairs, n, rng):
     seqs = np.array([p["sequences"] for p in pairs])
+    groups = [p["group"] for p in pairs]
     u, us = np.array([p["u"] for p in pairs]), np.array([p["u_se"] for p in pairs])
     m, ms = np.array([p["m"] for p in pairs]), np.array([p["m_se"] for p in pairs])
     draws = []
     for _ in range(n):
         ub = np.maximum(u + us * rng.standard_normal(len(u)), 1e-12)
         mb = np.maximum(m + ms * rng.standard_normal(len(m)), 1e-12)
-        draws.append(fits(seqs, ub, mb))
+        draws.append(fits(seqs, ub, mb, groups))
     return draws
 
 
@@ -157,9 +186,45 @@ def spread(draws, key):
     return float(v.std(ddof=1))
 
 
+def report(f, seqs, m, groups, boot):
+    def fig(key):
+        return "%.3f (± %.3f residuals, ± %.3f evaluation)" % (
+            f[key], f[key + "_se"], f[key + "_boot_se"])
+    print()
+    if len(f["groups"]) > 1:
+        print("%d groups: one intercept each, one slope" % len(f["groups"]))
+    print("excess ~ sequences^-b: uniform b = %s" % fig("u_exponent"))
+    print("                        masked b = %s" % fig("m_exponent"))
+    print("ln U = c + k ln M: k = %s" % fig("k"))
+    print("k - 1 = %+.3f: %s two standard errors (the larger of the two kinds)"
+          % (f["k"] - 1.0, "beyond" if f["k_resolved"] else "within"))
+    if boot:
+        print("bootstrap of the evaluation's errors (%d draws): k > 1 in %.1f%%"
+              % (boot, 100 * f["boot_share_k_above_1"]))
+    if not f["k_resolved"]:
+        print("the trend of U / M is not resolved: no crossing placed (the JSON has the fits')")
+        return
+    where = {"ahead": "ahead of", "behind": "behind", "within": "within"}
+    for g, row in f["groups"].items():
+        rows = np.array([h == g for h in groups])
+        name = "group %s: " % g if g else ""
+        if row["cross"] == "none":
+            print("%sk = 1: U / M does not change with scale; no crossing" % name)
+            continue
+        print("%sc = %.3f; U = M at a masked excess of %.3g: %s the pairs measured "
+              "(masked's: %.4f-%.4f)%s"
+              % (name, row["c"], row["m_cross"], where[row["cross"]], m[rows].min(),
+                 m[rows].max(), ", ahead in %.1f%% of the draws"
+                 % (100 * row["boot_share_cross_ahead"]) if boot else ""))
+        if row["seq_cross_where"] != "none":
+            print("%sthe two power laws meet at %.3g sequences: %s those measured (%.3g-%.3g)"
+                  % (name, row["seq_cross"], where[row["seq_cross_where"]], seqs[rows].min(),
+                     seqs[rows].max()))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("pairs", nargs="+", metavar="SEQS:U_BANDS[@K]:M_BANDS[@K]")
+    ap.add_argument("pairs", nargs="+", metavar="SEQS:U_BANDS[@K]:M_BANDS[@K][:GROUP]")
     ap.add_argument("--boot", type=int, default=4000, help="bootstrap draws (0: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--t-range", type=float, nargs=2, metavar=("LO", "HI"),
@@ -182,39 +247,19 @@ def main(argv=None):
               % (p["sequences"], p["u"], p["u_se"], p["m"], p["m_se"], p["u"] - p["m"],
                  math.hypot(p["u_se"], p["m_se"]), p["u"] / p["m"]))
 
-    f = fits(seqs, u, m)
+    groups = [p["group"] for p in pairs]
+    f = fits(seqs, u, m, groups)
     draws = bootstrap(pairs, args.boot, np.random.default_rng(args.seed)) if args.boot else []
     for key in ("u_exponent", "m_exponent", "k"):
         f[key + "_boot_se"] = spread(draws, key) if draws else float("nan")
     if draws:
         f["boot_share_k_above_1"] = float(np.mean([d["k"] > 1.0 for d in draws]))
-        f["boot_share_cross_ahead"] = float(np.mean([d["cross"] == "ahead" for d in draws]))
-
-    def fig(key):
-        return "%.3f (± %.3f residuals, ± %.3f evaluation)" % (
-            f[key], f[key + "_se"], f[key + "_boot_se"])
-    print()
-    print("excess ~ sequences^-b: uniform b = %s" % fig("u_exponent"))
-    print("                        masked b = %s" % fig("m_exponent"))
-    print("ln U = c + k ln M: k = %s, c = %.3f" % (fig("k"), f["c"]))
+        for g, row in f["groups"].items():
+            row["boot_share_cross_ahead"] = float(
+                np.mean([d["groups"][g]["cross"] == "ahead" for d in draws]))
     errors = [e for e in (f["k_se"], f["k_boot_se"]) if math.isfinite(e)]
     f["k_resolved"] = bool(errors and abs(f["k"] - 1.0) > 2.0 * max(errors))
-    print("k - 1 = %+.3f: %s two standard errors (the larger of the two kinds)"
-          % (f["k"] - 1.0, "beyond" if f["k_resolved"] else "within"))
-    if f["cross"] == "none":
-        print("k = 1: the ratio U / M does not change with scale; no crossing")
-    else:
-        where = {"ahead": "ahead of", "behind": "behind", "within": "within"}[f["cross"]]
-        print("U = M at a masked excess of %.3g: %s the pairs measured (masked's: %.4f-%.4f)"
-              % (f["m_cross"], where, m.min(), m.max()))
-        at = f["seq_cross"]
-        where = "ahead of" if at > seqs.max() else "behind" if at < seqs.min() else "within"
-        print("the two power laws meet at %.3g sequences: %s those measured (%.3g-%.3g)"
-              % (at, where, seqs.min(), seqs.max()))
-    if draws:
-        print("bootstrap of the evaluation's errors (%d draws): k > 1 in %.1f%%, "
-              "a crossing ahead in %.1f%%" % (args.boot, 100 * f["boot_share_k_above_1"],
-                                               100 * f["boot_share_cross_ahead"]))
+    report(f, seqs, m, groups, args.boot if draws else 0)
     if args.out:
         with open(args.out, "w") as fo:
             json.dump({"pairs": pairs, "fit": f, "boot": args.boot, "seed": args.seed,

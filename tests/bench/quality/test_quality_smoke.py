@@ -396,12 +396,15 @@ def check_excess_scaling(path, bands):
                                                          "se": se}}}]}, f)
         return path(name)
 
-    def fit(name, u_of, m_of, rest=0.0, flags=(), se=0.0):
-        pairs = ["%g:%s:%s" % (s, bands_file("%s_u%g.json" % (name, s), "uniform", u_of(s), rest,
-                                             se * u_of(s)),
-                               bands_file("%s_m%g.json" % (name, s), "masked", m_of(s), rest,
-                                          se * m_of(s)))
-                 for s in (1.0, 4.0, 16.0)]
+    def pairs_of(name, u_of, m_of, rest=0.0, se=0.0, group=""):
+        return ["%g:%s:%s%s" % (s, bands_file("%s_u%g.json" % (name, s), "uniform", u_of(s),
+                                              rest, se * u_of(s)),
+                                bands_file("%s_m%g.json" % (name, s), "masked", m_of(s), rest,
+                                           se * m_of(s)), ":" + group if group else "")
+                for s in (1.0, 4.0, 16.0)]
+
+    def fit(name, u_of, m_of, rest=0.0, flags=(), se=0.0, more=()):
+        pairs = pairs_of(name, u_of, m_of, rest, se) + list(more)
         with contextlib.redirect_stdout(io.StringIO()):
             ES.main(pairs + ["--boot", "8", "--out", path(name + ".json")] + list(flags))
         return json.load(open(path(name + ".json")))["fit"]
@@ -409,17 +412,28 @@ def check_excess_scaling(path, bands):
     # U = 2 S^-0.4, M = S^-0.5: ln U = ln 2 + 0.8 ln M, U = M at M = 2^5
     f = fit("behind", lambda s: 2 * s ** -0.4, lambda s: s ** -0.5)
     check(abs(f["u_exponent"] - 0.4) < 1e-9 and abs(f["m_exponent"] - 0.5) < 1e-9
-          and abs(f["k"] - 0.8) < 1e-9 and abs(f["m_cross"] - 32) < 1e-6
-          and f["cross"] == "behind" and f["boot_share_k_above_1"] == 0.0 and f["k_resolved"],
+          and abs(f["k"] - 0.8) < 1e-9 and abs(f["groups"][""]["m_cross"] - 32) < 1e-6
+          and f["groups"][""]["cross"] == "behind" and f["boot_share_k_above_1"] == 0.0
+          and f["k_resolved"],
           "excess scaling: exponents 0.4 / 0.5, k 0.8, U = M behind at M = 32 (%.4g, %.4g, "
-          "%.4g, %s)" % (f["u_exponent"], f["m_exponent"], f["k"], f["cross"]))
+          "%.4g, %s)" % (f["u_exponent"], f["m_exponent"], f["k"], f["groups"][""]["cross"]))
     # U = 2 S^-0.6, M = S^-0.5: k = 1.2, U = M at M = 1/32, S = 1024
     f = fit("ahead", lambda s: 2 * s ** -0.6, lambda s: s ** -0.5)
-    check(abs(f["k"] - 1.2) < 1e-9 and abs(f["m_cross"] - 1 / 32) < 1e-9
-          and abs(f["seq_cross"] - 1024) < 1e-6 and f["cross"] == "ahead"
-          and f["boot_share_cross_ahead"] == 1.0,
+    g = f["groups"][""]
+    check(abs(f["k"] - 1.2) < 1e-9 and abs(g["m_cross"] - 1 / 32) < 1e-9
+          and abs(g["seq_cross"] - 1024) < 1e-6 and g["cross"] == "ahead"
+          and g["boot_share_cross_ahead"] == 1.0,
           "excess scaling: k 1.2 puts U = M ahead, at M = 1/32 and 1024 sequences "
-          "(%.4g, %.4g)" % (f["m_cross"], f["seq_cross"]))
+          "(%.4g, %.4g)" % (g["m_cross"], g["seq_cross"]))
+    # two seeds of the same laws at other levels: one slope, an intercept each
+    f = fit("seedA", lambda s: 2 * s ** -0.6, lambda s: s ** -0.5, more=pairs_of(
+        "seedB", lambda s: 3 * s ** -0.6, lambda s: 1.2 * s ** -0.5, group="B"))
+    pooled = fit("pooled", lambda s: 2 * s ** -0.6, lambda s: s ** -0.5, more=pairs_of(
+        "seedB", lambda s: 3 * s ** -0.6, lambda s: 1.2 * s ** -0.5))
+    check(abs(f["k"] - 1.2) < 1e-9 and f["k_se"] < 1e-6 and abs(pooled["k"] - 1.2) > 0.01
+          and abs(f["groups"]["B"]["c"] - (np.log(3) - 1.2 * np.log(1.2))) < 1e-9,
+          "excess scaling: two groups at other levels keep k = 1.2 (%.6g; pooled as one "
+          "group: %.4g)" % (f["k"], pooled["k"]))
     # U = 1.5 M, each known to 1%: the ratio does not move, so the trend
     # is not resolved and there is no crossing to place
     f = fit("parallel", lambda s: 1.5 * s ** -0.5, lambda s: s ** -0.5, se=0.01)
