@@ -32,7 +32,11 @@ standard errors alone (a parametric bootstrap: every excess redrawn from a
 normal with its standard error, the fit repeated). A crossing "ahead" is at
 a smaller masked excess (more training) than any pair measured; "behind",
 at a larger one; where k is within two standard errors of 1 the trend of
-the ratio is not resolved and the crossing means nothing. Three pairs on
+the ratio is not resolved and the crossing means nothing. What is always
+given is the most favourable reading for a change of sign: k moved two
+standard errors towards it, from each group's largest budget, and how
+much smaller masked's excess (and how many times the sequences) it would
+take. Three pairs on
 one path are three points: the fit says which way the measured trend
 points, not where it must go.
 """
@@ -149,6 +153,27 @@ def crossing(c, k, u_log_a, m_log_a, db, seqs, m):
     return out
 
 
+def toward_crossing(f, pairs):
+    """The most favourable reading for a change of sign: k two standard
+    errors (the larger kind) towards it, anchored at each group's largest
+    budget, where U / M = r0 and M = M0; then U = M at
+    M / M0 = r0^(-1 / (k - 1)), reached after (M0 / M)^(1 / b_M) times the
+    sequences at masked's exponent. None where even that k keeps the sign."""
+    err = max(e for e in (f["k_se"], f["k_boot_se"], 0.0) if math.isfinite(e))
+    out = {}
+    for g in f["groups"]:
+        last = max((p for p in pairs if p["group"] == g), key=lambda p: p["sequences"])
+        r0 = last["u"] / last["m"]
+        k = f["k"] + 2.0 * err if r0 > 1.0 else f["k"] - 2.0 * err
+        row = {"ratio": r0, "k": k, "m_factor": None, "seq_factor": None}
+        if r0 != 1.0 and (k > 1.0) == (r0 > 1.0) and k != 1.0:
+            row["m_factor"] = exp_or_inf(math.log(r0) / (k - 1.0))
+            if f["m_exponent"] > 0.0:
+                row["seq_factor"] = exp_or_inf(math.log(row["m_factor"]) / f["m_exponent"])
+        out[g] = row
+    return out
+
+
 def fits(seqs, u, m, groups):
     """Every fitted figure of one set of excesses, as a dict."""
     ls, lu, lm = np.log(seqs), np.log(u), np.log(m)
@@ -201,6 +226,17 @@ def report(f, seqs, m, groups, boot):
     if boot:
         print("bootstrap of the evaluation's errors (%d draws): k > 1 in %.1f%%"
               % (boot, 100 * f["boot_share_k_above_1"]))
+    for g, row in f["toward_crossing"].items():
+        name = "group %s: " % g if g else ""
+        if row["m_factor"] is None:
+            print("%sat k = %.3f (two standard errors towards U = M) U / M = %.2f keeps its side"
+                  % (name, row["k"], row["ratio"]))
+        else:
+            print("%sat k = %.3f (two standard errors towards U = M) U / M = %.2f reaches 1 "
+                  "once masked's excess is %.3g times smaller%s"
+                  % (name, row["k"], row["ratio"], row["m_factor"],
+                     ", after about %.3g times the sequences" % row["seq_factor"]
+                     if row["seq_factor"] else ""))
     if not f["k_resolved"]:
         print("the trend of U / M is not resolved: no crossing placed (the JSON has the fits')")
         return
@@ -259,6 +295,7 @@ def main(argv=None):
                 np.mean([d["groups"][g]["cross"] == "ahead" for d in draws]))
     errors = [e for e in (f["k_se"], f["k_boot_se"]) if math.isfinite(e)]
     f["k_resolved"] = bool(errors and abs(f["k"] - 1.0) > 2.0 * max(errors))
+    f["toward_crossing"] = toward_crossing(f, pairs)
     report(f, seqs, m, groups, args.boot if draws else 0)
     if args.out:
         with open(args.out, "w") as fo:

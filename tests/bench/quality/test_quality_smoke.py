@@ -439,6 +439,15 @@ def check_excess_scaling(path, bands):
     f = fit("parallel", lambda s: 1.5 * s ** -0.5, lambda s: s ** -0.5, se=0.01)
     check(abs(f["k"] - 1.0) < 1e-9 and f["k_boot_se"] > 0.0 and not f["k_resolved"],
           "excess scaling: U = 1.5 M gives k = 1 (%.6g), a trend not resolved" % f["k"])
+    # its most favourable reading: k two bootstrap errors up; 1.5 M^(k - 1)
+    # = 1 once M is 1.5^(1 / (k - 1)) times smaller, S^-0.5 that many squared
+    t = f["toward_crossing"][""]
+    k_up = 1.0 + 2.0 * f["k_boot_se"]
+    m_factor = 1.5 ** (1.0 / (k_up - 1.0))
+    check(abs(t["k"] - k_up) < 1e-6 and abs(t["m_factor"] / m_factor - 1.0) < 1e-3
+          and abs(t["seq_factor"] / m_factor ** 2 - 1.0) < 1e-3,
+          "excess scaling: at k + 2 se = %.4f, U = M once M is %.4g times smaller (%.4g times "
+          "the sequences)" % (t["k"], t["m_factor"], t["seq_factor"]))
     # the same power laws in t < 0.5 only, under a constant excess above it
     f = fit("band", lambda s: 2 * s ** -0.4, lambda s: s ** -0.5, 0.3, ["--t-range", "0", "0.5"])
     whole = fit("band_all", lambda s: 2 * s ** -0.4, lambda s: s ** -0.5, 0.3)
