@@ -69,9 +69,15 @@ def excess_of(spec, want_masked, t_range=None):
     """(excess, se, process, checkpoint) of one model in a time_bands JSON,
     over every t or over the bands of t_range."""
     path, _, index = spec.partition("@")
-    with open(path) as f:
-        results = json.load(f)["results"]
-    k = int(index) if index else 0
+    try:
+        with open(path) as f:
+            results = json.load(f)["results"]
+    except (OSError, ValueError, KeyError) as e:
+        raise SystemExit("excess_scaling: %s is not a time_bands.py JSON (%s)" % (path, e)) from None
+    try:
+        k = int(index) if index else 0
+    except ValueError:
+        raise SystemExit("excess_scaling: %r: K in FILE@K is a model's index" % spec) from None
     if not index and len(results) != 1:
         raise SystemExit("excess_scaling: %s holds %d models; name one as %s@K"
                          % (path, len(results), path))
@@ -96,9 +102,12 @@ def parse_pair(arg, t_range):
     if len(parts) not in (3, 4):
         raise SystemExit("excess_scaling: a pair is SEQS:U_BANDS[@K]:M_BANDS[@K][:GROUP], "
                          "not %r" % arg)
-    seqs = float(parts[0])
-    if not seqs > 0:
-        raise SystemExit("excess_scaling: the sequences of %r must be > 0" % arg)
+    try:
+        seqs = float(parts[0])
+    except ValueError:
+        seqs = float("nan")
+    if not seqs > 0 or math.isinf(seqs):
+        raise SystemExit("excess_scaling: the sequences of %r must be a number > 0" % arg)
     u, m = excess_of(parts[1], False, t_range), excess_of(parts[2], True, t_range)
     return {"sequences": seqs, "group": parts[3] if len(parts) == 4 else "",
             "u": u[0], "u_se": u[1], "u_process": u[2], "u_checkpoint": u[3],
