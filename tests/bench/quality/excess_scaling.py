@@ -73,7 +73,8 @@ def excess_of(spec, want_masked, t_range=None):
         with open(path) as f:
             results = json.load(f)["results"]
     except (OSError, ValueError, KeyError) as e:
-        raise SystemExit("excess_scaling: %s is not a time_bands.py JSON (%s)" % (path, e)) from None
+        raise SystemExit("excess_scaling: %s is not a time_bands.py JSON (%s)"
+                         % (path, e)) from None
     try:
         k = int(index) if index else 0
     except ValueError:
