@@ -115,6 +115,19 @@ def parse_pair(arg, t_range):
             "m": m[0], "m_se": m[1], "m_checkpoint": m[3]}
 
 
+def group_rows(groups, g):
+    """The mask of the pairs in group g."""
+    return np.array([h == g for h in groups])
+
+
+def place(value, lo, hi, ahead_is_above):
+    """Where value lies against the measured [lo, hi]: ahead (more
+    training), behind or within."""
+    if lo <= value <= hi:
+        return "within"
+    return "ahead" if (value > hi) == ahead_is_above else "behind"
+
+
 def line_fit(x, y, groups):
     """Least squares y = a_g + s x, one intercept per group and one slope:
     ({group: a_g}, s, se of s from the residuals or nan). Centring each
@@ -123,7 +136,7 @@ def line_fit(x, y, groups):
     x, y = np.asarray(x, float), np.asarray(y, float)
     xc, yc, means = x.copy(), y.copy(), {}
     for g in sorted(set(groups)):
-        rows = np.array([h == g for h in groups])
+        rows = group_rows(groups, g)
         means[g] = (x[rows].mean(), y[rows].mean())
         xc[rows] -= means[g][0]
         yc[rows] -= means[g][1]
@@ -149,17 +162,15 @@ def crossing(c, k, u_log_a, m_log_a, db, seqs, m):
     out = {"c": c, "u_log_a": u_log_a, "m_log_a": m_log_a}
     if k != 1.0:
         out["m_cross"] = exp_or_inf(c / (1.0 - k))
-        out["cross"] = "ahead" if out["m_cross"] < m.min() else (
-            "behind" if out["m_cross"] > m.max() else "within")
+        out["cross"] = place(out["m_cross"], m.min(), m.max(), ahead_is_above=False)
     else:
         out["m_cross"], out["cross"] = float("nan"), "none"
-    at = exp_or_inf((u_log_a - m_log_a) / db) if db != 0.0 else float("nan")
-    out["seq_cross"] = at
-    if math.isnan(at):
-        out["seq_cross_where"] = "none"
+    if db != 0.0:
+        out["seq_cross"] = exp_or_inf((u_log_a - m_log_a) / db)
+        out["seq_cross_where"] = place(out["seq_cross"], seqs.min(), seqs.max(),
+                                       ahead_is_above=True)
     else:
-        out["seq_cross_where"] = ("ahead" if at > seqs.max() else
-                                  "behind" if at < seqs.min() else "within")
+        out["seq_cross"], out["seq_cross_where"] = float("nan"), "none"
     return out
 
 
@@ -197,7 +208,7 @@ def fits(seqs, u, m, groups):
     db = out["u_exponent"] - out["m_exponent"]
     out["groups"] = {}
     for g in sorted(c):
-        rows = np.array([h == g for h in groups])
+        rows = group_rows(groups, g)
         out["groups"][g] = crossing(c[g], k, log_a["u"][g], log_a["m"][g], db, seqs[rows],
                                     m[rows])
     return out
@@ -250,13 +261,11 @@ def report(f, seqs, m, groups, boot):
     if not f["k_resolved"]:
         print("the trend of U / M is not resolved: no crossing placed (the JSON has the fits')")
         return
+    # resolved, so k != 1 and every group has a crossing to place
     where = {"ahead": "ahead of", "behind": "behind", "within": "within"}
     for g, row in f["groups"].items():
-        rows = np.array([h == g for h in groups])
+        rows = group_rows(groups, g)
         name = "group %s: " % g if g else ""
-        if row["cross"] == "none":
-            print("%sk = 1: U / M does not change with scale; no crossing" % name)
-            continue
         print("%sc = %.3f; U = M at a masked excess of %.3g: %s the pairs measured "
               "(masked's: %.4f-%.4f)%s"
               % (name, row["c"], row["m_cross"], where[row["cross"]], m[rows].min(),
