@@ -281,10 +281,11 @@ def check_learning_curve():
         check_batch(LC, path, common + size)
 
 
-def check_refused(LC, argv, message, what):
-    """learning_curve.py stops on argv with an error that says message."""
+def check_refused(script, argv, message, what):
+    """The script's main (learning_curve.py's, excess_scaling.py's) stops on
+    argv with an error that says message."""
     try:
-        LC.main(argv)
+        script.main(argv)
         check(False, what)
     except SystemExit as e:
         check(message in str(e), what)
@@ -462,11 +463,7 @@ def check_excess_scaling(path, bands):
             (["1:%s:%s" % (bands, bands)] * 2, "name one as", "a file of two models without @K"),
             (["1:%s@1:%s@1" % (bands, bands)] * 2, "where a uniform or mixture one belongs",
              "a masked model in the uniform slot")):
-        try:
-            ES.main(argv)
-            check(False, "excess scaling: %s is refused" % what)
-        except SystemExit as e:
-            check(message in str(e), "excess scaling: %s is refused" % what)
+        check_refused(ES, argv, message, "excess scaling: %s is refused" % what)
 
 
 def main():
