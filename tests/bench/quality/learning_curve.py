@@ -29,7 +29,10 @@ for a sweep of the rate per process and size (each process at its own best
 rate is still equal budget: the same steps, batch and model). --batch
 changes the sequences per step alone (the rate stays), for curves against
 training tokens at another batch: whether a process gains more from a
-less noisy gradient than from more steps.
+less noisy gradient than from more steps. --grad-clip changes the
+gradient-norm limit alone (0 = off); every point records the norms (before
+clipping) of the steps since the last one: median, 90th percentile, largest
+and the share above the default limit of 1.
 
 --cooldown N (with --resume) ends a constant-rate run the way a
 warm-up / stable / decay schedule does: from the resumed step the rate
@@ -102,25 +105,29 @@ def run(args):
         trainer = nctmc.Trainer(model, batch_size=budget["batch"], learning_rate=budget["lr"],
                                 warmup_steps=budget["warmup"], total_steps=points[-1],
                                 min_lr_ratio=1.0, ema_decay=budget["ema"], seed=args.seed,
-                                time_sampling=args.time_sampling)
+                                time_sampling=args.time_sampling, grad_clip=budget["grad_clip"])
     start_step = step
     heldout = source.sample(args.eval_seqs, np.random.default_rng(BQ.HELDOUT_SEED))
     data_rng = np.random.default_rng([args.seed, 1] + ([step] if args.resume else []))
     ema_model = nctmc.Model.create(ctx, **cfg)
     cpu0 = time.process_time() - cpu_before
     for point in points:
+        norms = []
         while step < point:
             n = min(50, point - step)
             batch = source.sample(n * budget["batch"], data_rng).reshape(
                 n, budget["batch"], source.length)
             for k in range(n):
-                lr = trainer.step(batch[k])["learning_rate"]
+                stats = trainer.step(batch[k])
+                lr = stats["learning_rate"]
+                norms.append(stats["grad_norm"])
             step += n
         trainer.copy_weights_to(ema_model, ema=True)
         ev = ema_model.eval(heldout, time_samples=args.eval_time_samples, batch_size=128, seed=0)
         curve.append({"step": step, "tokens": step * budget["batch"] * source.length,
                       "nelbo": ev["nelbo_bits_per_token"], "se": ev["std_error_bits"],
-                      "cpu_seconds": time.process_time() - cpu0, "learning_rate": lr})
+                      "cpu_seconds": time.process_time() - cpu0, "learning_rate": lr,
+                      "grad_norm": grad_norm_record(norms)})
         print("%s %s step %d: NELBO %.4f +- %.4f (%.0f s CPU)"
               % (args.source, args.process, step, curve[-1]["nelbo"], curve[-1]["se"],
                  curve[-1]["cpu_seconds"]), file=sys.stderr, flush=True)
@@ -139,6 +146,14 @@ def run(args):
         json.dump(out, f, indent=1)
 
 
+def grad_norm_record(norms):
+    """The gradient norms (before clipping) of the steps since the last
+    point: how often the budget's limit of 1 was in force, and how far."""
+    g = np.asarray(norms, dtype=float)
+    return {"median": float(np.median(g)), "p90": float(np.percentile(g, 90)),
+            "max": float(g.max()), "share_over_1": float(np.mean(g > 1.0))}
+
+
 def run_budget(args):
     """The CPU budget, with --lr in place of its learning rate and --batch in
     place of its batch when given (the JSON records both, so --resume refuses
@@ -152,13 +167,17 @@ def run_budget(args):
         if args.batch < 1:
             raise SystemExit("learning_curve: --batch must be at least 1")
         budget["batch"] = args.batch
+    # the library's default limit unless --grad-clip says otherwise
+    budget["grad_clip"] = 1.0 if args.grad_clip is None else args.grad_clip
+    if not budget["grad_clip"] >= 0:
+        raise SystemExit("learning_curve: --grad-clip must be >= 0 (0 = off)")
     return budget
 
 
 def budget_record(budget):
     """The part of the budget a run's JSON records and --resume compares:
     one list, so that the record and the check cannot drift apart."""
-    return {k: budget[k] for k in ("batch", "lr", "warmup", "ema")}
+    return {k: budget[k] for k in ("batch", "lr", "warmup", "ema", "grad_clip")}
 
 
 def resume(args, ctx, cfg, budget):
@@ -171,7 +190,8 @@ def resume(args, ctx, cfg, budget):
             previous["config"] == cfg and previous["eval_seqs"] == args.eval_seqs and
             previous["eval_time_samples"] == args.eval_time_samples and
             previous.get("time_sampling", "uniform") == args.time_sampling and
-            previous["budget"] == budget_record(budget))
+            # runs recorded before --grad-clip existed clipped at 1
+            dict({"grad_clip": 1.0}, **previous["budget"]) == budget_record(budget))
     if not same:
         raise SystemExit("learning_curve: %s is not a run of these settings" % args.previous)
     if previous.get("cooldown"):
@@ -316,6 +336,8 @@ def main(argv=None):
     r.add_argument("--batch", type=int,
                    help="sequences per training step (default: the CPU budget's 128); "
                         "recorded in the JSON's budget")
+    r.add_argument("--grad-clip", type=float,
+                   help="the global gradient-norm limit (default the library's 1; 0 = off)")
     r.add_argument("--checkpoint", help="save the trainer here at the last point")
     r.add_argument("--resume", help="continue from this --checkpoint of an earlier run")
     r.add_argument("--previous", help="with --resume: that run's JSON (its curve is kept)")

@@ -279,6 +279,7 @@ def check_learning_curve():
         check_mixture_share(LC, path, common + size)
         check_budget_flag(LC, path, common + size, "--lr", 3e-3, "learning_rate")
         check_batch(LC, path, common + size)
+        check_grad_clip(LC, path, common + size)
 
 
 def check_refused(script, argv, message, what):
@@ -296,7 +297,7 @@ def check_budget_flag(LC, path, args, flag, value, param):
     parameter and the JSON's budget say the value given), and a run with it
     is not resumed without it. Returns the run's JSON."""
     import nctmc
-    name = flag.lstrip("-")
+    name = flag.lstrip("-").replace("-", "_")
     LC.main(["run", "--process", "uniform", flag, str(value), "--points", "2",
              "--out", path(name + ".json"), "--checkpoint", path(name + ".ckpt")] + args)
     saved = nctmc.Trainer.inspect(path(name + ".ckpt"), nctmc.Context(backend="cpu", threads=1))
@@ -321,6 +322,30 @@ def check_batch(LC, path, args):
     check_refused(LC, ["run", "--process", "masked", "--batch", "0", "--points", "2",
                        "--out", path("b0.json")] + args,
                   "--batch must be at least 1", "learning curve: --batch 0 is refused")
+
+
+def check_grad_clip(LC, path, args):
+    """--grad-clip reaches the trainer (0 turns clipping off), every point
+    records the gradient norms of the steps before it, a run recorded before
+    the flag existed resumes as the default limit of 1, and a negative limit
+    is refused."""
+    run = check_budget_flag(LC, path, args, "--grad-clip", 0.0, "grad_clip")
+    g = run["curve"][-1]["grad_norm"]
+    check(0 < g["median"] <= g["p90"] <= g["max"] and 0 <= g["share_over_1"] <= 1,
+          "learning curve: each point records its steps' gradient norms (median %.3g, "
+          "p90 %.3g, max %.3g)" % (g["median"], g["p90"], g["max"]))
+    LC.main(["run", "--process", "uniform", "--points", "2", "--out", path("g1.json"),
+             "--checkpoint", path("g1.ckpt")] + args)
+    old = json.load(open(path("g1.json")))
+    del old["budget"]["grad_clip"]
+    json.dump(old, open(path("g1.json"), "w"))
+    LC.main(["run", "--process", "uniform", "--points", "4", "--out", path("g4.json"),
+             "--resume", path("g1.ckpt"), "--previous", path("g1.json")] + args)
+    check(json.load(open(path("g4.json")))["budget"]["grad_clip"] == 1.0,
+          "learning curve: a run recorded without a limit resumes at the default 1")
+    check_refused(LC, ["run", "--process", "uniform", "--grad-clip", "-1", "--points", "2",
+                       "--out", path("gn.json")] + args,
+                  "--grad-clip must be >= 0", "learning curve: a negative --grad-clip is refused")
 
 
 def check_mixture_share(LC, path, args):
