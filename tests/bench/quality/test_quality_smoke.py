@@ -334,6 +334,15 @@ def check_grad_clip(LC, path, args):
     check(0 < g["median"] <= g["p90"] <= g["max"] and 0 <= g["share_over_1"] <= 1,
           "learning curve: each point records its steps' gradient norms (median %.3g, "
           "p90 %.3g, max %.3g)" % (g["median"], g["p90"], g["max"]))
+    # one step per point: each record is that step's norm alone (a record
+    # that kept the earlier points' steps would have a median below its max)
+    LC.main(["run", "--process", "uniform", "--grad-clip", "0", "--points", "1,2,3",
+             "--out", path("g123.json")] + args)
+    recs = [p["grad_norm"] for p in json.load(open(path("g123.json")))["curve"]]
+    check(all(r["median"] == r["p90"] == r["max"] > 0 for r in recs)
+          and len({r["max"] for r in recs}) == 3,
+          "learning curve: each point's norms are its own steps' (%s)"
+          % ", ".join("%.4g" % r["max"] for r in recs))
     LC.main(["run", "--process", "uniform", "--points", "2", "--out", path("g1.json"),
              "--checkpoint", path("g1.ckpt")] + args)
     old = json.load(open(path("g1.json")))
