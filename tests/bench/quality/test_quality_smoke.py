@@ -17,6 +17,8 @@
    itself a gap of zero.
 6. The power-law fits of excess_scaling.py recover known exponents and
    crossings, and it refuses pairs it cannot read unambiguously.
+7. time_variance.py finds the best time density of curves whose best is
+   known, and its grid predicts the variance of direct draws.
 
 Usage: test_quality_smoke.py [LIBRARY]   (LIBRARY: libnctmc.so.1 to drive)
 Exit 0 when every check passes, 1 otherwise, 77 when numpy is missing.
@@ -275,6 +277,7 @@ def check_learning_curve():
         LC.main(["run", "--process", "masked", "--points", "2", "--out", path("m.json"),
                  "--checkpoint", path("m.ckpt")] + common + size)
         check_time_bands([path("u.ckpt"), path("m.ckpt")], path("bands.json"))
+        check_time_variance([path("u.ckpt"), path("m.ckpt")], path("variance.json"))
         check_excess_scaling(path, path("bands.json"))
         check_mixture_share(LC, path, common + size)
         check_budget_flag(LC, path, common + size, "--lr", 3e-3, "learning_rate")
@@ -407,6 +410,52 @@ def check_time_bands(checkpoints, out):
             # the library's rate is the exact one, rounded to float32
             rate = max(b["rate"] for b in r["bands"])
             check(rate < 1e-9, "%s: the masked exit rate is exact (excess %.1e)" % (name, rate))
+
+
+def check_time_variance(checkpoints, out):
+    """The variance algebra on curves with a known best density, then a run
+    on two barely trained models whose grid prediction must agree with the
+    same estimate drawn directly."""
+    import io
+    import contextlib
+    import time_variance as TV
+    t, dt = TV.grid_times(1e-3, 400)
+    # sd(t) ~ t^-1/2: the best density is sqrt's, and no density beats it
+    table, best_a, opt = TV.compare(np.zeros_like(t), 1.0 / t, t, dt)
+    rows = {r["density"]: r for r in table}
+    check(best_a == 0.5 and abs(rows["optimal"]["stratified_vs_sqrt"] - 1.0) < 1e-9
+          and all(r["stratified_vs_sqrt"] > 1.0 + 1e-6 for name, r in rows.items()
+                  if name not in ("sqrt", "optimal", "optimal (plain)", "power 0.50 (best)"))
+          and all(abs(r["plain"] - r["stratified"]) < 1e-9 * r["plain"] for r in table),
+          "time variance: sd ~ t^-1/2 makes sqrt the best density (best power %.2f)" % best_a)
+    # sd(t) = 1 + 10 * [t < 0.01]: the optimum is (int sd dt)^2 and beats every other
+    sd = 1.0 + 10.0 * (t < 0.01)
+    table, _, opt = TV.compare(np.ones_like(t), sd * sd, t, dt)
+    rows = {r["density"]: r for r in table}
+    want = float((sd * dt).sum()) ** 2
+    check(abs(rows["optimal"]["stratified"] - want) < 1e-9 * want
+          and all(r["stratified"] >= want * (1 - 1e-12) for r in table)
+          and all(r["plain"] >= rows["optimal (plain)"]["plain"] * (1 - 1e-12) for r in table)
+          and abs((opt * dt).sum() - 1.0) < 1e-12,
+          "time variance: the best density gives (int sd dt)^2 = %.4f and no other less" % want)
+    with contextlib.redirect_stdout(io.StringIO()):
+        TV.main(checkpoints + ["--source", "copychain", "--eval-seqs", "256", "--grid", "48",
+                               "--check-draws", "4096", "--check-batches", "64",
+                               "--check-batch", "64", "--out", out])
+    for r in json.load(open(out))["results"]:
+        sq = next(d for d in r["densities"] if d["density"] == "sqrt")
+        c = r["direct_check"]
+        check(abs(c["mean"] - r["loss"]) < 4 * c["mean_se"] + 0.02 * r["loss"]
+              and abs(c["plain"] / sq["plain"] - 1.0) < 0.25,
+              "time variance (%s): the grid's loss and sqrt's variance (%.4f, %.4f) agree "
+              "with independent draws (%.4f +- %.4f, %.4f)"
+              % (r["process"], r["loss"], sq["plain"], c["mean"], c["mean_se"], c["plain"]))
+        # 64 batch means: their variance is known to about 18%
+        check(abs(c["stratified"] / sq["stratified"] - 1.0) < 0.6
+              and c["stratified"] < 0.6 * c["plain"],
+              "time variance (%s): stratified batches drawn as the trainer draws them have "
+              "the grid's stratified variance (%.4f against %.4f), well below the plain one"
+              % (r["process"], c["stratified"], sq["stratified"]))
 
 
 def check_excess_scaling(path, bands):
