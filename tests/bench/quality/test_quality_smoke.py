@@ -18,7 +18,9 @@
 6. The power-law fits of excess_scaling.py recover known exponents and
    crossings, and it refuses pairs it cannot read unambiguously.
 7. time_variance.py finds the best time density of curves whose best is
-   known, and its grid predicts the variance of direct draws.
+   known, and its grid predicts the variance of direct draws;
+   gradient_noise.py splits the gradient's mean square exactly and leaves
+   the weights alone.
 
 Usage: test_quality_smoke.py [LIBRARY]   (LIBRARY: libnctmc.so.1 to drive)
 Exit 0 when every check passes, 1 otherwise, 77 when numpy is missing.
@@ -278,6 +280,8 @@ def check_learning_curve():
                  "--checkpoint", path("m.ckpt")] + common + size)
         check_time_bands([path("u.ckpt"), path("m.ckpt")], path("bands.json"))
         check_time_variance([path("u.ckpt"), path("m.ckpt")], path("variance.json"))
+        check_gradient_noise([path("u.ckpt"), path("m.ckpt")], path("variance.json"),
+                             path("noise.json"))
         check_excess_scaling(path, path("bands.json"))
         check_mixture_share(LC, path, common + size)
         check_budget_flag(LC, path, common + size, "--lr", 3e-3, "learning_rate")
@@ -456,6 +460,33 @@ def check_time_variance(checkpoints, out):
               "time variance (%s): stratified batches drawn as the trainer draws them have "
               "the grid's stratified variance (%.4f against %.4f), well below the plain one"
               % (r["process"], c["stratified"], sq["stratified"]))
+
+
+def check_gradient_noise(checkpoints, proxy, out):
+    """The split of E|g|^2 into the full gradient and one row's noise is
+    exact on made-up figures; on two tiny models the trainer at learning
+    rate 0 leaves the weights as they were, and the proxy's ratios are
+    matched to the same checkpoints."""
+    import io
+    import contextlib
+    import gradient_noise as GN
+    mu2, noise = GN.decompose(128, 0.3 + 5.0 / 128, 16, 0.3 + 5.0 / 16)
+    check(abs(mu2 - 0.3) < 1e-12 and abs(noise - 5.0) < 1e-9,
+          "gradient noise: E|g|^2 at two batches splits into |mu|^2 0.3 and T 5 (%.6g, %.6g)"
+          % (mu2, noise))
+    with contextlib.redirect_stdout(io.StringIO()):
+        GN.main(checkpoints + ["--source", "copychain", "--rows", "64", "--batch", "16",
+                               "--proxy", proxy, "--out", out])
+    want = {r["checkpoint"]: {d["density"]: d["stratified_vs_sqrt"] for d in r["densities"]}
+            for r in json.load(open(proxy))["results"]}
+    for r in json.load(open(out))["results"]:
+        ratios = {d["density"]: d["noise_vs_sqrt"] for d in r["densities"]}
+        check(r["weights_unchanged"] and ratios["sqrt"] == 1.0
+              and all(np.isfinite(v) for v in ratios.values())
+              and all(d["proxy_vs_sqrt"] == want[r["checkpoint"]][d["density"]]
+                      for d in r["densities"]),
+              "gradient noise (%s): the weights stay put at learning rate 0, and each "
+              "density's noise is set beside its own proxy" % os.path.basename(r["checkpoint"]))
 
 
 def check_excess_scaling(path, bands):
