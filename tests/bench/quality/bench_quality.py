@@ -218,6 +218,16 @@ def run(args, log=lambda s: print(s, file=sys.stderr, flush=True)):
     }
 
 
+def add_analysis_args(ap):
+    """The arguments of every script that analyses trained checkpoints
+    (time_bands.py, time_variance.py, gradient_noise.py)."""
+    ap.add_argument("checkpoints", nargs="+", help="trainer or model files (the EMA weights)")
+    ap.add_argument("--source", choices=sorted(S.SOURCES), required=True)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", help="also write the figures here (JSON)")
+
+
 def write_json(path, result):
     """numpy values (the eval's reliability table) as plain lists and numbers."""
     def plain(o):

@@ -108,14 +108,10 @@ def proxy_ratios(path, checkpoint):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("checkpoints", nargs="+", help="trainer or model files (the EMA weights)")
-    ap.add_argument("--source", choices=sorted(S.SOURCES), required=True)
+    BQ.add_analysis_args(ap)
     ap.add_argument("--rows", type=int, default=19200, help="sequences per density")
     ap.add_argument("--batch", type=int, default=128, help="the budget's batch")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--proxy", help="time_variance.py's JSON for the same checkpoints")
-    ap.add_argument("--out", help="also write the figures here (JSON)")
     args = ap.parse_args(argv)
     if args.batch < 16 or args.rows < args.batch:
         ap.error("need --batch >= 16 and --rows >= --batch")
@@ -141,8 +137,7 @@ def main(argv=None):
     out = {"source": args.source, "rows": args.rows, "seed": args.seed, "results": results,
            "cpu_seconds": time.process_time() - cpu0}
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
+        BQ.write_json(args.out, out)
     return 0
 
 

@@ -40,7 +40,6 @@ t bands, where a noise token's loss grows like 1/t, are estimated as well as
 the rest.
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -231,14 +230,10 @@ def report_mixture(r):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("checkpoints", nargs="+", help="trainer or model files (the EMA weights)")
-    ap.add_argument("--source", choices=sorted(S.SOURCES), required=True)
+    BQ.add_analysis_args(ap)
     ap.add_argument("--eval-seqs", type=int, default=1024)
     ap.add_argument("--samples", type=int, default=8, help="time samples per band and sequence")
     ap.add_argument("--batch", type=int, default=256, help="rows per forward pass")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", help="also write the figures here (JSON)")
     args = ap.parse_args(argv)
     source = S.make_source(args.source)
     heldout = source.sample(args.eval_seqs, np.random.default_rng(BQ.HELDOUT_SEED))
@@ -254,8 +249,7 @@ def main(argv=None):
            float(entropy.mean()), "results": results,
            "cpu_seconds": time.process_time() - cpu0}
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
+        BQ.write_json(args.out, out)
     return 0
 
 

@@ -43,7 +43,6 @@ B times the variance of the batch means, with the 1/B^2 term the formula
 leaves out).
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -197,8 +196,7 @@ def report(r):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("checkpoints", nargs="+", help="trainer or model files (the EMA weights)")
-    ap.add_argument("--source", choices=sorted(S.SOURCES), required=True)
+    BQ.add_analysis_args(ap)
     ap.add_argument("--eval-seqs", type=int, default=1024, help="sequences per grid time")
     ap.add_argument("--grid", type=int, default=64, help="times, even in log t")
     ap.add_argument("--time-eps", type=float, default=1e-3,
@@ -207,9 +205,6 @@ def main(argv=None):
     ap.add_argument("--check-batches", type=int, default=128, help="stratified batches")
     ap.add_argument("--check-batch", type=int, default=128, help="their size (the budget's)")
     ap.add_argument("--batch", type=int, default=256, help="rows per forward pass")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", help="also write the figures here (JSON)")
     args = ap.parse_args(argv)
     if not 0.0 < args.time_eps < 0.5 or min(args.grid, args.eval_seqs, args.check_draws,
                                              args.check_batches, args.check_batch) < 2:
@@ -226,8 +221,7 @@ def main(argv=None):
     out = {"source": args.source, "eval_seqs": args.eval_seqs, "grid": args.grid,
            "seed": args.seed, "results": results, "cpu_seconds": time.process_time() - cpu0}
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
+        BQ.write_json(args.out, out)
     return 0
 
 
