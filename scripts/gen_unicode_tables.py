@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Writes lib/unicode_tables.c: the character classes the GPT-2 pre-tokenizer
+"""Writes lib/text/unicode_tables.c: the character classes the GPT-2 pre-tokenizer
 pattern needs, from the `unicodedata2` package (PyPI; in the test venv that
 scripts/install-deps.sh makes) or, without it, Python's own unicodedata; the
 Unicode version is recorded in the file.
 
-    build-pyenv/bin/python scripts/gen_unicode_tables.py > lib/unicode_tables.c
+    build-pyenv/bin/python scripts/gen_unicode_tables.py > lib/text/unicode_tables.c
 
 The committed table is Unicode 16.0.0 (unicodedata2 16.0.0): the version of
 the Oniguruma inside Hugging Face `tokenizers` 0.23 — it classifies the

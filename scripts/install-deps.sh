@@ -11,7 +11,7 @@
 # that Python reads our checkpoints and that our BPE tokenizer gives the
 # same ids as Hugging Face's; and `unicodedata2` at the Unicode version
 # `tokenizers` matches with (16.0), from which
-# scripts/gen_unicode_tables.py made lib/unicode_tables.c. `fortunes` is the
+# scripts/gen_unicode_tables.py made lib/text/unicode_tables.c. `fortunes` is the
 # text corpus of docs/quality.md ("A text model that writes",
 # scripts/text_corpus.py).
 set -eu

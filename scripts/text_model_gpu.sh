@@ -19,7 +19,7 @@
 #       to $OUT (the device tool's folder) or build-device-text/run; the
 #       checkpoints (2 GB each) stay in $TEXT_GPU_TMP (/tmp/nctmc-text-gpu).
 #   sh scripts/text_model_gpu.sh --score DIR on the CPU machine: the judge's
-#       table (tests/bench/text_quality.py score) of a run's results in DIR.
+#       table (bench/text_quality.py score) of a run's results in DIR.
 #
 # The tool is found as: $NCTMC if set; else build-device-text/nctmc (carried);
 # else built here into /tmp/nctmc-text-build when meson and nvcc are here.
@@ -50,7 +50,7 @@ sample_steps=${TEXT_GPU_SAMPLE_STEPS:-16,64,256}
 
 if [ "$mode" = "--score" ]; then
     dir=${2:?"--score DIR: the folder a GPU run wrote"}
-    exec python3 "$root/tests/bench/text_quality.py" score --corpus "$carried/corpus" \
+    exec python3 "$root/bench/text_quality.py" score --corpus "$carried/corpus" \
         --out "$dir"
 fi
 
@@ -135,10 +135,10 @@ for p in $processes; do
 done
 [ "$status" = 0 ] || { echo "text_model_gpu: a training failed"; exit 1; }
 # shellcheck disable=SC2086
-python3 "$root/tests/bench/text_quality.py" sample $models --nctmc "$tool" --out "$out" \
+python3 "$root/bench/text_quality.py" sample $models --nctmc "$tool" --out "$out" \
     --backend "$backend" --threads 0 --n "$n_samples" --batch "$n_samples" \
     --steps "$sample_steps" &&
-    python3 "$root/tests/bench/text_quality.py" nelbo $models --nctmc "$tool" --out "$out" \
+    python3 "$root/bench/text_quality.py" nelbo $models --nctmc "$tool" --out "$out" \
         --backend "$backend" --threads 0 --eval-batch 64 --corpus "$carried/corpus" \
         --heldout-data "$carried/data-heldout" || exit 1
 echo "text_model_gpu: done; score on the CPU machine with: sh scripts/text_model_gpu.sh --score $out"

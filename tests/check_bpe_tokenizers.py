@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 
-try:  # the version lib/unicode_tables.c was made from, if installed
+try:  # the version lib/text/unicode_tables.c was made from, if installed
     import unicodedata2 as unicodedata
 except ImportError:
     import unicodedata
@@ -166,7 +166,7 @@ def random_char(rng):
     if r < 0.7:
         return rng.choice("0123456789\u0660\u06F0\u0966\uFF10\u2460\u00B2")
     # any code point: half of them assigned (in the Unicode version of
-    # lib/unicode_tables.c when unicodedata2 is installed), half anything
+    # lib/text/unicode_tables.c when unicodedata2 is installed), half anything
     assigned = rng.random() < 0.5
     while True:
         cp = rng.randrange(0x80, 0x110000)

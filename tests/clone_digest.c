@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dit.h"
+#include "dit/dit.h"
 #include "test_util.h"
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n)

@@ -37,11 +37,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "crc32.h"
+#include "base/crc32.h"
 #include "digits.h"
 #include "jsonl.h"
 #include "nctmc.h"
-#include "safetensors.h"
+#include "io/safetensors.h"
 #include "test_files.h"
 
 enum {

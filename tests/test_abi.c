@@ -25,7 +25,7 @@
  *     when one is not; an output struct is written only up to the fields
  *     the library knows;
  *   - with a history in which the last field was appended after the first
- *     release (the library's own helper, lib/abi.c, with that first size),
+ *     release (the library's own helper, lib/base/abi.c, with that first size),
  *     an old caller's missing fields take their defaults and its output is
  *     truncated to its size.
  */
@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "abi.h"
+#include "base/abi.h"
 #include "nctmc.h"
 #include "test_files.h"
 #include "test_util.h"

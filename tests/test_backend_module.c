@@ -1,6 +1,6 @@
 /*
  * test_backend_module.c — how the core finds, checks and uses the CUDA
- * backend module (lib/backend_module.c), on any machine: stand-in modules
+ * backend module (lib/backend/backend_module.c), on any machine: stand-in modules
  * (tests/module/fake_backend_module.c) for a well-formed module without a
  * device, a module built for another backend interface, and a shared object
  * without the entry point; a path where nothing is installed; the module
@@ -21,8 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backend_module.h"
-#include "context.h"
+#include "backend/backend_module.h"
+#include "core/context.h"
 #include "nctmc.h"
 #include "test_util.h"
 

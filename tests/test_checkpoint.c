@@ -15,10 +15,10 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "model.h"
-#include "model_io.h"
+#include "model/model.h"
+#include "checkpoint/model_io.h"
 #include "nctmc.h"
-#include "safetensors.h"
+#include "io/safetensors.h"
 #include "test_files.h"
 #include "test_util.h"
 

@@ -9,7 +9,7 @@
  * odd so that no tile, chunk or vector lane divides them evenly. The CPU
  * backend's memory is host memory, so the buffers here are plain malloc.
  */
-#include "cpu_backend.h"
+#include "cpu/cpu_backend.h"
 #include "test_util.h"
 
 #include <string.h>

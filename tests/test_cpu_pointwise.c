@@ -5,7 +5,7 @@
  *
  * Every operation is checked against a double-precision reference written
  * here (for the loss: a brute force straight from the definition, calling
- * no function of lib/lcond_math.h or lib/forward_process.h), every backward
+ * no function of lib/math/lcond_math.h or lib/math/forward_process.h), every backward
  * against central finite differences of the forward, accumulate flags and
  * aliasing as backend.h allows them, and bitwise equality of all outputs
  * for 1, 2 and 3 threads. Sizes are odd on purpose (partial tasks, partial
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "test_util.h"
 
 #define N_BACKENDS 3

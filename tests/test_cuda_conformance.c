@@ -28,12 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "backend_module.h"
-#include "context.h"
-#include "cuda_backend.h"
-#include "dit.h"
-#include "sample_math.h"
+#include "backend/backend.h"
+#include "backend/backend_module.h"
+#include "core/context.h"
+#include "cuda/cuda_backend.h"
+#include "dit/dit.h"
+#include "math/sample_math.h"
 #include "test_util.h"
 
 /* Same float formulas; libm and FMA contraction differ in the last ulps. */

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc32.h"
+#include "base/crc32.h"
 #include "nctmc.h"
 #include "test_files.h"
 #include "test_util.h"

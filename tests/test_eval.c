@@ -1,5 +1,5 @@
 /*
- * test_eval.c — the NELBO (lib/nelbo_math.h, lib/eval.c, nctmc_eval()):
+ * test_eval.c — the NELBO (lib/math/nelbo_math.h, lib/run/eval.c, nctmc_eval()):
  *
  *  (a) D_t, its mean, the prior KL and cross-entropy in closed form against
  *      brute-force sums written again from the definitions, for every
@@ -25,11 +25,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "eval_median.h"
-#include "eval_reliability.h"
+#include "run/eval_median.h"
+#include "run/eval_reliability.h"
 #include "nctmc.h"
-#include "nelbo_math.h"
-#include "philox.h"
+#include "math/nelbo_math.h"
+#include "math/philox.h"
 #include "test_util.h"
 
 #define REF_PI 3.141592653589793238462643383279502884L

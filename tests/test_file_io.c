@@ -21,11 +21,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "file_io.h"
+#include "io/file_io.h"
 #include "nctmc.h"
 #include "test_files.h"
 #include "test_util.h"
-#include "text_escape.h"
+#include "base/text_escape.h"
 
 static char dir[256];
 static nctmc_context *ctx;

@@ -18,8 +18,8 @@
 #include "nctmc.h"
 #include "test_util.h"
 #include "tiny_model.h"
-#include "tokenizer.h"
-#include "tokenizer_bpe.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_bpe.h"
 
 #define SEQ 96
 

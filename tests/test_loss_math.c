@@ -1,6 +1,6 @@
 /*
- * test_loss_math.c — the forward process (lib/forward_process.h), the
- * per-position L_cond math (lib/lcond_math.h) and the CPU backend's fused
+ * test_loss_math.c — the forward process (lib/math/forward_process.h), the
+ * per-position L_cond math (lib/math/lcond_math.h) and the CPU backend's fused
  * loss and jump-output operations, each against a brute force written again
  * from the definitions (DESIGN.md section 1, paper Prop. 3.6, Cor. 3.7/3.8),
  * in double, sharing no code with the headers under test.
@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "cpu_math.h"
-#include "lcond_math.h"
+#include "backend/backend.h"
+#include "cpu/cpu_math.h"
+#include "math/lcond_math.h"
 #include "test_util.h"
 
 /* The kernels take nctmc_process / nctmc_schedule values as int32. */
@@ -1467,7 +1467,7 @@ static void test_jump_output(nctmc_backend *be)
 }
 
 /* ------------------------------------------------------------------------ */
-/* 6. The denoiser link (lib/denoiser_math.h) through the CPU backend's ops  */
+/* 6. The denoiser link (lib/math/denoiser_math.h) through the CPU backend's ops  */
 /* ------------------------------------------------------------------------ */
 
 /* The link by its definition: p_k proportional to exp(z_k) q_t(i | k) over

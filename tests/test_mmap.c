@@ -1,5 +1,5 @@
 /*
- * test_mmap.c — memory-mapped models (nctmc_model_load_ex(), lib/model_map.c):
+ * test_mmap.c — memory-mapped models (nctmc_model_load_ex(), lib/model/model_map.c):
  * a mapped load, a copied one and the model that was saved give the same
  * bits in every output; a mapped model's weights really are the file's
  * pages (none resident in this process before the first forward pass, per
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc32.h"
+#include "base/crc32.h"
 #include "nctmc.h"
 #include "test_files.h"
 #include "test_util.h"

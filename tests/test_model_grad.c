@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dit.h"
+#include "dit/dit.h"
 #include "test_util.h"
 
 typedef struct grad_fixture {

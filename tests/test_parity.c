@@ -35,9 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "context.h"
-#include "dit.h"
-#include "model.h"
+#include "core/context.h"
+#include "dit/dit.h"
+#include "model/model.h"
 #include "nctmc.h"
 #include "test_util.h"
 

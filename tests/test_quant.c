@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model_quant.h"
-#include "safetensors.h"
+#include "model/model_quant.h"
+#include "io/safetensors.h"
 #include "tiny_model.h"
 
 #define WIDE_D 64

@@ -12,8 +12,8 @@
  *   bf16: |w - deq(w)| <= u_bf16 |w|;  int8: <= scale / 2 per weight.
  * The output is also the same bit for bit with 1 and 3 threads.
  */
-#include "cpu_backend.h"
-#include "model_quant.h"
+#include "cpu/cpu_backend.h"
+#include "model/model_quant.h"
 #include "test_util.h"
 
 #include <string.h>

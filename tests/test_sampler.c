@@ -1,7 +1,7 @@
 /*
  * test_sampler.c — the samplers, from the per-row math up to nctmc_sample():
  *
- *  1. lib/sample_math.h against brute forces written again here in double
+ *  1. lib/math/sample_math.h against brute forces written again here in double
  *     from DESIGN §1 and paper App. E: the clean-token recovery returns p0
  *     exactly when fed the true reverse rates of a known product
  *     distribution; the posterior sampler's probabilities against the O(S^2)
@@ -24,9 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "nctmc.h"
-#include "sample_math.h"
+#include "math/sample_math.h"
 #include "test_util.h"
 
 _Static_assert(SM_METHOD_TAU_LEAPING == (int)NCTMC_SAMPLE_TAU_LEAPING, "method codes");

@@ -3,7 +3,7 @@
  * and its two self-correction modes (nctmc_sample_params.cfg_rule and
  * .correction_mode):
  *
- *  1. Rate-level guidance in lib/sample_math.h against the guided rate
+ *  1. Rate-level guidance in lib/math/sample_math.h against the guided rate
  *     matrix built entry by entry, R_w(j) = R_c(j)^w R_u(j)^(1 - w) with
  *     R(j) = lambda r(j), for every process (the masked one with its exact
  *     rate), schedules, vocabularies and scales: the exit rate, the jump
@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "nctmc.h"
-#include "sample_math.h"
+#include "math/sample_math.h"
 #include "test_util.h"
 #include "tiny_model.h"
 

@@ -6,9 +6,9 @@
  * the others, late workers never run a task with another job's arguments,
  * and a pool whose workers keep stalling stops waiting for them.
  */
-#include "pool_width.h"
+#include "cpu/pool_width.h"
 #include "test_util.h"
-#include "thread_pool.h"
+#include "cpu/thread_pool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -15,12 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "crc32.h"
-#include "dit.h"
+#include "base/crc32.h"
+#include "dit/dit.h"
 #include "test_files.h"
 #include "test_util.h"
-#include "time_sampling.h"
-#include "trainer.h"
+#include "math/time_sampling.h"
+#include "train/trainer.h"
 
 static const nctmc_time_sampling modes[] = {NCTMC_TIME_SAMPLING_UNIFORM,
                                             NCTMC_TIME_SAMPLING_LOGIT, NCTMC_TIME_SAMPLING_SQRT};

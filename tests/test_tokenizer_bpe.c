@@ -17,8 +17,8 @@
 #include "nctmc.h"
 #include "test_files.h"
 #include "test_util.h"
-#include "tokenizer.h"
-#include "tokenizer_bpe.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_bpe.h"
 
 static char scratch[256];
 static nctmc_context *ctx;

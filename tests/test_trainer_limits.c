@@ -18,7 +18,7 @@
 #include "nctmc.h"
 #include "test_files.h"
 #include "test_util.h"
-#include "trainer.h"
+#include "train/trainer.h"
 
 static nctmc_context *ctx;
 static char dir[256];

@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model_io.h"
+#include "checkpoint/model_io.h"
 #include "nctmc.h"
-#include "safetensors.h"
+#include "io/safetensors.h"
 
 /* Metadata the checkpoint carries besides its own, for the escaping test. */
 static const st_meta tricky_meta[] = {

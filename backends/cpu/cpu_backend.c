@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc.h"
+#include "base/alloc.h"
 #include "cpu_blas_reserve.h"
 
 #define CPU_ALIGNMENT NCTMC_MEM_SLAB_ALIGN

@@ -1,13 +1,13 @@
 /*
  * cpu_backend.h — the CPU backend's state and the operations each file of
- * backends/cpu/ implements (see lib/backend.h for what each one computes).
+ * backends/cpu/ implements (see lib/backend/backend.h for what each one computes).
  */
 #ifndef NCTMC_CPU_BACKEND_H
 #define NCTMC_CPU_BACKEND_H
 
 #include <stdatomic.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "thread_pool.h"
 
 typedef struct cpu_rope_table cpu_rope_table; /* cpu_rotary.c */

@@ -31,7 +31,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "alloc.h"
+#include "base/alloc.h"
 
 /* Address space per pool thread: OpenBLAS's buffer plus its guard page, and
  * the 64 MiB heap glibc reserves for a thread's first malloc (OpenBLAS's

@@ -1,6 +1,6 @@
 /*
  * cpu_denoiser.c — the denoiser exit-rate link, forward and backward
- * (lib/denoiser_math.h has the math, shared with CUDA).
+ * (lib/math/denoiser_math.h has the math, shared with CUDA).
  *
  * Rows are independent; each makes its passes over its S logits in a fixed
  * order (sums in LANES float partials, combined in double), so the results
@@ -10,7 +10,7 @@
 
 #include "cpu_backend.h"
 #include "cpu_math.h"
-#include "denoiser_math.h"
+#include "math/denoiser_math.h"
 
 #define LANES 16
 

@@ -17,7 +17,7 @@
 
 #include "cpu_backend.h"
 #include "cpu_math.h"
-#include "lcond_math.h"
+#include "math/lcond_math.h"
 
 #define LANES 16
 #define CHUNK (4 * LANES)

@@ -15,7 +15,7 @@
 
 #include <math.h>
 
-#include "alloc.h"
+#include "base/alloc.h"
 
 /* Positions per task. */
 #define ROTARY_POSITIONS_PER_TASK 4

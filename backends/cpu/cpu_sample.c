@@ -1,12 +1,12 @@
 /*
  * cpu_sample.c — the fused sampling operation on the CPU: rows are split
  * into fixed blocks of CPU_ROWS_PER_TASK for the pool, and each row runs the
- * shared per-row math of lib/sample_math.h. A row's result depends only on
+ * shared per-row math of lib/math/sample_math.h. A row's result depends only on
  * its own inputs and its Philox counter, so the split, the thread count and
  * the order of the blocks cannot change a bit of the output.
  */
 #include "cpu_backend.h"
-#include "sample_math.h"
+#include "math/sample_math.h"
 
 typedef struct sample_job {
     const nctmc_sample_step_args *a;

@@ -42,7 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "alloc.h"
+#include "base/alloc.h"
 #include "pool_width.h"
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -2,7 +2,7 @@
  * cuda_backend.h — the CUDA backend's C interface: creation, and the few
  * switches the tests and benchmarks use (compute precision, attention
  * implementation). The backend's internals are in cuda_internal.cuh; the
- * operations it implements are those of lib/backend.h.
+ * operations it implements are those of lib/backend/backend.h.
  *
  * These functions live in the module libnctmc-cuda.so, built only when the
  * build found the CUDA toolkit; the module exports none of them. The core
@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,14 +1,14 @@
 /*
  * cuda_denoiser.cu — the denoiser exit-rate link, forward and backward, one
  * block per row (position). The per-row and per-column math is
- * lib/denoiser_math.h, the code the CPU backend runs; the row's sums are
+ * lib/math/denoiser_math.h, the code the CPU backend runs; the row's sums are
  * taken per thread in a fixed stride and combined by the deterministic
  * block reductions of cuda_internal.cuh.
  */
 #include <math.h>
 
 #include "cuda_internal.cuh"
-#include "denoiser_math.h"
+#include "math/denoiser_math.h"
 
 /* The row's scalars: the max over the data tokens, the sum of exp(z - max)
  * over the data tokens other than i. Synchronises the block. */

@@ -1,7 +1,7 @@
 /*
  * cuda_internal.cuh — the CUDA backend's state, its error recording, the
  * scratch buffer, deterministic block reductions, and the operations each
- * .cu file of backends/cuda/ implements (see lib/backend.h for what each
+ * .cu file of backends/cuda/ implements (see lib/backend/backend.h for what each
  * one computes).
  *
  * Errors. Operations are void. A failure (a CUDA, cuBLAS or cuDNN error,

@@ -8,8 +8,8 @@
  * the data tokens' logits in double against a reference logit of the row;
  * the block combines the threads' pairs (max, sum) and sums with fixed
  * butterflies. The per-position math — conditional rates, the loss value,
- * the gradient coefficients — is lib/lcond_math.h and
- * lib/forward_process.h, compiled for the device (NCTMC_HD), the same code
+ * the gradient coefficients — is lib/math/lcond_math.h and
+ * lib/math/forward_process.h, compiled for the device (NCTMC_HD), the same code
  * the CPU backend runs. The gradient pass writes each logit's gradient
  * from that logit alone, so d_logits may be the logits buffer.
  *
@@ -23,7 +23,7 @@
 #include <math.h>
 
 #include "cuda_internal.cuh"
-#include "lcond_math.h"
+#include "math/lcond_math.h"
 
 #define LOSS_THREADS 256
 /* The loss kernel: many threads per row, since with the row cached one

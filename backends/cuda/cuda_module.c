@@ -1,6 +1,6 @@
 /*
  * cuda_module.c — the entry point of libnctmc-cuda.so, the CUDA backend as a
- * module the core loads at run time (lib/backend_module.c). Everything else
+ * module the core loads at run time (lib/backend/backend_module.c). Everything else
  * in the module is hidden; this function is its only exported symbol.
  */
 #include "cuda_backend.h"

@@ -1,6 +1,6 @@
 /*
  * cuda_sample.cu — the fused sampling operation: one thread block per row
- * running the shared per-row math of lib/sample_math.h (tau-leaping, Euler,
+ * running the shared per-row math of lib/math/sample_math.h (tau-leaping, Euler,
  * posterior, final denoising, self-correction proposals) with the same
  * Philox counters as the CPU backend.
  *
@@ -25,7 +25,7 @@
  */
 #define SM_BLOCK_LOOPS 1
 #include "cuda_internal.cuh"
-#include "sample_math.h"
+#include "math/sample_math.h"
 
 #define SAMPLE_THREADS 256
 #define SAMPLE_WARPS (SAMPLE_THREADS / 32)

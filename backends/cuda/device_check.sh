@@ -40,7 +40,7 @@ if [ "$mode" = "--prepare" ]; then
     b="$carried/meson"
     rm -rf "$carried"
     meson setup "$b" "$root" -Dcuda=enabled -Dreference_tests=disabled >/dev/null &&
-        ninja -C "$b" tests/test_cuda_conformance tests/bench_gpu_train libnctmc-cuda.so ||
+        ninja -C "$b" tests/test_cuda_conformance bench_gpu_train libnctmc-cuda.so ||
         exit 1
     for prog in test_cuda_conformance bench_gpu_train; do
         cc -o "$carried/$prog" "$b/tests/$prog.p/"*.o "$b/libnctmc_internal.a" \
@@ -70,7 +70,7 @@ if [ -x "$carried/test_cuda_conformance" ] && [ -x "$carried/bench_gpu_train" ];
     bin="$carried"
 elif command -v meson >/dev/null && command -v nvcc >/dev/null &&
     meson setup "$build" "$root" -Dcuda=enabled -Dreference_tests=disabled >"$out/build.log" 2>&1 &&
-    ninja -C "$build" tests/test_cuda_conformance tests/bench_gpu_train libnctmc-cuda.so \
+    ninja -C "$build" tests/test_cuda_conformance bench_gpu_train libnctmc-cuda.so \
         >>"$out/build.log" 2>&1; then
     bin="$build/tests"
     # the programs link the core statically from tests/; the module is one
@@ -111,6 +111,6 @@ torch_bench --batch 16 --attention sdpa --sample-batch 16 --sample-steps 16
 torch_bench --batch 16 --compile only --sample-batch 0
 torch_bench --batch 64 --compile only --sample-batch 0
 cat "$out/bench_torch.log"
-python3 "$root/tests/bench/compare_torch_gpu.py" "$out/bench_libnctmc.log" \
+python3 "$root/bench/compare_torch_gpu.py" "$out/bench_libnctmc.log" \
     "$out/bench_torch.log" | tee "$out/compare.txt"
 exit "$status"

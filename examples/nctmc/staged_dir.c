@@ -203,7 +203,7 @@ bool staged_dir_check(const char *cmd, const char *out, const char *const *input
 /* A prepare killed before its rename leaves "<dir>.tmp-XXXXXX" behind. The
  * next prepare into the same directory removes such a directory only when
  * nobody can still be writing it — the rule of the library's writer
- * (lib/file_io.c): our exact name pattern, a real directory (not a link)
+ * (lib/io/file_io.c): our exact name pattern, a real directory (not a link)
  * owned by us, older than our own, holding only prepare's files, and not
  * locked (each prepare holds an exclusive flock() on its staging directory
  * until the rename; the kernel drops it when the process dies). */

@@ -8,7 +8,7 @@
  */
 #include <stdio.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 
 #ifndef FAKE_NO_ENTRY
 static nctmc_backend *fake_create(int device, bool bf16, char *err, size_t err_size,

@@ -1,5 +1,5 @@
 """Times the PyTorch reference model on the CPU, to set beside
-tests/bench/bench_train_step.c (libnctmc) on the same machine.
+bench/bench_train_step.c (libnctmc) on the same machine.
 
     /usr/bin/python3 bench_reference.py [--threads N] [--batch B] [--reps R]
                                         [--warmup W] [--config cpu-small|tiny]
@@ -12,7 +12,7 @@ same two measurements as the C benchmark:
               dit_loss with gradients computes), the loss in its vectorised
               form (nctmc_reference.lcond_loss_fast), not the brute force;
   sample_step (with --measure sample_step) one tau-leaping step as
-              tests/bench/bench_sample_step.c times it: the forward pass,
+              bench/bench_sample_step.c times it: the forward pass,
               the model's rates and jump distribution, each position jumping
               with probability 1 - exp(-lambda tau) to j ~ r, without autograd;
   sample      (with --measure sample) a whole tau-leaping run of --steps

@@ -1,5 +1,5 @@
 """Times the PyTorch reference model on a CUDA GPU, to set beside
-tests/bench/bench_gpu_train.c (libnctmc's CUDA backend) on the same GPU.
+bench/bench_gpu_train.c (libnctmc's CUDA backend) on the same GPU.
 
     python3 bench_reference_gpu.py [--config paper-small|cpu-small|tiny] [--batch 16]
         [--reps 5] [--warmup 2] [--precision tf32|bf16|both]

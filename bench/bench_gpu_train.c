@@ -1,0 +1,481 @@
+/*
+ * bench_gpu_train.c — training and sampling throughput of the CUDA backend,
+ * to set beside tests/reference/bench_reference_gpu.py (the PyTorch
+ * reference on the same GPU).
+ *
+ * Measurements (each the median of --reps runs after --warmup runs):
+ *   forward     dit_forward: the backbone to the logits and the exit-rate head;
+ *   train_step  one optimiser step as the trainer takes it: forward, the
+ *               fused L_cond loss, backward to every parameter (dit_loss),
+ *               then the gradient norm, gradient scaling, AdamW and the EMA
+ *               over the whole parameter slab;
+ *   sample_step nctmc_sample() with --sample-steps steps and no final
+ *               denoising, divided by the steps: one model evaluation plus
+ *               the fused sampling operation per step;
+ *   kernel      the two row kernels alone on --kernel-batch sequences of
+ *               random logits of the config's shape (paper-small: 16 x 512
+ *               rows of 50304): sample_step for tau-leaping (a 16-step
+ *               grid at t = 0.5, and one step from t = 0.999 where most
+ *               rows jump), posterior and denoise, with the fraction of rows
+ *               that moved; lcond with the logits' gradients;
+ *   memory      the device memory in use at most while training (the whole
+ *               device as nvidia-smi counts it, CUDA context included).
+ * Each is run in TF32 and in bf16 mode (--precision).
+ *
+ * Model FLOPs, the standard count (Kaplan et al. / PaLM's MFU):
+ *   per token, forward + backward = 6 N + 12 n_layers L d,
+ *   N = n_layers 12 d^2 + d (V + 1): the weights every token multiplies
+ *   (attention qkv 3d^2 and output d^2, MLP 8d^2, the output projection and
+ *   the exit-rate head); the time MLP and the adaLN modulations act once
+ *   per sequence and the embedding is a lookup, so they are left out;
+ *   12 n_layers L d counts the attention scores and their weighted sum
+ *   (4 L d per token and layer forward, three times that with backward).
+ * A forward pass is a third of it. mfu_bf16 = achieved model FLOP/s over
+ * the GPU's dense bfloat16 peak (H100 SXM and H200: 989 TFLOP/s; override
+ * with --peak-tflops), in both precisions, so the two read on one scale.
+ *
+ * Output, key=value per line:
+ *   bench=gpu_device peak_bf16_tflops=... name="..."
+ *   bench=forward impl=libnctmc precision=tf32 config=paper-small batch=16 ms=...
+ *        tokens_per_s=... model_tflops=... mfu_bf16=...
+ *   bench=train_step ... (the same fields)
+ *   bench=sample_step impl=libnctmc precision=... method=tau-leaping batch=...
+ *        steps=... ms_per_step=... steps_per_s=... tokens_per_s=...
+ *   bench=memory impl=libnctmc precision=... config=... batch=...
+ *        peak_device_mib=... device_total_mib=...
+ *   bench=kernel impl=libnctmc op=sample_step method=... rows=... vocab=...
+ *        ms=... gb_per_s=... moved=...   (op=lcond: no method, no moved)
+ * Exits 77 ("skipped", with the reason) when no usable GPU is present.
+ *
+ * Usage: bench_gpu_train [--config paper-small|cpu-small|tiny] [--batch B]
+ *        [--reps R] [--warmup W] [--precision tf32|bf16|both]
+ *        [--sample-batch B] [--sample-steps N] [--kernel-batch B]
+ *        [--peak-tflops X]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend_module.h"
+#include "core/context.h"
+#include "cuda/cuda_backend.h"
+#include "dit/dit.h"
+#include "math/sample_math.h"
+#include "bench_util.h"
+
+typedef struct bench_args {
+    const char *config;
+    const char *precision;
+    int batch, reps, warmup, sample_batch, sample_steps, kernel_batch;
+    double peak_tflops;
+} bench_args;
+
+static bench_args parse_args(int argc, char **argv)
+{
+    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0.0};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (strcmp(k, "--config") == 0) a.config = v;
+        else if (strcmp(k, "--precision") == 0) a.precision = v;
+        else if (strcmp(k, "--batch") == 0) a.batch = atoi(v);
+        else if (strcmp(k, "--reps") == 0) a.reps = atoi(v);
+        else if (strcmp(k, "--warmup") == 0) a.warmup = atoi(v);
+        else if (strcmp(k, "--sample-batch") == 0) a.sample_batch = atoi(v);
+        else if (strcmp(k, "--sample-steps") == 0) a.sample_steps = atoi(v);
+        else if (strcmp(k, "--peak-tflops") == 0) a.peak_tflops = atof(v);
+        else if (strcmp(k, "--kernel-batch") == 0) a.kernel_batch = atoi(v);
+    }
+    if (a.batch < 1) a.batch = 1;
+    if (a.reps < 1) a.reps = 1;
+    if (a.warmup < 0) a.warmup = 0;
+    if (a.sample_batch < 0) a.sample_batch = 0;
+    if (a.sample_steps < 1) a.sample_steps = 1;
+    if (a.kernel_batch < 0) a.kernel_batch = 0;
+    return a;
+}
+
+/* Dense bf16 tensor-core peak of known parts, from the device's name. */
+static double peak_for(const char *desc)
+{
+    if (strstr(desc, "H100") && strstr(desc, "PCIe"))
+        return 756.0;
+    if (strstr(desc, "H100") || strstr(desc, "H200") || strstr(desc, "H800") ||
+        strstr(desc, "GH200"))
+        return 989.0;
+    if (strstr(desc, "A100"))
+        return 312.0;
+    return 0.0;
+}
+
+typedef struct train_state {
+    nctmc_model *model;
+    dit_workspace *ws;
+    float *grads, *m, *v, *ema;
+    dit_batch batch;
+    int64_t step;
+} train_state;
+
+/* What the trainer does after the gradients: norm, clip to 1, AdamW, EMA. */
+static void optimiser_step(train_state *s, nctmc_backend *be)
+{
+    int64_t n = (int64_t)s->model->slab_floats;
+    double norm = sqrt(be->ops->sum_squares(be, n, s->grads));
+    if (norm > 1.0)
+        be->ops->scale(be, n, s->grads, (float)(1.0 / norm));
+    be->ops->adamw(be, n, s->model->weights, s->grads, s->m, s->v, 3e-4f, 0.9f, 0.999f, 1e-8f,
+                   0.01f, ++s->step);
+    be->ops->ema_update(be, n, s->ema, s->model->weights, 0.9999f);
+}
+
+static double time_pass(train_state *s, nctmc_backend *be, bool train, const bench_args *a)
+{
+    double *times = malloc(sizeof(double) * (size_t)a->reps), loss;
+    char err[256];
+    for (int i = -a->warmup; i < a->reps; i++) {
+        double t0 = now_s();
+        if (train) {
+            if (dit_loss(s->model, s->ws, &s->batch, s->grads, false, &loss, err, sizeof err) !=
+                NCTMC_OK) {
+                fprintf(stderr, "bench_gpu_train: %s\n", err);
+                exit(1);
+            }
+            optimiser_step(s, be);
+        } else {
+            dit_forward(s->model, s->ws, &s->batch);
+        }
+        if (be->ops->synchronize(be) != NCTMC_OK) {
+            fprintf(stderr, "bench_gpu_train: %s\n", be->error);
+            exit(1);
+        }
+        if (i >= 0)
+            times[i] = now_s() - t0;
+    }
+    double t = median(times, a->reps);
+    free(times);
+    return t;
+}
+
+static void report(const char *what, const char *precision, const bench_args *a,
+                   const dit_dims *z, double t, double flops_per_token, double peak)
+{
+    double tokens = (double)a->batch * z->L;
+    double tflops = flops_per_token * tokens / t * 1e-12;
+    printf("bench=%s impl=libnctmc precision=%s config=%s batch=%d ms=%.2f tokens_per_s=%.1f "
+           "model_tflops=%.1f mfu_bf16=%.4f\n",
+           what, precision, a->config, a->batch, 1e3 * t, tokens / t, tflops,
+           peak > 0.0 ? tflops / peak : NAN);
+    fflush(stdout);
+}
+
+static void bench_sampling(nctmc_model *model, const char *precision, const bench_args *a)
+{
+    if (a->sample_batch == 0)
+        return;
+    static const struct {
+        nctmc_sample_method method;
+        const char *name;
+    } methods[] = {{NCTMC_SAMPLE_TAU_LEAPING, "tau-leaping"},
+                   {NCTMC_SAMPLE_POSTERIOR, "posterior"}};
+    nctmc_sampler_params sp;
+    nctmc_sampler_params_init(&sp);
+    sp.max_batch = a->sample_batch;
+    nctmc_sampler *s = NULL;
+    if (nctmc_sampler_create(model, &sp, &s) != NCTMC_OK) {
+        fprintf(stderr, "bench_gpu_train: sampler: %s\n", nctmc_model_last_error(model));
+        exit(1);
+    }
+    int32_t L = model->dims.L;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)a->sample_batch * (size_t)L);
+    for (size_t k = 0; k < sizeof methods / sizeof methods[0]; k++) {
+        nctmc_sample_params p;
+        nctmc_sample_params_init(&p);
+        p.batch = a->sample_batch;
+        p.method = methods[k].method;
+        p.n_steps = a->sample_steps;
+        p.final_denoise = false;
+        p.seed = 7;
+        p.tokens_out = tokens;
+        double *times = malloc(sizeof(double) * (size_t)a->reps);
+        for (int i = -1; i < a->reps; i++) {
+            double t0 = now_s();
+            if (nctmc_sample(s, &p) != NCTMC_OK) {
+                fprintf(stderr, "bench_gpu_train: sample: %s\n", nctmc_sampler_last_error(s));
+                exit(1);
+            }
+            if (i >= 0)
+                times[i] = now_s() - t0;
+        }
+        double step = median(times, a->reps) / a->sample_steps;
+        printf("bench=sample_step impl=libnctmc precision=%s config=%s method=%s batch=%d "
+               "steps=%d ms_per_step=%.3f steps_per_s=%.2f tokens_per_s=%.1f\n",
+               precision, a->config, methods[k].name, a->sample_batch, a->sample_steps,
+               1e3 * step, 1.0 / step, (double)a->sample_batch * L / step);
+        fflush(stdout);
+        free(times);
+    }
+    free(tokens);
+    nctmc_sampler_free(s);
+}
+
+static void *alloc_or_die(nctmc_backend *be, size_t bytes)
+{
+    void *p = be->ops->alloc(be, bytes);
+    if (!p) {
+        fprintf(stderr, "bench_gpu_train: cannot allocate %zu bytes\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+/* A pseudo-random float in [lo, hi) from a 32-bit hash of k. */
+static float hash_uniform(uint32_t k, float lo, float hi)
+{
+    k ^= k >> 16;
+    k *= 0x7feb352du;
+    k ^= k >> 15;
+    k *= 0x846ca68bu;
+    k ^= k >> 16;
+    return lo + (hi - lo) * (float)(k >> 8) * (1.0f / 16777216.0f);
+}
+
+/* Median seconds of one call of `op` (synchronised each time). */
+typedef void (*kernel_fn)(nctmc_backend *be, const void *args);
+
+static void call_sample_step(nctmc_backend *be, const void *args)
+{
+    be->ops->sample_step(be, (const nctmc_sample_step_args *)args);
+}
+
+static void call_lcond(nctmc_backend *be, const void *args)
+{
+    be->ops->lcond(be, (const nctmc_lcond_args *)args);
+}
+
+static double time_kernel(nctmc_backend *be, kernel_fn fn, const void *args, int reps)
+{
+    double *times = malloc(sizeof(double) * (size_t)reps);
+    for (int i = -2; i < reps; i++) {
+        double t0 = now_s();
+        fn(be, args);
+        if (be->ops->synchronize(be) != NCTMC_OK) {
+            fprintf(stderr, "bench_gpu_train: %s\n", be->error);
+            exit(1);
+        }
+        if (i >= 0)
+            times[i] = now_s() - t0;
+    }
+    double t = median(times, reps);
+    free(times);
+    return t;
+}
+
+/* Random logits on the device: a block of distinct rows uploaded once per
+ * slot (uploading all of paper scale's 1.6 GB from the host would take
+ * longer than the benchmark). */
+static float *random_logits(nctmc_backend *be, int64_t N, int32_t V)
+{
+    const int64_t block_rows = 64;
+    float *block = malloc(sizeof(float) * (size_t)(block_rows * V));
+    for (int64_t k = 0; k < block_rows * V; k++)
+        block[k] = hash_uniform((uint32_t)k * 2654435761u + 12345u, -4.0f, 4.0f);
+    float *d = alloc_or_die(be, sizeof(float) * (size_t)N * (size_t)V);
+    for (int64_t r = 0; r < N; r += block_rows) {
+        int64_t n = N - r < block_rows ? N - r : block_rows;
+        be->ops->upload(be, d + r * V, block, sizeof(float) * (size_t)(n * V));
+    }
+    free(block);
+    return d;
+}
+
+static void bench_kernels(nctmc_backend *be, const dit_dims *z, const bench_args *a)
+{
+    if (a->kernel_batch == 0)
+        return;
+    int64_t N = (int64_t)a->kernel_batch * z->L;
+    int32_t V = z->V, S = z->S;
+    float *logits = random_logits(be, N, V);
+    float *grads = alloc_or_die(be, sizeof(float) * (size_t)N * (size_t)V);
+    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
+    float *h = malloc(sizeof(float) * (size_t)N), *times = malloc(sizeof(float) * a->kernel_batch);
+    for (int64_t r = 0; r < N; r++) {
+        x_0[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)S);
+        x_t[r] = r % 3 ? x_0[r] : (int32_t)(((uint32_t)r * 40503u) % (uint32_t)S);
+        h[r] = hash_uniform((uint32_t)r + 77u, -2.0f, 2.0f);
+    }
+    for (int b = 0; b < a->kernel_batch; b++)
+        times[b] = (float)(b + 0.5) / (float)a->kernel_batch;
+    int32_t *d_xt = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    int32_t *d_x0 = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    int32_t *d_out = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    float *d_h = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *d_times = alloc_or_die(be, sizeof(float) * (size_t)a->kernel_batch);
+    float *d_loss = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *d_dh = alloc_or_die(be, sizeof(float) * (size_t)N);
+    be->ops->upload(be, d_xt, x_t, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, d_x0, x_0, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, d_h, h, sizeof(float) * (size_t)N);
+    be->ops->upload(be, d_times, times, sizeof(float) * (size_t)a->kernel_batch);
+    nctmc_fp fp = {NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, S, 0.0f, 1e-3f, NCTMC_FP_LINK_SIGMA};
+    double row_gb = (double)N * V * sizeof(float) * 1e-9;
+    int reps = a->reps < 10 ? 10 : a->reps;
+
+    static const struct {
+        int32_t method;
+        double t, s;
+        const char *name;
+    } runs[] = {{SM_METHOD_TAU_LEAPING, 0.5, 0.5 - 1.0 / 16, "tau-leaping"},
+                {SM_METHOD_TAU_LEAPING, 0.999, 0.001, "tau-leaping-one-step"},
+                {SM_METHOD_POSTERIOR, 0.5, 0.5 - 1.0 / 16, "posterior"},
+                {SM_METHOD_DENOISE, 0.001, 0.001, "denoise"}};
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        nctmc_sample_step_args sa;
+        memset(&sa, 0, sizeof sa);
+        sa.n_rows = N;
+        sa.seq_len = z->L;
+        sa.row_stride = V;
+        sa.method = runs[k].method;
+        sa.logits = logits;
+        sa.rate_h = d_h;
+        sa.cfg_scale = 1.0f;
+        sa.x_t = d_xt;
+        sa.t = runs[k].t;
+        sa.s = runs[k].s;
+        sa.temperature = 1.0f;
+        sa.correction_temperature = 1.0f;
+        sa.seed = 99;
+        sa.step = 3;
+        sa.fp = fp;
+        sa.x_out = d_out;
+        double t = time_kernel(be, call_sample_step, &sa, reps);
+        int32_t *out = malloc(sizeof(int32_t) * (size_t)N);
+        be->ops->download(be, out, d_out, sizeof(int32_t) * (size_t)N);
+        int64_t moved = 0;
+        for (int64_t r = 0; r < N; r++)
+            moved += out[r] != x_t[r];
+        free(out);
+        printf("bench=kernel impl=libnctmc op=sample_step method=%s rows=%lld vocab=%d ms=%.3f "
+               "gb_per_s=%.0f moved=%.3f\n",
+               runs[k].name, (long long)N, V, 1e3 * t, row_gb / t, (double)moved / (double)N);
+        fflush(stdout);
+    }
+
+    nctmc_lcond_args la = {N,      z->L,   V,  logits, d_h,      d_xt, d_x0, d_times, fp,
+                           1e-4f, d_loss, grads, d_dh, NULL};
+    double t = time_kernel(be, call_lcond, &la, reps);
+    /* read once and written once when the row stays in shared memory */
+    printf("bench=kernel impl=libnctmc op=lcond rows=%lld vocab=%d ms=%.3f gb_per_s=%.0f\n",
+           (long long)N, V, 1e3 * t, 2.0 * row_gb / t);
+    fflush(stdout);
+
+    void *bufs[] = {logits, grads, d_xt, d_x0, d_out, d_h, d_times, d_loss, d_dh};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        be->ops->free(be, bufs[k]);
+    free(x_t);
+    free(x_0);
+    free(h);
+    free(times);
+}
+
+int main(int argc, char **argv)
+{
+    bench_args a = parse_args(argc, argv);
+    char err[NCTMC_ERROR_SIZE];
+    bool no_device = false;
+    /* the CUDA backend module, found as the core finds it */
+    const nctmc_backend_module *cuda = NULL;
+    if (nctmc_cuda_module_load(&cuda, err, sizeof err) != NCTMC_OK) {
+        fprintf(stderr, "bench_gpu_train: %s\n", err);
+        return 1;
+    }
+    nctmc_backend *probe = cuda->create(0, false, err, sizeof err, &no_device);
+    if (!probe) {
+        printf("bench_gpu_train: skipped: %s\n", err);
+        return no_device ? 77 : 1;
+    }
+    probe->ops->destroy(probe);
+
+    nctmc_context_params cp;
+    nctmc_context_params_init(&cp);
+    cp.backend = "cuda";
+    nctmc_context *ctx = NULL;
+    nctmc_model_config cfg = config_named(a.config);
+    train_state s;
+    memset(&s, 0, sizeof s);
+    if (nctmc_context_create(&cp, &ctx) != NCTMC_OK ||
+        nctmc_model_create(ctx, &cfg, &s.model) != NCTMC_OK) {
+        fprintf(stderr, "bench_gpu_train: cannot create the model: %s\n",
+                nctmc_context_last_error(ctx));
+        return 1;
+    }
+    nctmc_backend *be = ctx->backend;
+    const dit_dims *z = &s.model->dims;
+    char desc[512];
+    cuda->describe(be, desc, sizeof desc);
+    double peak = a.peak_tflops > 0.0 ? a.peak_tflops : peak_for(desc);
+    printf("bench=gpu_device peak_bf16_tflops=%.1f params=%lld name=\"%.200s\"\n", peak,
+           (long long)s.model->n_params, desc);
+
+    int32_t N = a.batch * z->L;
+    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
+    float *times = malloc(sizeof(float) * (size_t)a.batch);
+    for (int32_t i = 0; i < N; i++) {
+        x_0[i] = (int32_t)((i * 2654435761u) % (uint32_t)z->S);
+        x_t[i] = i % 3 ? x_0[i] : (int32_t)((i * 40503u) % (uint32_t)z->S);
+    }
+    for (int b = 0; b < a.batch; b++)
+        times[b] = (float)(b + 0.5) / (float)a.batch;
+    s.batch = (dit_batch){a.batch, z->L, x_t, times, NULL, x_0, NULL};
+    size_t slab = s.model->slab_floats * sizeof(float);
+    if (dit_workspace_create(s.model, be, a.batch, z->L, true, &s.ws, err, sizeof err) !=
+        NCTMC_OK) {
+        fprintf(stderr, "bench_gpu_train: %s\n", err);
+        return 1;
+    }
+    s.grads = alloc_or_die(be, slab);
+    s.m = alloc_or_die(be, slab);
+    s.v = alloc_or_die(be, slab);
+    s.ema = alloc_or_die(be, slab);
+
+    double matmul_params = (double)z->n_layers * 12.0 * z->d * z->d + (double)z->d * (z->V + 1);
+    double train_flops = 6.0 * matmul_params + 12.0 * z->n_layers * (double)z->L * z->d;
+    printf("bench=model_flops config=%s flops_per_token_train=%.4g flops_per_token_forward=%.4g "
+           "matmul_params=%.4g\n",
+           a.config, train_flops, train_flops / 3.0, matmul_params);
+
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        const char *precision = bf16 ? "bf16" : "tf32";
+        if (strcmp(a.precision, "both") != 0 && strcmp(a.precision, precision) != 0)
+            continue;
+        cuda->set_bf16(be, bf16 != 0);
+        double t_fwd = time_pass(&s, be, false, &a);
+        report("forward", precision, &a, z, t_fwd, train_flops / 3.0, peak);
+        double t_step = time_pass(&s, be, true, &a);
+        report("train_step", precision, &a, z, t_step, train_flops, peak);
+        size_t peak_used = 0, total = 0;
+        cuda->memory(be, &peak_used, &total);
+        printf("bench=memory impl=libnctmc precision=%s config=%s batch=%d peak_device_mib=%.0f "
+               "device_total_mib=%.0f\n",
+               precision, a.config, a.batch, (double)peak_used / 1048576.0,
+               (double)total / 1048576.0);
+        cuda->describe(be, desc, sizeof desc);
+        printf("# %s: %s\n", precision, desc);
+        bench_sampling(s.model, precision, &a);
+    }
+
+    cuda->set_bf16(be, false);
+    bench_kernels(be, z, &a);
+
+    be->ops->free(be, s.grads);
+    be->ops->free(be, s.m);
+    be->ops->free(be, s.v);
+    be->ops->free(be, s.ema);
+    dit_workspace_free(s.ws);
+    nctmc_model_free(s.model);
+    nctmc_context_free(ctx);
+    free(x_t);
+    free(x_0);
+    free(times);
+    return 0;
+}

@@ -1,0 +1,74 @@
+/*
+ * dit_loss.c — the L_cond training objective over a batch: forward, the
+ * fused loss operation, and (optionally) the backward pass.
+ */
+#include "core/context.h"
+#include "dit_internal.h"
+
+static void run_loss_op(const nctmc_model *m, dit_workspace *ws, const dit_batch *b,
+                        bool with_grads)
+{
+    int64_t N = (int64_t)b->batch * b->length;
+    nctmc_lcond_args a = {
+        .n_rows = N,
+        .seq_len = b->length,
+        .row_stride = m->dims.V,
+        .logits = ws->logits,
+        .rate_h = m->fp.process == NCTMC_FP_MASKED ? NULL : ws->rate_h,
+        .x_t = ws->x_t,
+        .x_0 = ws->x_0,
+        .times = ws->times,
+        .fp = m->fp,
+        .grad_scale = (float)(1.0 / (double)N),
+        .loss = ws->loss,
+        .d_logits = with_grads ? ws->logits : NULL,
+        .d_rate_h = with_grads ? ws->grad.d_rate_h : NULL,
+        .seq_weight = b->weights ? ws->seq_weight : NULL,
+    };
+    ws->be->ops->lcond(ws->be, &a);
+}
+
+/* Mean of the per-position losses (each times its sequence's weight, when
+ * the batch has weights), summed in a fixed order on the host. */
+static double mean_loss(dit_workspace *ws, const dit_batch *b)
+{
+    int64_t N = (int64_t)b->batch * b->length;
+    ws->be->ops->download(ws->be, ws->host_loss, ws->loss, (size_t)N * sizeof(float));
+    double sum = 0.0;
+    if (b->weights)
+        for (int64_t r = 0; r < N; r++)
+            sum += (double)b->weights[r / b->length] * (double)ws->host_loss[r];
+    else
+        for (int64_t r = 0; r < N; r++)
+            sum += (double)ws->host_loss[r];
+    return sum / (double)N;
+}
+
+nctmc_status dit_loss(const nctmc_model *m, dit_workspace *ws, const dit_batch *b,
+                      float *grads, bool accumulate, double *out_mean, char *err,
+                      size_t err_size)
+{
+    if (grads && !ws->training)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "gradients need a training workspace");
+    if (!b->x_0)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "the loss needs x_0");
+    nctmc_backend *be = ws->be;
+    int64_t N = (int64_t)b->batch * b->length;
+    dit_forward(m, ws, b);
+    be->ops->upload(be, ws->x_0, b->x_0, (size_t)N * sizeof(int32_t));
+    if (b->weights)
+        be->ops->upload(be, ws->seq_weight, b->weights, (size_t)b->batch * sizeof(float));
+    run_loss_op(m, ws, b, grads != NULL);
+    if (grads) {
+        dit_view g;
+        dit_view_bind(m, grads, ws->grad_blocks, &g);
+        dit_backward(m, ws, b, &g, accumulate);
+    }
+    double mean = mean_loss(ws, b);
+    nctmc_status st = be->ops->synchronize(be);
+    if (st != NCTMC_OK)
+        return nctmc_fail(err, err_size, st, "loss: %s", be->error);
+    *out_mean = mean;
+    return NCTMC_OK;
+}

@@ -1,0 +1,368 @@
+/*
+ * model_quant.c — reduced-precision (bf16, int8) linear weights: the
+ * rounding, the packed storage of a converted model and
+ * nctmc_model_convert(). Only the linear layers that carry nearly all of a
+ * model's multiply-adds are reduced; the rest (embeddings, norms, adaLN,
+ * the time MLP, the exit-rate head, biases) is small and stays float, in
+ * the model's slab as usual.
+ */
+#include "model_quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "text/tokenizer.h"
+
+/* Each tensor's data and scales start on a 64-byte boundary. */
+#define PACK_ALIGN 64
+/* The slab's own per-tensor alignment (model_tensors.c). */
+#define SLAB_ALIGN_FLOATS 16
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+bool quant_is_linear(const char *name)
+{
+    if (strcmp(name, "output_layer.linear.weight") == 0)
+        return true;
+    if (strncmp(name, "blocks.", 7) != 0)
+        return false;
+    return ends_with(name, ".attn_qkv.weight") || ends_with(name, ".attn_out.weight") ||
+           ends_with(name, ".mlp.0.weight") || ends_with(name, ".mlp.2.weight");
+}
+
+bool quant_is_packed(const nctmc_model *m, int32_t k)
+{
+    return m->packed && k >= 0 && k < m->n_tensors && m->packed[k].type != NCTMC_WEIGHT_F32;
+}
+
+static const char *const type_names[] = {"f32", "bf16", "int8"};
+
+const char *quant_type_name(nctmc_weight_type type)
+{
+    return type >= 0 && type <= NCTMC_WEIGHT_INT8 ? type_names[type] : NULL;
+}
+
+nctmc_weight_type quant_type_from_name(const char *name)
+{
+    for (int32_t t = 0; t <= NCTMC_WEIGHT_INT8; t++)
+        if (name && strcmp(name, type_names[t]) == 0)
+            return t;
+    return -1;
+}
+
+uint16_t quant_bf16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float quant_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float quant_int8_row(const float *w, int64_t n, int8_t *q)
+{
+    float amax = 0.0f;
+    for (int64_t e = 0; e < n; e++)
+        amax = fabsf(w[e]) > amax ? fabsf(w[e]) : amax;
+    float scale = amax > 0.0f ? amax / (float)QUANT_INT8_MAX : 1.0f;
+    /* a subnormal amax could give scale 0; the smallest positive float
+     * still maps every weight into range */
+    if (!(scale > 0.0f))
+        scale = 1.4e-45f;
+    for (int64_t e = 0; e < n; e++) {
+        float r = rintf(w[e] / scale);
+        r = r > (float)QUANT_INT8_MAX ? (float)QUANT_INT8_MAX : r;
+        r = r < -(float)QUANT_INT8_MAX ? -(float)QUANT_INT8_MAX : r;
+        q[e] = (int8_t)r;
+    }
+    return scale;
+}
+
+static size_t align_up(size_t n)
+{
+    return (n + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN;
+}
+
+/* Output rows of a [out, in] tensor. */
+static int64_t rows_of(const dit_tensor *t)
+{
+    return t->shape[0];
+}
+
+quant_place quant_place_of(const nctmc_model *m, int32_t k)
+{
+    const nctmc_packed_weight *p = &m->packed[k];
+    const unsigned char *base = m->packed_data;
+    const dit_tensor *t = &m->tensors[k];
+    quant_place q = {0, 0, 0, 0};
+    q.data_offset = (size_t)((const unsigned char *)p->data - base);
+    q.data_bytes = (size_t)t->n_elements * (p->type == NCTMC_WEIGHT_BF16 ? 2u : 1u);
+    if (p->scales) {
+        q.scale_offset = (size_t)((const unsigned char *)p->scales - base);
+        q.scale_bytes = sizeof(float) * (size_t)rows_of(t);
+    }
+    return q;
+}
+
+/* New slab offsets without the reduced tensors, and the packed layout. */
+static void plan_layout(nctmc_model *m, nctmc_weight_type type, size_t *data_at,
+                        size_t *scale_at, size_t *packed_bytes)
+{
+    size_t floats = 0, bytes = 0;
+    for (int32_t k = 0; k < m->n_tensors; k++) {
+        dit_tensor *t = &m->tensors[k];
+        data_at[k] = scale_at[k] = 0;
+        if (!quant_is_linear(t->name)) {
+            t->offset = floats;
+            floats += ((size_t)t->n_elements + SLAB_ALIGN_FLOATS - 1) / SLAB_ALIGN_FLOATS *
+                      SLAB_ALIGN_FLOATS;
+            continue;
+        }
+        t->offset = 0; /* not in the slab: the view's pointer is cleared */
+        data_at[k] = bytes;
+        bytes += align_up((size_t)t->n_elements * (type == NCTMC_WEIGHT_BF16 ? 2u : 1u));
+        if (type == NCTMC_WEIGHT_INT8) {
+            scale_at[k] = bytes;
+            bytes += align_up(sizeof(float) * (size_t)rows_of(t));
+        }
+    }
+    m->slab_floats = floats;
+    *packed_bytes = bytes;
+}
+
+nctmc_status quant_model_setup(nctmc_model *m, nctmc_weight_type type, char *err,
+                               size_t err_size)
+{
+    nctmc_backend *be = m->ctx->backend;
+    if (type != NCTMC_WEIGHT_BF16 && type != NCTMC_WEIGHT_INT8)
+        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                          "weight type %d is not NCTMC_WEIGHT_BF16 or NCTMC_WEIGHT_INT8",
+                          (int)type);
+    if (!be->ops->linear_forward_packed || !be->ops->linear_packed_scratch_bytes)
+        return nctmc_fail(err, err_size, NCTMC_ERR_UNSUPPORTED,
+                          "the %s backend cannot hold %s weights (the cpu backend can)",
+                          be->name, quant_type_name(type));
+    size_t n = (size_t)m->n_tensors;
+    size_t *at = nctmc_mem_calloc(&m->ctx->alloc, 2 * n, sizeof *at);
+    m->packed = nctmc_mem_calloc(&m->ctx->alloc, n, sizeof *m->packed);
+    if (!at || !m->packed) {
+        nctmc_mem_free(&m->ctx->alloc, at);
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    plan_layout(m, type, at, at + n, &m->packed_bytes);
+    m->weight_type = type;
+    m->packed_data = be->ops->alloc(be, m->packed_bytes);
+    if (!m->packed_data) {
+        nctmc_mem_free(&m->ctx->alloc, at);
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                          "cannot allocate %zu bytes of %s weights on the %s backend",
+                          m->packed_bytes, quant_type_name(type), be->name);
+    }
+    unsigned char *base = m->packed_data;
+    for (int32_t k = 0; k < m->n_tensors; k++) {
+        if (!quant_is_linear(m->tensors[k].name))
+            continue;
+        m->packed[k].type = type;
+        m->packed[k].data = base + at[k];
+        m->packed[k].scales = type == NCTMC_WEIGHT_INT8 ? (const float *)(base + at[n + k])
+                                                        : NULL;
+    }
+    nctmc_mem_free(&m->ctx->alloc, at);
+    return NCTMC_OK;
+}
+
+void quant_model_bind(nctmc_model *m)
+{
+    if (m->weight_type == NCTMC_WEIGHT_F32)
+        return;
+    for (int32_t b = 0; b < m->dims.n_layers; b++) {
+        dit_block_view *v = &m->view.blocks[b];
+        char name[NCTMC_TENSOR_NAME_MAX];
+#define BIND(field_w, field_q, suffix)                                       \
+    do {                                                                     \
+        snprintf(name, sizeof name, "blocks.%d." suffix, (int)b);           \
+        v->field_q = &m->packed[dit_find_tensor(m, name)];                   \
+        v->field_w = NULL;                                                   \
+    } while (0)
+        BIND(qkv_w, qkv_q, "attn_qkv.weight");
+        BIND(out_w, out_q, "attn_out.weight");
+        BIND(mlp0_w, mlp0_q, "mlp.0.weight");
+        BIND(mlp2_w, mlp2_q, "mlp.2.weight");
+#undef BIND
+    }
+    m->view.out_q = &m->packed[dit_find_tensor(m, "output_layer.linear.weight")];
+    m->view.out_w = NULL;
+}
+
+void quant_model_free(nctmc_model *m)
+{
+    if (m->packed_data)
+        m->ctx->backend->ops->free(m->ctx->backend, m->packed_data);
+    nctmc_mem_free(&m->ctx->alloc, m->packed);
+    m->packed_data = NULL;
+    m->packed = NULL;
+}
+
+/* Dequantises packed tensor k from host copies of its data and scales. */
+static void dequantise(const nctmc_model *m, int32_t k, const void *data, const float *scale,
+                       float *dst)
+{
+    const dit_tensor *t = &m->tensors[k];
+    if (m->packed[k].type == NCTMC_WEIGHT_BF16) {
+        const uint16_t *src = data;
+        for (int64_t e = 0; e < t->n_elements; e++)
+            dst[e] = quant_bf16_to_f32(src[e]);
+        return;
+    }
+    const int8_t *src = data;
+    int64_t cols = t->shape[1];
+    for (int64_t e = 0; e < t->n_elements; e++)
+        dst[e] = scale[e / cols] * (float)src[e];
+}
+
+nctmc_status quant_read_tensor(const nctmc_model *m, int32_t k, float *dst)
+{
+    quant_place q = quant_place_of(m, k);
+    size_t bytes = q.scale_bytes ? q.scale_offset + q.scale_bytes - q.data_offset
+                                 : q.data_bytes;
+    unsigned char *host = nctmc_mem_alloc_aligned(&m->ctx->alloc, bytes, PACK_ALIGN);
+    if (!host)
+        return model_fail_shared(m, NCTMC_ERR_OUT_OF_MEMORY, "out of memory reading \"%s\"",
+                                 m->tensors[k].name);
+    nctmc_backend *be = m->ctx->backend;
+    be->ops->download(be, host, (const unsigned char *)m->packed_data + q.data_offset, bytes);
+    nctmc_status st = be->ops->synchronize(be);
+    if (st == NCTMC_OK)
+        dequantise(m, k, host,
+                   q.scale_bytes ? (const float *)(host + (q.scale_offset - q.data_offset))
+                                 : NULL,
+                   dst);
+    nctmc_mem_free(&m->ctx->alloc, host);
+    if (st != NCTMC_OK)
+        return model_fail_shared(m, st, "reading \"%s\": %s", m->tensors[k].name, be->error);
+    return NCTMC_OK;
+}
+
+/* ---- conversion ---------------------------------------------------------- */
+
+/* Reduces float tensor k (host src) into the host packed storage. */
+static void reduce_tensor(const nctmc_model *dst, int32_t k, const float *src,
+                          unsigned char *host)
+{
+    const dit_tensor *t = &dst->tensors[k];
+    quant_place q = quant_place_of(dst, k);
+    if (dst->packed[k].type == NCTMC_WEIGHT_BF16) {
+        uint16_t *out = (uint16_t *)(host + q.data_offset);
+        for (int64_t e = 0; e < t->n_elements; e++)
+            out[e] = quant_bf16_round(src[e]);
+        return;
+    }
+    int8_t *out = (int8_t *)(host + q.data_offset);
+    float *scale = (float *)(host + q.scale_offset);
+    int64_t cols = t->shape[1];
+    for (int64_t r = 0; r < rows_of(t); r++)
+        scale[r] = quant_int8_row(src + r * cols, cols, out + r * cols);
+}
+
+/* Host buffers of a conversion. */
+typedef struct convert_buffers {
+    float *src;             /* the float model's slab */
+    float *slab;            /* the reduced model's slab */
+    unsigned char *packed;  /* its packed storage */
+} convert_buffers;
+
+static nctmc_status fill_converted(const nctmc_model *src, nctmc_model *dst,
+                                   convert_buffers *b, char *err, size_t err_size)
+{
+    const nctmc_allocator *alloc = &src->ctx->alloc;
+    b->src = nctmc_mem_calloc(alloc, src->slab_floats, sizeof(float));
+    b->slab = nctmc_mem_calloc(alloc, dst->slab_floats + 1, sizeof(float));
+    b->packed = nctmc_mem_alloc_aligned(alloc, dst->packed_bytes + PACK_ALIGN, PACK_ALIGN);
+    if (!b->src || !b->slab || !b->packed)
+        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                          "out of memory converting the weights");
+    memset(b->packed, 0, dst->packed_bytes);
+    nctmc_backend *be = src->ctx->backend;
+    be->ops->download(be, b->src, src->weights, sizeof(float) * src->slab_floats);
+    nctmc_status st = be->ops->synchronize(be);
+    if (st != NCTMC_OK)
+        return nctmc_fail(err, err_size, st, "reading the weights: %s", be->error);
+    for (int32_t k = 0; k < dst->n_tensors; k++) {
+        const float *w = b->src + src->tensors[k].offset;
+        if (quant_is_packed(dst, k))
+            reduce_tensor(dst, k, w, b->packed);
+        else
+            memcpy(b->slab + dst->tensors[k].offset, w,
+                   sizeof(float) * (size_t)dst->tensors[k].n_elements);
+    }
+    be->ops->upload(be, dst->weights, b->slab, sizeof(float) * dst->slab_floats);
+    be->ops->upload(be, dst->packed_data, b->packed, dst->packed_bytes);
+    st = be->ops->synchronize(be);
+    if (st != NCTMC_OK)
+        return nctmc_fail(err, err_size, st, "uploading the weights: %s", be->error);
+    if (src->tokenizer)
+        st = tokenizer_clone(&dst->ctx->alloc, src->tokenizer, &dst->tokenizer);
+    if (st != NCTMC_OK)
+        return nctmc_fail(err, err_size, st, "out of memory copying the tokenizer");
+    return NCTMC_OK;
+}
+
+NCTMC_API nctmc_status nctmc_model_convert(const nctmc_model *model, nctmc_weight_type to,
+                                           nctmc_model **out)
+{
+    if (out)
+        *out = NULL;
+    if (!model)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    if (!out)
+        return model_fail_shared(model, NCTMC_ERR_INVALID_ARGUMENT,
+                                 "nctmc_model_convert: out is NULL");
+    if (to != NCTMC_WEIGHT_BF16 && to != NCTMC_WEIGHT_INT8)
+        return model_fail_shared(model, NCTMC_ERR_INVALID_ARGUMENT,
+                                 "nctmc_model_convert: weight type %d is not "
+                                 "NCTMC_WEIGHT_BF16 or NCTMC_WEIGHT_INT8",
+                                 (int)to);
+    if (model->weight_type != NCTMC_WEIGHT_F32)
+        return model_fail_shared(model, NCTMC_ERR_INVALID_ARGUMENT,
+                                 "nctmc_model_convert: the model already holds %s weights; "
+                                 "convert its float original",
+                                 quant_type_name(model->weight_type));
+    char err[NCTMC_ERROR_SIZE];
+    nctmc_model *dst = NULL;
+    nctmc_status st = dit_model_create_as(model->ctx, &model->config, to, &dst);
+    if (st != NCTMC_OK)
+        return model_fail_shared(model, st, "nctmc_model_convert: %s",
+                                 model->ctx->last_error);
+    convert_buffers b = {NULL, NULL, NULL};
+    st = fill_converted(model, dst, &b, err, sizeof err);
+    const nctmc_allocator *alloc = &model->ctx->alloc;
+    nctmc_mem_free(alloc, b.src);
+    nctmc_mem_free(alloc, b.slab);
+    nctmc_mem_free(alloc, b.packed);
+    if (st != NCTMC_OK) {
+        nctmc_model_free(dst);
+        return model_fail_shared(model, st, "nctmc_model_convert: %s", err);
+    }
+    *out = dst;
+    return NCTMC_OK;
+}
+
+NCTMC_API nctmc_weight_type nctmc_model_weight_type(const nctmc_model *model)
+{
+    return model ? model->weight_type : -1;
+}

@@ -1,0 +1,59 @@
+/*
+ * trainer.h — the trainer handle's internals, shared by the training step
+ * (trainer.c) and its checkpoints (trainer_checkpoint.c).
+ */
+#ifndef NCTMC_TRAINER_H
+#define NCTMC_TRAINER_H
+
+#include "dit/dit.h"
+#include "model/model.h"
+
+struct nctmc_trainer {
+    nctmc_model *model;         /* updated in place; one reference held */
+    nctmc_backend *be;          /* the model's backend */
+    nctmc_trainer_params params;
+    int32_t seq_len;            /* L of every batch */
+    dit_workspace *ws;          /* training activation arena */
+    /* Backend slabs with the model's parameter layout. */
+    float *grads;
+    float *adam_m;
+    float *adam_v;
+    float *ema;                 /* NULL when params.ema_decay is 0 */
+    /* Host staging for one batch, allocated once. */
+    int32_t *host_x0;           /* [B * L] */
+    int32_t *host_xt;           /* [B * L] */
+    int32_t *host_labels;       /* [B], or NULL for an unconditional model */
+    float *host_times;          /* [B] */
+    float *host_weights;        /* [B] importance weights of the times */
+    float *host_rate_h;         /* [B * L] for the mean log rate */
+    nctmc_trainer_state state;
+    char last_error[512];
+};
+
+/* Reads a caller's trainer parameters of any struct_size into *p (this
+ * build's struct, defaults where the caller's struct ends); writes why on
+ * failure. */
+nctmc_status trainer_params_read(const nctmc_trainer_params *given, nctmc_trainer_params *p,
+                                 char *err, size_t err_size);
+
+/* The most a run's counters (step, optimizer_steps, data_position,
+ * n_skipped) may reach: 2^62, beyond any real run, with room left for a
+ * step's increments. A trainer refuses a step that would pass it and the
+ * checkpoint loader refuses larger values, so every checkpoint a trainer
+ * saves loads again, and no counter can overflow. */
+#define TRAINER_COUNTER_MAX ((int64_t)1 << 62)
+
+/* The most tokens one step may hold (batch_size x seq_len): the training
+ * workspace grows with it, and a checkpoint's metadata names it, so it is
+ * bounded like every size a file can ask for (docs/api.md). */
+#define TRAINER_MAX_BATCH_TOKENS ((int64_t)1 << 22)
+
+/* Checks trainer parameters for a model of sequence length model_seq_len;
+ * writes why on failure. */
+nctmc_status trainer_params_validate(const nctmc_trainer_params *p, int32_t model_seq_len,
+                                     char *err, size_t err_size);
+
+/* Bytes of one parameter slab. */
+size_t trainer_slab_bytes(const nctmc_trainer *t);
+
+#endif /* NCTMC_TRAINER_H */
