@@ -31,7 +31,7 @@ if want and os.environ.get("NCTMC_PYTHON_REEXEC") != "1" and \
 os.environ["NCTMC_PYTHON_REEXEC"] = "1"
 os.environ["RAYON_NUM_THREADS"] = "1"  # before tokenizers starts its pool
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import check_bpe_tokenizers as cbt  # noqa: E402
 
 

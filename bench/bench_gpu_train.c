@@ -158,7 +158,7 @@ static double time_pass(train_state *s, nctmc_backend *be, bool train, const ben
 }
 
 static void report(const char *what, const char *precision, const bench_args *a,
-                   const dit_dims *z, double t, double flops_per_token, double peak)
+                   const model_dims *z, double t, double flops_per_token, double peak)
 {
     double tokens = (double)a->batch * z->L;
     double tflops = flops_per_token * tokens / t * 1e-12;
@@ -289,7 +289,7 @@ static float *random_logits(nctmc_backend *be, int64_t N, int32_t V)
     return d;
 }
 
-static void bench_kernels(nctmc_backend *be, const dit_dims *z, const bench_args *a)
+static void bench_kernels(nctmc_backend *be, const model_dims *z, const bench_args *a)
 {
     if (a->kernel_batch == 0)
         return;
@@ -385,7 +385,7 @@ int main(int argc, char **argv)
     bool no_device = false;
     /* the CUDA backend module, found as the core finds it */
     const nctmc_backend_module *cuda = NULL;
-    if (nctmc_cuda_module_load(&cuda, err, sizeof err) != NCTMC_OK) {
+    if (cuda_module_load(&cuda, err, sizeof err) != NCTMC_OK) {
         fprintf(stderr, "bench_gpu_train: %s\n", err);
         return 1;
     }
@@ -410,7 +410,7 @@ int main(int argc, char **argv)
         return 1;
     }
     nctmc_backend *be = ctx->backend;
-    const dit_dims *z = &s.model->dims;
+    const model_dims *z = &s.model->dims;
     char desc[512];
     cuda->describe(be, desc, sizeof desc);
     double peak = a.peak_tflops > 0.0 ? a.peak_tflops : peak_for(desc);
@@ -428,7 +428,7 @@ int main(int argc, char **argv)
         times[b] = (float)(b + 0.5) / (float)a.batch;
     s.batch = (dit_batch){a.batch, z->L, x_t, times, NULL, x_0, NULL};
     size_t slab = s.model->slab_floats * sizeof(float);
-    if (dit_workspace_create(s.model, be, a.batch, z->L, true, &s.ws, err, sizeof err) !=
+    if (dit_workspace_create(s.model, be, a.batch, z->L, DIT_WS_TRAINING, &s.ws, err, sizeof err) !=
         NCTMC_OK) {
         fprintf(stderr, "bench_gpu_train: %s\n", err);
         return 1;

@@ -123,7 +123,7 @@ static void time_layer(nctmc_backend *be, const bench_args *a, int batch, int64_
                        const char *name, const nctmc_model *bf16, const nctmc_model *int8,
                        int32_t tensor, float *x, float *y, void *scratch)
 {
-    const dit_tensor *t = &bf16->tensors[tensor];
+    const model_tensor *t = &bf16->tensors[tensor];
     int32_t out = (int32_t)t->shape[0], in = (int32_t)t->shape[1];
     size_t nw = (size_t)out * (size_t)in;
     float *w = malloc(sizeof(float) * nw);
@@ -181,7 +181,7 @@ static void time_layers(nctmc_backend *be, const bench_args *a, int batch,
         x[e] = (float)((e * 40503u) % 1000) / 500.0f - 1.0f;
     for (size_t k = 0; k < sizeof layers / sizeof layers[0]; k++)
         time_layer(be, a, batch, rows, layers[k][0], bf16, int8,
-                   dit_find_tensor(bf16, layers[k][1]), x, y, scratch);
+                   model_find_tensor(bf16, layers[k][1]), x, y, scratch);
     free(x);
     free(y);
     free(scratch);

@@ -56,7 +56,7 @@ static void add_linear(gemm_list *g, int rows, int in, int out, bool backward, b
 }
 
 /* Every matrix product of one pass of the model, as the CPU backend does them. */
-static gemm_list step_gemms(const dit_dims *z, int B, int L, bool backward)
+static gemm_list step_gemms(const model_dims *z, int B, int L, bool backward)
 {
     gemm_list g = {.n = 0};
     int N = B * L, d = z->d, c = z->c, pairs = B * z->H;
@@ -181,7 +181,7 @@ static double time_pass(bench_run *r, bool train, int reps)
     return t;
 }
 
-static void report(const char *what, const bench_args *a, const dit_dims *z, double t,
+static void report(const char *what, const bench_args *a, const model_dims *z, double t,
                    double flops, double t_sgemm)
 {
     double tokens = (double)a->batch * z->L;
@@ -206,7 +206,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: cannot create the model: %s\n", nctmc_context_last_error(ctx));
         return 1;
     }
-    const dit_dims *z = &r.model->dims;
+    const model_dims *z = &r.model->dims;
     int32_t N = a.batch * z->L;
     int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
     float *times = malloc(sizeof(float) * (size_t)a.batch);
@@ -219,7 +219,7 @@ int main(int argc, char **argv)
     r.batch = (dit_batch){a.batch, z->L, x_t, times, NULL, x_0, NULL};
     nctmc_backend *be = ctx->backend;
     char err[256];
-    if (dit_workspace_create(r.model, be, a.batch, z->L, true, &r.ws, err, sizeof err) !=
+    if (dit_workspace_create(r.model, be, a.batch, z->L, DIT_WS_TRAINING, &r.ws, err, sizeof err) !=
             NCTMC_OK ||
         !(r.grads = be->ops->alloc(be, r.model->slab_floats * sizeof(float)))) {
         fprintf(stderr, "bench: %s\n", err);

@@ -66,7 +66,7 @@ int main(void)
     float *grads = be->ops->alloc(be, bytes);
     double loss = 0.0;
     dit_batch batch = {B, L, x_t, times, labels, x_0, NULL};
-    if (dit_workspace_create(m, be, B, L, true, &ws, err, sizeof err) != NCTMC_OK ||
+    if (dit_workspace_create(m, be, B, L, DIT_WS_TRAINING, &ws, err, sizeof err) != NCTMC_OK ||
         dit_loss(m, ws, &batch, grads, false, &loss, err, sizeof err) != NCTMC_OK) {
         fprintf(stderr, "clone_digest: %s\n", err);
         return 1;

@@ -99,7 +99,7 @@ static void test_not_installed(void)
     use_module(path);
     const nctmc_backend_module *m = (const nctmc_backend_module *)&m;
     char err[NCTMC_ERROR_SIZE];
-    CHECK(nctmc_cuda_module_load(&m, err, sizeof err) == NCTMC_ERR_UNSUPPORTED && m == NULL,
+    CHECK(cuda_module_load(&m, err, sizeof err) == NCTMC_ERR_UNSUPPORTED && m == NULL,
           "a missing module is NCTMC_ERR_UNSUPPORTED with *out NULL");
     CHECK(strstr(err, "is not installed") && strstr(err, path), "message: %s", err);
     for (int k = 0; k < 2; k++) {
@@ -120,7 +120,7 @@ static void test_refused(const char *path, const char *why, const char *label)
     use_module(path);
     const nctmc_backend_module *m = NULL;
     char err[NCTMC_ERROR_SIZE];
-    CHECK(nctmc_cuda_module_load(&m, err, sizeof err) == NCTMC_ERR_UNSUPPORTED && m == NULL,
+    CHECK(cuda_module_load(&m, err, sizeof err) == NCTMC_ERR_UNSUPPORTED && m == NULL,
           "%s: refused", label);
     CHECK(strstr(err, why) && strstr(err, path), "%s: message: %s", label, err);
     log_record log;
@@ -136,7 +136,7 @@ static void test_no_device(const char *path)
     use_module(path);
     const nctmc_backend_module *m = NULL;
     char err[NCTMC_ERROR_SIZE] = "";
-    CHECK(nctmc_cuda_module_load(&m, err, sizeof err) == NCTMC_OK && m, "well-formed: %s",
+    CHECK(cuda_module_load(&m, err, sizeof err) == NCTMC_OK && m, "well-formed: %s",
           err);
     if (m) {
         CHECK(strcmp(m->name, "fake") == 0 && m->abi_version == NCTMC_BACKEND_ABI_VERSION,
@@ -233,7 +233,7 @@ static int child_expect_missing(void)
     *strrchr(self, '/') = '\0';
     const nctmc_backend_module *m = NULL;
     char err[NCTMC_ERROR_SIZE] = "";
-    if (nctmc_cuda_module_load(&m, err, sizeof err) == NCTMC_ERR_UNSUPPORTED &&
+    if (cuda_module_load(&m, err, sizeof err) == NCTMC_ERR_UNSUPPORTED &&
         strstr(err, "is not installed") && strstr(err, self) &&
         strstr(err, "loader's search path"))
         return 0;
@@ -246,7 +246,7 @@ static int child_expect_fake(void)
 {
     const nctmc_backend_module *m = NULL;
     char err[NCTMC_ERROR_SIZE] = "";
-    if (nctmc_cuda_module_load(&m, err, sizeof err) != NCTMC_OK || strcmp(m->name, "fake")) {
+    if (cuda_module_load(&m, err, sizeof err) != NCTMC_OK || strcmp(m->name, "fake")) {
         fprintf(stderr, "child: %s\n", err);
         return 1;
     }
@@ -260,7 +260,7 @@ static void test_real_module(const char *path)
     use_module(path);
     const nctmc_backend_module *m = NULL;
     char err[NCTMC_ERROR_SIZE] = "";
-    CHECK(nctmc_cuda_module_load(&m, err, sizeof err) == NCTMC_OK && m, "real module: %s",
+    CHECK(cuda_module_load(&m, err, sizeof err) == NCTMC_OK && m, "real module: %s",
           err);
     if (m)
         CHECK(strcmp(m->name, "cuda") == 0 && m->version_number == NCTMC_VERSION_NUMBER,

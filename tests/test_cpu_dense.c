@@ -258,7 +258,7 @@ static void test_gemm_thread_invariance(test_rng *rng)
     nctmc_backend *be[N_POOLS];
     char err[256];
     for (int t = 0; t < N_POOLS; t++)
-        be[t] = nctmc_cpu_backend_create(threads[t], err, sizeof err);
+        be[t] = cpu_backend_create(threads[t], err, sizeof err);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const gemm_case *gc = &cases[i];
         int64_t lda = gc->ta ? gc->m : gc->k, ldb = gc->tb ? gc->k : gc->n;
@@ -936,8 +936,8 @@ static void test_rotary_table_bits(rotary_shape s, test_rng *rng)
     size_t n = rotary_size(s);
     float *x = random_floats(rng, n, -1.0f, 1.0f);
     char err[256];
-    nctmc_backend *fresh = nctmc_cpu_backend_create(2, err, sizeof err);
-    nctmc_backend *taken = nctmc_cpu_backend_create(2, err, sizeof err);
+    nctmc_backend *fresh = cpu_backend_create(2, err, sizeof err);
+    nctmc_backend *taken = cpu_backend_create(2, err, sizeof err);
     float *scratch = random_floats(rng, rotary_size(other), -1.0f, 1.0f);
     taken->ops->rotary_forward(taken, other.rows, other.seq_len, other.heads, other.head_dim,
                                other.base, scratch);
@@ -1231,7 +1231,7 @@ int main(void)
     backends bs;
     char err[256];
     for (int t = 0; t < N_BACKENDS; t++) {
-        bs.be[t] = nctmc_cpu_backend_create(t + 1, err, sizeof err);
+        bs.be[t] = cpu_backend_create(t + 1, err, sizeof err);
         if (!bs.be[t]) {
             fprintf(stderr, "cpu backend with %d threads: %s\n", t + 1, err);
             return 1;

@@ -1392,7 +1392,7 @@ int main(void)
     backends bs;
     char err[256];
     for (int t = 0; t < N_BACKENDS; t++) {
-        bs.be[t] = nctmc_cpu_backend_create(t + 1, err, sizeof err);
+        bs.be[t] = cpu_backend_create(t + 1, err, sizeof err);
         if (!bs.be[t]) {
             fprintf(stderr, "cannot create a %d-thread CPU backend: %s\n", t + 1, err);
             return 1;

@@ -1080,7 +1080,7 @@ static bool model_run_start(model_run *r, const char *backend, const nctmc_model
         be->ops->upload(be, r->model->weights, host_weights,
                         r->model->slab_floats * sizeof(float));
     char err[256];
-    if (dit_workspace_create(r->model, be, B, cfg->seq_len, true, &r->ws, err, sizeof err) !=
+    if (dit_workspace_create(r->model, be, B, cfg->seq_len, DIT_WS_TRAINING, &r->ws, err, sizeof err) !=
         NCTMC_OK) {
         CHECK(false, "%s: workspace: %s", backend, err);
         return false;
@@ -1107,7 +1107,7 @@ static model_result model_evaluate(model_run *r, const dit_batch *b)
 {
     model_result o;
     nctmc_backend *be = r->ctx->backend;
-    const dit_dims *z = &r->model->dims;
+    const model_dims *z = &r->model->dims;
     size_t N = (size_t)b->batch * b->length;
     char err[256];
     o.mean_loss = NAN;
@@ -1161,7 +1161,7 @@ static void compare_grads(const char *label, const nctmc_model *m, const float *
     double worst = 0.0;
     const char *worst_name = "";
     for (int32_t k = 0; k < m->n_tensors; k++) {
-        const dit_tensor *t = &m->tensors[k];
+        const model_tensor *t = &m->tensors[k];
         double e = scaled_err(got + t->offset, want + t->offset, (size_t)t->n_elements);
         /* the masked process's exit-rate head gets no gradient: both 0 */
         CHECK(e <= tol, "%s: gradient of %s: scaled error %.3g above %.1g", label, t->name, e,
@@ -1370,7 +1370,7 @@ int main(void)
 {
     char err[NCTMC_ERROR_SIZE];
     bool no_device = false;
-    if (nctmc_cuda_module_load(&CUDA, err, sizeof err) != NCTMC_OK) {
+    if (cuda_module_load(&CUDA, err, sizeof err) != NCTMC_OK) {
         fprintf(stderr, "cuda_conformance: %s\n", err);
         return 1;
     }
@@ -1383,7 +1383,7 @@ int main(void)
         fprintf(stderr, "cuda_conformance: the CUDA backend failed to start: %s\n", err);
         return 1;
     }
-    CPU = nctmc_cpu_backend_create(0, err, sizeof err);
+    CPU = cpu_backend_create(0, err, sizeof err);
     if (!CPU) {
         fprintf(stderr, "cuda_conformance: CPU backend: %s\n", err);
         return 1;

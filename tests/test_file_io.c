@@ -247,10 +247,10 @@ static void test_killed_writer(void)
     test_path(target, sizeof target, sub, "ckpt");
     pid_t pid = fork();
     if (pid == 0) {
-        atomic_file af;
+        file_atomic af;
         char err[256];
-        if (atomic_file_begin(&af, NULL, target, err, sizeof err) == NCTMC_OK)
-            atomic_file_write(&af, "partial", 7, err, sizeof err);
+        if (file_atomic_begin(&af, NULL, target, err, sizeof err) == NCTMC_OK)
+            file_atomic_write(&af, "partial", 7, err, sizeof err);
         pause(); /* holds the file (and its lock) until killed */
         _exit(0);
     }

@@ -1789,8 +1789,8 @@ int main(void)
     test_gradient_formulas();
 
     char err[256] = "";
-    nctmc_backend *be = nctmc_cpu_backend_create(2, err, sizeof err);
-    nctmc_backend *be1 = nctmc_cpu_backend_create(1, err, sizeof err);
+    nctmc_backend *be = cpu_backend_create(2, err, sizeof err);
+    nctmc_backend *be1 = cpu_backend_create(1, err, sizeof err);
     CHECK(be && be1, "CPU backend: %s", err);
     if (be && be1) {
         test_lcond_backend(be);

@@ -101,7 +101,7 @@ static void fixture_init_layers(grad_fixture *f, nctmc_process process, int32_t 
                                                                         : test_randint(&rng, S);
     }
     char err[256];
-    CHECK(dit_workspace_create(m, be, f->B, f->L, true, &f->ws, err, sizeof err) == NCTMC_OK,
+    CHECK(dit_workspace_create(m, be, f->B, f->L, DIT_WS_TRAINING, &f->ws, err, sizeof err) == NCTMC_OK,
           "workspace: %s", err);
     f->grads = be->ops->alloc(be, slab_bytes(m));
     f->host_grads = calloc(m->slab_floats, sizeof(float));
@@ -180,11 +180,11 @@ static void check_elements(grad_fixture *f, const char *what)
     int checked = 0, failed = 0;
     double worst = 0.0;
     for (int32_t k = 0; k < m->n_tensors; k++) {
-        const dit_tensor *t = &m->tensors[k];
+        const model_tensor *t = &m->tensors[k];
         /* the masked process's exit rate is exact, the denoiser link's
          * comes from the logits: the exit-rate head has no effect */
         bool masked_rate = (m->fp.process == NCTMC_FP_MASKED ||
-                            dit_config_denoiser(&m->config)) &&
+                            model_config_denoiser(&m->config)) &&
                            strstr(t->name, "rate_head");
         for (int s = 0; s < 3; s++) {
             size_t at = t->offset + (size_t)test_randint(&rng, (int32_t)t->n_elements);
@@ -221,7 +221,7 @@ static void check_directions(grad_fixture *f, const char *what)
     for (int rep = 0; rep < 3; rep++) {
         double gv = 0.0;
         for (int32_t k = 0; k < m->n_tensors; k++) {
-            const dit_tensor *t = &m->tensors[k];
+            const model_tensor *t = &m->tensors[k];
             for (int64_t e = 0; e < t->n_elements; e++) {
                 size_t at = t->offset + (size_t)e;
                 dir[at] = test_uniform(&rng, -1.0f, 1.0f);

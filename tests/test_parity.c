@@ -556,7 +556,7 @@ static void compare_grads(const fixture *fx, const nctmc_model *model, nctmc_bac
         return;
     be->ops->download(be, host, grads, model->slab_floats * sizeof(float));
     for (int32_t k = 0; k < model->n_tensors; k++) {
-        const dit_tensor *t = &model->tensors[k];
+        const model_tensor *t = &model->tensors[k];
         char name[NCTMC_TENSOR_NAME_MAX + 16], what[NCTMC_TENSOR_NAME_MAX + 64];
         snprintf(name, sizeof name, "grad.%s", t->name);
         snprintf(what, sizeof what, "%.20s%s", tag, name);
@@ -580,7 +580,7 @@ static void check_internal(const fixture *fx, nctmc_model *model, const parity_i
     int64_t shape1[1] = {1};
     char err[512] = "";
     dit_workspace *ws = NULL;
-    nctmc_status st = dit_workspace_create(model, be, in->B, in->Lb, true, &ws, err,
+    nctmc_status st = dit_workspace_create(model, be, in->B, in->Lb, DIT_WS_TRAINING, &ws, err,
                                            sizeof err);
     CHECK(st == NCTMC_OK, "dit_workspace_create: %s", err);
     if (st != NCTMC_OK)

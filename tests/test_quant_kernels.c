@@ -248,8 +248,8 @@ static void test_rounding(void)
 int main(void)
 {
     char err[256];
-    nctmc_backend *one = nctmc_cpu_backend_create(1, err, sizeof err);
-    nctmc_backend *three = nctmc_cpu_backend_create(3, err, sizeof err);
+    nctmc_backend *one = cpu_backend_create(1, err, sizeof err);
+    nctmc_backend *three = cpu_backend_create(3, err, sizeof err);
     if (!one || !three) {
         fprintf(stderr, "cannot create backends: %s\n", err);
         return 2;

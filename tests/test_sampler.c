@@ -945,7 +945,7 @@ static nctmc_model *make_model(nctmc_context *ctx, nctmc_process process, int32_
     nctmc_model_config c = tiny_config(process, n_classes);
     nctmc_model *m = NULL;
     nctmc_status st = nctmc_model_create(ctx, &c, &m);
-    CHECK(st == NCTMC_OK && m, "model_create: %s", nctmc_context_last_error(ctx));
+    CHECK(st == NCTMC_OK && m, "model_build: %s", nctmc_context_last_error(ctx));
     if (m)
         randomize_weights(m, 100 + (uint64_t)process, zero_output_weights);
     return m;
@@ -1439,8 +1439,8 @@ int main(void)
     test_counter_fields();
 
     char err[256] = "";
-    nctmc_backend *be1 = nctmc_cpu_backend_create(1, err, sizeof err);
-    nctmc_backend *be3 = nctmc_cpu_backend_create(3, err, sizeof err);
+    nctmc_backend *be1 = cpu_backend_create(1, err, sizeof err);
+    nctmc_backend *be3 = cpu_backend_create(3, err, sizeof err);
     CHECK(be1 && be3, "CPU backend: %s", err);
     if (be1 && be3) {
         test_op_rows_and_threads(be1, be3);

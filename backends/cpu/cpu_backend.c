@@ -21,7 +21,7 @@ static void *cpu_alloc(nctmc_backend *be, size_t bytes)
         return NULL;
     if (rounded == 0)
         rounded = CPU_ALIGNMENT;
-    void *p = nctmc_mem_alloc_aligned(be->alloc, rounded, CPU_ALIGNMENT);
+    void *p = mem_alloc_aligned(be->alloc, rounded, CPU_ALIGNMENT);
     if (p)
         memset(p, 0, rounded);
     return p;
@@ -29,7 +29,7 @@ static void *cpu_alloc(nctmc_backend *be, size_t bytes)
 
 static void cpu_free(nctmc_backend *be, void *ptr)
 {
-    nctmc_mem_free(be->alloc, ptr);
+    mem_free(be->alloc, ptr);
 }
 
 static void cpu_copy(nctmc_backend *be, void *dst, const void *src, size_t bytes)
@@ -58,7 +58,7 @@ static void cpu_destroy(nctmc_backend *be)
         return;
     cpu_pool_free(cpu_of(be)->pool);
     cpu_rope_table_free(cpu_of(be));
-    nctmc_mem_free(be->alloc, be);
+    mem_free(be->alloc, be);
 }
 
 void cpu_parallel_chunks(cpu_backend *cb, int64_t n, int64_t chunk, cpu_pool_fn fn, void *arg)
@@ -108,12 +108,12 @@ static const nctmc_backend_ops cpu_ops = {
     .linear_forward_packed = cpu_linear_forward_packed,
 };
 
-nctmc_backend *nctmc_cpu_backend_create(int n_threads, char *err, size_t err_size)
+nctmc_backend *cpu_backend_create(int n_threads, char *err, size_t err_size)
 {
-    return nctmc_cpu_backend_create_with(n_threads, NULL, err, err_size);
+    return cpu_backend_create_with(n_threads, NULL, err, err_size);
 }
 
-nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const nctmc_allocator *alloc,
+nctmc_backend *cpu_backend_create_with(int n_threads, const nctmc_allocator *alloc,
                                              char *err, size_t err_size)
 {
     if (n_threads < 0) {
@@ -122,7 +122,7 @@ nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const nctmc_allocato
     }
     if (n_threads == 0)
         n_threads = cpu_online_cores();
-    cpu_backend *cb = nctmc_mem_calloc(alloc, 1, sizeof *cb);
+    cpu_backend *cb = mem_calloc(alloc, 1, sizeof *cb);
     if (!cb) {
         snprintf(err, err_size, "out of memory creating the CPU backend");
         return NULL;
@@ -130,7 +130,7 @@ nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const nctmc_allocato
     atomic_init(&cb->rope, NULL);
     cb->pool = cpu_pool_create(n_threads, alloc);
     if (!cb->pool) {
-        nctmc_mem_free(alloc, cb);
+        mem_free(alloc, cb);
         snprintf(err, err_size, "could not start %d CPU threads", n_threads);
         return NULL;
     }
@@ -142,7 +142,7 @@ nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const nctmc_allocato
      * the buffers now, where a shortage is an error (cpu_blas_reserve.c) */
     if (!cpu_blas_reserve(cb->pool, alloc, err, err_size)) {
         cpu_pool_free(cb->pool);
-        nctmc_mem_free(alloc, cb);
+        mem_free(alloc, cb);
         return NULL;
     }
     cb->base.ops = &cpu_ops;

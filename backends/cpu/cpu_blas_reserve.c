@@ -116,11 +116,11 @@ bool cpu_blas_reserve(cpu_pool *pool, const nctmc_allocator *alloc, char *err, s
         return false;
     }
     size_t block = (size_t)RESERVE_DIM * RESERVE_DIM;
-    float *a = nctmc_mem_calloc(alloc, block * (size_t)(n + 2), sizeof *a);
-    int64_t *times = nctmc_mem_calloc(alloc, 2 * (size_t)n, sizeof *times);
+    float *a = mem_calloc(alloc, block * (size_t)(n + 2), sizeof *a);
+    int64_t *times = mem_calloc(alloc, 2 * (size_t)n, sizeof *times);
     if (!a || !times) {
-        nctmc_mem_free(alloc, a);
-        nctmc_mem_free(alloc, times);
+        mem_free(alloc, a);
+        mem_free(alloc, times);
         snprintf(err, err_size, "out of memory reserving OpenBLAS buffers");
         return false;
     }
@@ -132,7 +132,7 @@ bool cpu_blas_reserve(cpu_pool *pool, const nctmc_allocator *alloc, char *err, s
         if (n == 1 || all_overlapped(&job))
             break;
     }
-    nctmc_mem_free(alloc, a);
-    nctmc_mem_free(alloc, times);
+    mem_free(alloc, a);
+    mem_free(alloc, times);
     return true;
 }

@@ -49,15 +49,15 @@ static cpu_rope_table *rope_table_build(nctmc_backend *be, int32_t seq_len, int3
 {
     int32_t half = head_dim / 2;
     size_t n = (size_t)seq_len * (size_t)half;
-    cpu_rope_table *t = nctmc_mem_calloc(be->alloc, 1, sizeof *t);
+    cpu_rope_table *t = mem_calloc(be->alloc, 1, sizeof *t);
     if (!t)
         return NULL;
-    t->cos = nctmc_mem_calloc(be->alloc, n ? n : 1, sizeof(float));
-    t->sin = nctmc_mem_calloc(be->alloc, n ? n : 1, sizeof(float));
+    t->cos = mem_calloc(be->alloc, n ? n : 1, sizeof(float));
+    t->sin = mem_calloc(be->alloc, n ? n : 1, sizeof(float));
     if (!t->cos || !t->sin) {
-        nctmc_mem_free(be->alloc, t->cos);
-        nctmc_mem_free(be->alloc, t->sin);
-        nctmc_mem_free(be->alloc, t);
+        mem_free(be->alloc, t->cos);
+        mem_free(be->alloc, t->sin);
+        mem_free(be->alloc, t);
         return NULL;
     }
     t->seq_len = seq_len;
@@ -78,9 +78,9 @@ static void rope_table_release(nctmc_backend *be, cpu_rope_table *t)
 {
     if (!t)
         return;
-    nctmc_mem_free(be->alloc, t->cos);
-    nctmc_mem_free(be->alloc, t->sin);
-    nctmc_mem_free(be->alloc, t);
+    mem_free(be->alloc, t->cos);
+    mem_free(be->alloc, t->sin);
+    mem_free(be->alloc, t);
 }
 
 void cpu_rope_table_free(cpu_backend *cb)

@@ -257,7 +257,7 @@ cpu_pool *cpu_pool_create(int n_threads, const nctmc_allocator *alloc)
 {
     if (n_threads < 1)
         return NULL;
-    cpu_pool *pool = nctmc_mem_calloc(alloc, 1, sizeof *pool);
+    cpu_pool *pool = mem_calloc(alloc, 1, sizeof *pool);
     if (!pool)
         return NULL;
     pool->alloc = alloc;
@@ -276,8 +276,8 @@ cpu_pool *cpu_pool_create(int n_threads, const nctmc_allocator *alloc)
     atomic_init(&pool->finished, 0);
     atomic_init(&pool->stopping, false);
     if (n_threads > 1) {
-        pool->threads = nctmc_mem_calloc(alloc, (size_t)n_threads - 1, sizeof *pool->threads);
-        pool->starts = nctmc_mem_calloc(alloc, (size_t)n_threads - 1, sizeof *pool->starts);
+        pool->threads = mem_calloc(alloc, (size_t)n_threads - 1, sizeof *pool->threads);
+        pool->starts = mem_calloc(alloc, (size_t)n_threads - 1, sizeof *pool->starts);
         if (!pool->threads || !pool->starts) {
             cpu_pool_free(pool);
             return NULL;
@@ -306,13 +306,13 @@ void cpu_pool_free(cpu_pool *pool)
     pthread_mutex_unlock(&pool->lock);
     for (int i = 1; i < pool->n_threads; i++)
         pthread_join(pool->threads[i - 1], NULL);
-    nctmc_mem_free(pool->alloc, pool->threads);
-    nctmc_mem_free(pool->alloc, pool->starts);
+    mem_free(pool->alloc, pool->threads);
+    mem_free(pool->alloc, pool->starts);
     pthread_cond_destroy(&pool->done);
     pthread_cond_destroy(&pool->wake);
     pthread_mutex_destroy(&pool->lock);
     pthread_mutex_destroy(&pool->run_lock);
-    nctmc_mem_free(pool->alloc, pool);
+    mem_free(pool->alloc, pool);
 }
 
 int cpu_pool_size(const cpu_pool *pool)

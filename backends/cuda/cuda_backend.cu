@@ -161,7 +161,7 @@ static bool start_libraries(cuda_backend *cb, char *err, size_t err_size)
     return true;
 }
 
-extern "C" nctmc_backend *nctmc_cuda_backend_create(int device, bool bf16, char *err,
+extern "C" nctmc_backend *cuda_backend_create(int device, bool bf16, char *err,
                                                     size_t err_size, bool *no_device)
 {
     *no_device = false;
@@ -223,19 +223,19 @@ extern "C" nctmc_backend *nctmc_cuda_backend_create(int device, bool bf16, char 
     return &cb->base;
 }
 
-extern "C" void nctmc_cuda_backend_set_attention(nctmc_backend *be, nctmc_cuda_attention mode)
+extern "C" void cuda_backend_set_attention(nctmc_backend *be, nctmc_cuda_attention mode)
 {
     cuda_of(be)->attention_mode = mode;
 }
 
-extern "C" void nctmc_cuda_backend_set_bf16(nctmc_backend *be, bool bf16)
+extern "C" void cuda_backend_set_bf16(nctmc_backend *be, bool bf16)
 {
     cuda_backend *cb = cuda_of(be);
     cb->bf16 = bf16;
     cb->base.name = bf16 ? "cuda-bf16" : "cuda";
 }
 
-extern "C" void nctmc_cuda_backend_memory(nctmc_backend *be, size_t *peak_used, size_t *total)
+extern "C" void cuda_backend_memory(nctmc_backend *be, size_t *peak_used, size_t *total)
 {
     cuda_backend *cb = cuda_of(be);
     cuda_note_memory(cb);
@@ -243,7 +243,7 @@ extern "C" void nctmc_cuda_backend_memory(nctmc_backend *be, size_t *peak_used, 
     *total = cb->total;
 }
 
-extern "C" void nctmc_cuda_backend_describe(nctmc_backend *be, char *buf, size_t size)
+extern "C" void cuda_backend_describe(nctmc_backend *be, char *buf, size_t size)
 {
     cuda_backend *cb = cuda_of(be);
     snprintf(buf, size, "%s (sm_%d%d, %d SMs), %s products; attention forward: %s; "

@@ -42,24 +42,24 @@ typedef enum nctmc_cuda_attention {
  * GPU too old for the compiled code), as opposed to a failure of one that
  * does.
  */
-nctmc_backend *nctmc_cuda_backend_create(int device, bool bf16, char *err, size_t err_size,
+nctmc_backend *cuda_backend_create(int device, bool bf16, char *err, size_t err_size,
                                          bool *no_device);
 
 /* Switches the attention implementation (tests). */
-void nctmc_cuda_backend_set_attention(nctmc_backend *be, nctmc_cuda_attention mode);
+void cuda_backend_set_attention(nctmc_backend *be, nctmc_cuda_attention mode);
 
 /* Switches between TF32 (false) and bf16 (true) products (tests). */
-void nctmc_cuda_backend_set_bf16(nctmc_backend *be, bool bf16);
+void cuda_backend_set_bf16(nctmc_backend *be, bool bf16);
 
 /* One line about the device and about which attention implementation the
  * last forward and backward calls used, with cuDNN's reason where it
  * declined. */
-void nctmc_cuda_backend_describe(nctmc_backend *be, char *buf, size_t size);
+void cuda_backend_describe(nctmc_backend *be, char *buf, size_t size);
 
 /* The device memory in use at most (the whole device, every process and
  * the CUDA context included), seen after any of this backend's
  * allocations and now, and the device's total, in bytes (benchmarks). */
-void nctmc_cuda_backend_memory(nctmc_backend *be, size_t *peak_used, size_t *total);
+void cuda_backend_memory(nctmc_backend *be, size_t *peak_used, size_t *total);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,7 @@
 
 static void set_attention(nctmc_backend *be, int mode)
 {
-    nctmc_cuda_backend_set_attention(be, mode == NCTMC_CUDA_ATTENTION_FALLBACK
+    cuda_backend_set_attention(be, mode == NCTMC_CUDA_ATTENTION_FALLBACK
                                              ? NCTMC_CUDA_ATTENTION_FALLBACK
                                              : NCTMC_CUDA_ATTENTION_AUTO);
 }
@@ -19,11 +19,11 @@ static const nctmc_backend_module cuda_module = {
     .sample_args_size = sizeof(nctmc_sample_step_args),
     .version_number = NCTMC_VERSION_NUMBER,
     .name = "cuda",
-    .create = nctmc_cuda_backend_create,
+    .create = cuda_backend_create,
     .set_attention = set_attention,
-    .set_bf16 = nctmc_cuda_backend_set_bf16,
-    .describe = nctmc_cuda_backend_describe,
-    .memory = nctmc_cuda_backend_memory,
+    .set_bf16 = cuda_backend_set_bf16,
+    .describe = cuda_backend_describe,
+    .memory = cuda_backend_memory,
 };
 
 /* Declared here only: the core resolves it by name (NCTMC_BACKEND_MODULE_ENTRY). */

@@ -49,7 +49,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "reference"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "reference"))
 import bench_quality as BQ  # noqa: E402  (sets up the binding's path)
 import nctmc  # noqa: E402
 import sources as S  # noqa: E402

@@ -349,12 +349,12 @@ struct nctmc_backend {
 
 /* The CPU backend (OpenBLAS + the backend's own thread pool). n_threads 0
  * means all online cores. Returns NULL and fills err on failure. */
-nctmc_backend *nctmc_cpu_backend_create(int n_threads, char *err, size_t err_size);
+nctmc_backend *cpu_backend_create(int n_threads, char *err, size_t err_size);
 
 /* The same with the backend's memory, its own struct and its thread pool's
  * bookkeeping from `alloc` (alloc.h; NULL = the C library), which must
  * outlive the backend. */
-nctmc_backend *nctmc_cpu_backend_create_with(int n_threads, const struct nctmc_allocator *alloc,
+nctmc_backend *cpu_backend_create_with(int n_threads, const struct nctmc_allocator *alloc,
                                              char *err, size_t err_size);
 
 /*

@@ -57,7 +57,7 @@ static void core_folder(char *dir, size_t size)
     dir[0] = '\0';
     Dl_info info;
     struct link_map *map = NULL;
-    if (!dladdr1((void *)&nctmc_cuda_module_load, &info, (void **)&map, RTLD_DL_LINKMAP) ||
+    if (!dladdr1((void *)&cuda_module_load, &info, (void **)&map, RTLD_DL_LINKMAP) ||
         !map)
         return;
     char path[PATH_MAX];
@@ -133,7 +133,7 @@ static nctmc_status open_checked(const char *path, const char *where,
     return st;
 }
 
-nctmc_status nctmc_cuda_module_load(const nctmc_backend_module **out, char *err,
+nctmc_status cuda_module_load(const nctmc_backend_module **out, char *err,
                                     size_t err_size)
 {
     *out = NULL;
@@ -179,7 +179,7 @@ nctmc_status nctmc_cuda_module_load(const nctmc_backend_module **out, char *err,
     return st;
 }
 
-bool nctmc_cuda_driver_present(char *err, size_t err_size)
+bool cuda_driver_present(char *err, size_t err_size)
 {
     if (!loader_available()) {
         snprintf(err, err_size, "this program is statically linked and cannot load the "

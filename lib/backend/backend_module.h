@@ -32,13 +32,13 @@
  * is not installed: <dlerror>"), found but not loadable, no entry point,
  * or a backend interface other than this core's (NCTMC_BACKEND_ABI_VERSION).
  */
-nctmc_status nctmc_cuda_module_load(const nctmc_backend_module **out, char *err,
+nctmc_status cuda_module_load(const nctmc_backend_module **out, char *err,
                                     size_t err_size);
 
 /* Whether the NVIDIA driver's library (libcuda.so.1) can be loaded: a
  * cheap test, before loading the module and CUDA's libraries (hundreds of
  * megabytes), that a CUDA device could exist at all. On false, err says
  * why. */
-bool nctmc_cuda_driver_present(char *err, size_t err_size);
+bool cuda_driver_present(char *err, size_t err_size);
 
 #endif /* NCTMC_BACKEND_MODULE_H */

@@ -48,7 +48,7 @@ typedef struct nctmc_allocator {
     void *user_data;
 } nctmc_allocator;
 
-static inline int nctmc_mem_is_hooked(const nctmc_allocator *a)
+static inline int mem_is_hooked(const nctmc_allocator *a)
 {
     return a && a->alloc_fn && a->free_fn;
 }
@@ -56,7 +56,7 @@ static inline int nctmc_mem_is_hooked(const nctmc_allocator *a)
 /* A copy of *a (the C library's for NULL), for release functions: a handle
  * freed after it dropped the context its allocator lives in must not read
  * that context again. */
-static inline nctmc_allocator nctmc_mem_copy(const nctmc_allocator *a)
+static inline nctmc_allocator mem_copy(const nctmc_allocator *a)
 {
     nctmc_allocator c = {NULL, NULL, NULL};
     return a ? *a : c;
@@ -66,14 +66,14 @@ static inline nctmc_allocator nctmc_mem_copy(const nctmc_allocator *a)
  * Size 0 asks for 1 byte, so success is always a distinct pointer. A hook
  * that returns memory not aligned as asked counts as failing (the memory is
  * handed back). */
-static inline void *nctmc_mem_alloc_aligned(const nctmc_allocator *a, size_t size,
+static inline void *mem_alloc_aligned(const nctmc_allocator *a, size_t size,
                                             size_t alignment)
 {
     if (size == 0)
         size = 1;
     if (alignment < NCTMC_MEM_ALIGN)
         alignment = NCTMC_MEM_ALIGN;
-    if (nctmc_mem_is_hooked(a)) {
+    if (mem_is_hooked(a)) {
         void *p = a->alloc_fn(size, alignment, a->user_data);
         if (p && (uintptr_t)p % alignment != 0) {
             a->free_fn(p, a->user_data);
@@ -88,30 +88,30 @@ static inline void *nctmc_mem_alloc_aligned(const nctmc_allocator *a, size_t siz
     return rounded < size ? NULL : aligned_alloc(alignment, rounded);
 }
 
-static inline void *nctmc_mem_alloc(const nctmc_allocator *a, size_t size)
+static inline void *mem_alloc(const nctmc_allocator *a, size_t size)
 {
-    return nctmc_mem_alloc_aligned(a, size, NCTMC_MEM_ALIGN);
+    return mem_alloc_aligned(a, size, NCTMC_MEM_ALIGN);
 }
 
 /* Zero-filled n * size bytes; NULL when out of memory or the product
  * overflows. */
-static inline void *nctmc_mem_calloc(const nctmc_allocator *a, size_t n, size_t size)
+static inline void *mem_calloc(const nctmc_allocator *a, size_t n, size_t size)
 {
     if (size != 0 && n > SIZE_MAX / size)
         return NULL;
     size_t bytes = n * size;
-    void *p = nctmc_mem_alloc(a, bytes);
+    void *p = mem_alloc(a, bytes);
     if (p && bytes > 0)
         memset(p, 0, bytes);
     return p;
 }
 
 /* NULL is accepted. */
-static inline void nctmc_mem_free(const nctmc_allocator *a, void *p)
+static inline void mem_free(const nctmc_allocator *a, void *p)
 {
     if (!p)
         return;
-    if (nctmc_mem_is_hooked(a))
+    if (mem_is_hooked(a))
         a->free_fn(p, a->user_data);
     else
         free(p);
@@ -121,26 +121,26 @@ static inline void nctmc_mem_free(const nctmc_allocator *a, void *p)
  * 0) to new_size, keeping min(old_size, new_size) bytes. On failure returns
  * NULL and p is untouched. A hook has no realloc, hence the explicit old
  * size: allocate, copy, free. */
-static inline void *nctmc_mem_realloc(const nctmc_allocator *a, void *p, size_t old_size,
+static inline void *mem_realloc(const nctmc_allocator *a, void *p, size_t old_size,
                                       size_t new_size)
 {
-    if (!nctmc_mem_is_hooked(a))
+    if (!mem_is_hooked(a))
         return realloc(p, new_size ? new_size : 1);
-    void *q = nctmc_mem_alloc(a, new_size);
+    void *q = mem_alloc(a, new_size);
     if (!q)
         return NULL;
     if (p) {
         memcpy(q, p, old_size < new_size ? old_size : new_size);
-        nctmc_mem_free(a, p);
+        mem_free(a, p);
     }
     return q;
 }
 
 /* A copy of a NUL-terminated string, or NULL. */
-static inline char *nctmc_mem_strdup(const nctmc_allocator *a, const char *s)
+static inline char *mem_strdup(const nctmc_allocator *a, const char *s)
 {
     size_t n = strlen(s) + 1;
-    char *c = (char *)nctmc_mem_alloc(a, n);
+    char *c = (char *)mem_alloc(a, n);
     if (c)
         memcpy(c, s, n);
     return c;

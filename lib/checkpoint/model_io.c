@@ -170,9 +170,9 @@ static nctmc_status build_meta(const nctmc_model *m, const st_meta *extra, int32
             return st;
     }
     size_t cap = 3 + (size_t)N_CONFIG_FIELDS + (size_t)sm->tokenizer.n + (size_t)n_extra;
-    sm->items = nctmc_mem_alloc(sm->alloc, sizeof *sm->items * cap);
+    sm->items = mem_alloc(sm->alloc, sizeof *sm->items * cap);
     if (!sm->items)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     int format = m->weight_type != NCTMC_WEIGHT_F32 ? FORMAT_REDUCED : format_needed(&m->config);
     static const char *const format_names[] = {"", "1", "2", "3"};
     sm->items[sm->n++] = (st_meta){KEY_FORMAT, format_names[format]};
@@ -183,7 +183,7 @@ static nctmc_status build_meta(const nctmc_model *m, const st_meta *extra, int32
         if (config_fields[k].since > format)
             continue;
         if (!format_config_field(&config_fields[k], &m->config, sm->values[k]))
-            return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "cannot save: %s is not finite", config_fields[k].key);
         sm->items[sm->n++] = (st_meta){config_fields[k].key, sm->values[k]};
     }
@@ -199,7 +199,7 @@ static nctmc_status build_meta(const nctmc_model *m, const st_meta *extra, int32
 
 static void save_meta_free(save_meta *sm)
 {
-    nctmc_mem_free(sm->alloc, sm->items);
+    mem_free(sm->alloc, sm->items);
     tokenizer_fields_free(&sm->tokenizer);
 }
 
@@ -207,16 +207,16 @@ static void save_meta_free(save_meta *sm)
 static nctmc_status host_weights_of(const nctmc_model *m, float **owned, char *err,
                                     size_t err_size)
 {
-    float *host = nctmc_mem_alloc(&m->ctx->alloc, sizeof(float) * m->slab_floats);
+    float *host = mem_alloc(&m->ctx->alloc, sizeof(float) * m->slab_floats);
     if (!host)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of memory copying the weights");
     nctmc_backend *be = m->ctx->backend;
     be->ops->download(be, host, m->weights, sizeof(float) * m->slab_floats);
     nctmc_status st = be->ops->synchronize(be);
     if (st != NCTMC_OK) {
-        nctmc_mem_free(&m->ctx->alloc, host);
-        return nctmc_fail(err, err_size, st, "reading the weights: %s", be->error);
+        mem_free(&m->ctx->alloc, host);
+        return fail_format(err, err_size, st, "reading the weights: %s", be->error);
     }
     *owned = host;
     return NCTMC_OK;
@@ -230,12 +230,12 @@ static nctmc_status check_finite_weights(const nctmc_model *m, const float *host
                                          size_t err_size)
 {
     for (int32_t k = 0; k < m->n_tensors; k++) {
-        const dit_tensor *t = &m->tensors[k];
+        const model_tensor *t = &m->tensors[k];
         if (quant_is_packed(m, k))
             continue;
         for (int64_t e = 0; e < t->n_elements; e++)
             if (!isfinite(host[t->offset + (size_t)e]))
-                return nctmc_fail(err, err_size, NCTMC_ERR_NON_FINITE,
+                return fail_format(err, err_size, NCTMC_ERR_NON_FINITE,
                                   "not saved: tensor \"%s\" element %lld is not finite (the "
                                   "loader would refuse the file)",
                                   t->name, (long long)e);
@@ -252,14 +252,14 @@ static nctmc_status build_tensor_refs(const nctmc_model *m, const float *host,
 {
     int32_t n_model = m->n_tensors + quant_n_scale_tensors(m);
     if (n_extra < 0 || (n_extra > 0 && !extra) || n_extra > INT32_MAX - n_model)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "bad extra tensors");
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "bad extra tensors");
     st_tensor_ref *refs =
-        nctmc_mem_calloc(&m->ctx->alloc, (size_t)(n_model + n_extra), sizeof *refs);
+        mem_calloc(&m->ctx->alloc, (size_t)(n_model + n_extra), sizeof *refs);
     if (!refs)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     *out = refs;
     for (int32_t k = 0; k < m->n_tensors; k++) {
-        const dit_tensor *t = &m->tensors[k];
+        const model_tensor *t = &m->tensors[k];
         refs[k].name = t->name;
         refs[k].data = host + t->offset;
         refs[k].n_dims = t->n_dims;
@@ -280,7 +280,7 @@ nctmc_status model_io_save(const nctmc_model *model, const char *path,
                            int32_t n_extra_tensors, char *err, size_t err_size)
 {
     if (!model || !path || !path[0] || n_extra_meta < 0 || (n_extra_meta > 0 && !extra_meta))
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "model_io_save: bad arguments");
     save_meta sm;
     nctmc_status st = build_meta(model, extra_meta, n_extra_meta, &sm, err, err_size);
@@ -303,8 +303,8 @@ nctmc_status model_io_save(const nctmc_model *model, const char *path,
         st = st_write_file_checksummed_with(&model->ctx->alloc, path, sm.items, sm.n,
                                             KEY_CHECKSUM, refs, n_refs, err, err_size);
     quant_save_free(&qs);
-    nctmc_mem_free(&model->ctx->alloc, refs);
-    nctmc_mem_free(&model->ctx->alloc, owned);
+    mem_free(&model->ctx->alloc, refs);
+    mem_free(&model->ctx->alloc, owned);
     save_meta_free(&sm);
     return st;
 }
@@ -314,13 +314,13 @@ NCTMC_API nctmc_status nctmc_model_save(const nctmc_model *model, const char *pa
     if (!model)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!path || !path[0])
-        return model_fail_shared(model, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_save: no path");
+        return model_fail(model, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_save: no path");
     /* a const-model call: the message reaches the model only through the
      * lock, and a success leaves the model's last error alone */
     char err[NCTMC_ERROR_SIZE];
     nctmc_status st = model_io_save(model, path, NULL, NULL, 0, NULL, 0, err, sizeof err);
     if (st != NCTMC_OK)
-        return model_fail_shared(model, st, "%s", err);
+        return model_fail(model, st, "%s", err);
     return NCTMC_OK;
 }
 
@@ -356,7 +356,7 @@ static nctmc_status check_known_keys(const st_file *file, int format, char *err,
     for (int32_t i = 0; i < st_file_n_meta(file); i++) {
         const char *key = st_file_meta_key(file, i);
         if (!known_key(key, format))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "unknown metadata key \"%.64s\" (checkpoint format %d)", key,
                               format);
     }
@@ -373,7 +373,7 @@ static nctmc_status read_weight_type(const st_file *file, int format,
     const char *text = st_file_meta(file, QUANT_META_KEY);
     nctmc_weight_type t = quant_type_from_name(text);
     if (t != NCTMC_WEIGHT_BF16 && t != NCTMC_WEIGHT_INT8)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "metadata " QUANT_META_KEY " = \"%.40s\" is not bf16 or int8",
                           text ? text : "(missing)");
     *weight_type = t;
@@ -381,20 +381,20 @@ static nctmc_status read_weight_type(const st_file *file, int format,
 }
 
 /* verify_checksum false: a lazily mapped load, which reads no data. */
-static nctmc_status read_config(const st_file *file, nctmc_model_config *cfg, dit_dims *dims,
+static nctmc_status read_config(const st_file *file, nctmc_model_config *cfg, model_dims *dims,
                                 nctmc_weight_type *weight_type, bool verify_checksum,
                                 char *err, size_t err_size)
 {
     const char *version = st_file_meta(file, KEY_FORMAT);
     if (!version)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "not an nctmc checkpoint (no \"" KEY_FORMAT "\" metadata)");
     int format = strcmp(version, "1") == 0   ? 1
                  : strcmp(version, "2") == 0 ? 2
                  : strcmp(version, "3") == 0 ? FORMAT_REDUCED
                                              : 0;
     if (format == 0)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "checkpoint format \"%.32s\" is not one this library reads (1, 2, 3)",
                           version);
     nctmc_status st = check_known_keys(file, format, err, err_size);
@@ -413,16 +413,16 @@ static nctmc_status read_config(const st_file *file, nctmc_model_config *cfg, di
             continue;
         const char *text = st_file_meta(file, config_fields[k].key);
         if (!text)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "metadata \"%s\" is missing",
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT, "metadata \"%s\" is missing",
                               config_fields[k].key);
         if (!parse_config_field(&config_fields[k], text, cfg))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "metadata %s = \"%.40s\" is not a valid value",
                               config_fields[k].key, text);
     }
     char why[NCTMC_ERROR_SIZE];
-    if (dit_config_validate(cfg, dims, why, sizeof why) != NCTMC_OK)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "the stored configuration: %s", why);
+    if (model_config_validate(cfg, dims, why, sizeof why) != NCTMC_OK)
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT, "the stored configuration: %s", why);
     return NCTMC_OK;
 }
 
@@ -456,7 +456,7 @@ static nctmc_status read_tokenizer(const nctmc_allocator *alloc, const st_file *
 
 /* ---- load: tensors ------------------------------------------------------ */
 
-static bool same_shape(const st_tensor_desc *d, const dit_tensor *t)
+static bool same_shape(const st_tensor_desc *d, const model_tensor *t)
 {
     if (d->n_dims != t->n_dims)
         return false;
@@ -470,14 +470,14 @@ static bool same_shape(const st_tensor_desc *d, const dit_tensor *t)
  * every other tensor belongs to a trainer (or the weight prefix). Checked
  * before anything is allocated, so a damaged configuration cannot ask for
  * more memory than the file itself holds. */
-static nctmc_status check_tensor_set(const st_file *file, const dit_tensor *table, int32_t n,
+static nctmc_status check_tensor_set(const st_file *file, const model_tensor *table, int32_t n,
                                      const char *prefix, nctmc_weight_type weight_type,
                                      char *err, size_t err_size)
 {
     char name[NCTMC_TENSOR_NAME_MAX + META_KEY_MAX];
     int32_t standard_present = 0;
     if (weight_type != NCTMC_WEIGHT_F32 && prefix[0])
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "a checkpoint of %s weights is for sampling only, not a trainer's",
                           quant_type_name(weight_type));
     for (int32_t k = 0; k < n; k++) {
@@ -485,11 +485,11 @@ static nctmc_status check_tensor_set(const st_file *file, const dit_tensor *tabl
         int32_t idx = st_file_find_tensor(file, name);
         st_tensor_desc d;
         if (idx < 0 || !st_file_tensor_desc(file, idx, &d))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%s\" is missing",
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%s\" is missing",
                               name);
         const char *dtype = quant_stored_dtype(&table[k], weight_type);
         if (strcmp(d.dtype, dtype) != 0 || !same_shape(&d, &table[k]))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "tensor \"%s\" is not %s of the shape the configuration implies",
                               name, dtype);
         if (prefix[0] == '\0' || st_file_find_tensor(file, table[k].name) >= 0)
@@ -509,7 +509,7 @@ static nctmc_status check_tensor_set(const st_file *file, const dit_tensor *tabl
             others++;
     }
     if (others != standard_present)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "the file holds %d tensors that are not this model's", others -
                           standard_present);
     return NCTMC_OK;
@@ -521,7 +521,7 @@ static nctmc_status read_weights(const st_file *file, const nctmc_model *m, cons
 {
     char name[NCTMC_TENSOR_NAME_MAX + META_KEY_MAX];
     for (int32_t k = 0; k < m->n_tensors; k++) {
-        const dit_tensor *t = &m->tensors[k];
+        const model_tensor *t = &m->tensors[k];
         if (quant_is_packed(m, k))
             continue; /* quant_fill_model() reads it */
         snprintf(name, sizeof name, "%s%s", prefix, t->name);
@@ -531,7 +531,7 @@ static nctmc_status read_weights(const st_file *file, const nctmc_model *m, cons
             return st == NCTMC_ERR_NOT_FOUND ? NCTMC_ERR_FORMAT : st;
         for (int64_t e = 0; e < t->n_elements; e++)
             if (!isfinite(host[t->offset + (size_t)e]))
-                return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                                   "tensor \"%s\": element %lld is not finite", name,
                                   (long long)e);
     }
@@ -545,22 +545,22 @@ static nctmc_status upload_weights(nctmc_model *m, const float *host, char *err,
     be->ops->upload(be, m->weights, host, sizeof(float) * m->slab_floats);
     nctmc_status st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
-        return nctmc_fail(err, err_size, st, "uploading the weights: %s", be->error);
+        return fail_format(err, err_size, st, "uploading the weights: %s", be->error);
     return NCTMC_OK;
 }
 
 static nctmc_status check_tensors(const nctmc_allocator *alloc, const st_file *file,
-                                  const dit_dims *dims, const char *prefix,
+                                  const model_dims *dims, const char *prefix,
                                   nctmc_weight_type weight_type, char *err, size_t err_size)
 {
-    dit_tensor *table = NULL;
+    model_tensor *table = NULL;
     int32_t n = 0;
     size_t slab_floats;
     int64_t n_params;
-    if (dit_tensor_table(alloc, dims, &table, &n, &slab_floats, &n_params) != NCTMC_OK)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    if (model_tensor_table(alloc, dims, &table, &n, &slab_floats, &n_params) != NCTMC_OK)
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     nctmc_status st = check_tensor_set(file, table, n, prefix, weight_type, err, err_size);
-    nctmc_mem_free(alloc, table);
+    mem_free(alloc, table);
     return st;
 }
 
@@ -572,24 +572,24 @@ static nctmc_status create_model(nctmc_context *ctx, const nctmc_model_config *c
                                  size_t err_size)
 {
     nctmc_status st = weight_type == NCTMC_WEIGHT_F32
-                          ? dit_model_create(ctx, cfg, false, out)
-                          : dit_model_create_as(ctx, cfg, weight_type, out);
+                          ? model_create(ctx, cfg, false, out)
+                          : model_create_as(ctx, cfg, weight_type, out);
     if (st != NCTMC_OK && err != ctx->last_error)
-        nctmc_fail(err, err_size, st, "%s", ctx->last_error);
+        fail_format(err, err_size, st, "%s", ctx->last_error);
     return st;
 }
 
 static nctmc_status fill_model(nctmc_model *m, const st_file *file, const char *prefix,
                                char *err, size_t err_size)
 {
-    float *host = nctmc_mem_calloc(&m->ctx->alloc, m->slab_floats, sizeof(float));
+    float *host = mem_calloc(&m->ctx->alloc, m->slab_floats, sizeof(float));
     if (!host)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of memory reading the weights");
     nctmc_status st = read_weights(file, m, prefix, host, err, err_size);
     if (st == NCTMC_OK)
         st = upload_weights(m, host, err, err_size);
-    nctmc_mem_free(&m->ctx->alloc, host);
+    mem_free(&m->ctx->alloc, host);
     if (st == NCTMC_OK)
         st = quant_fill_model(m, file, err, err_size);
     return st;
@@ -606,10 +606,10 @@ static nctmc_status map_or_copy(nctmc_context *ctx, const st_file *file,
     nctmc_status st = model_map_create(ctx, file, cfg, !lazy, m, why, sizeof why);
     if (st != NCTMC_ERR_UNSUPPORTED && st != NCTMC_ERR_IO) {
         if (st != NCTMC_OK)
-            nctmc_fail(err, err_size, st, "%s", why);
+            fail_format(err, err_size, st, "%s", why);
         return st;
     }
-    nctmc_log(ctx, NCTMC_LOG_INFO, "model: copying the weights (not mapped: %s)", why);
+    ctx_log(ctx, NCTMC_LOG_INFO, "model: copying the weights (not mapped: %s)", why);
     return lazy ? st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size) : NCTMC_OK;
 }
 
@@ -624,7 +624,7 @@ nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
                                 nctmc_model **out, char *err, size_t err_size)
 {
     if (!ctx || !file || !out)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "model_io_create: bad arguments");
     *out = NULL;
     const char *prefix = weight_prefix ? weight_prefix : "";
@@ -633,7 +633,7 @@ nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
     bool map = mapping != NCTMC_LOAD_COPY && prefix[0] == '\0';
     bool lazy = map && mapping == NCTMC_LOAD_MAP_LAZY;
     nctmc_model_config cfg;
-    dit_dims dims;
+    model_dims dims;
     nctmc_weight_type weight_type = NCTMC_WEIGHT_F32;
     nctmc_tokenizer *tok = NULL;
     nctmc_status st = read_config(file, &cfg, &dims, &weight_type, !lazy, err, err_size);

@@ -31,16 +31,16 @@ nctmc_status quant_save_refs(const nctmc_model *m, st_tensor_ref *refs,
     if (m->weight_type == NCTMC_WEIGHT_F32)
         return NCTMC_OK;
     int32_t n_scales = quant_n_scale_tensors(m);
-    qs->host = nctmc_mem_alloc_aligned(qs->alloc, m->packed_bytes + 64, 64);
-    qs->names = nctmc_mem_calloc(qs->alloc, (size_t)n_scales + 1, sizeof *qs->names);
+    qs->host = mem_alloc_aligned(qs->alloc, m->packed_bytes + 64, 64);
+    qs->names = mem_calloc(qs->alloc, (size_t)n_scales + 1, sizeof *qs->names);
     if (!qs->host || !qs->names)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of memory copying the weights");
     nctmc_backend *be = m->ctx->backend;
     be->ops->download(be, qs->host, m->packed_data, m->packed_bytes);
     nctmc_status st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
-        return nctmc_fail(err, err_size, st, "reading the weights: %s", be->error);
+        return fail_format(err, err_size, st, "reading the weights: %s", be->error);
     int32_t s = 0;
     for (int32_t k = 0; k < m->n_tensors; k++) {
         if (!quant_is_packed(m, k))
@@ -65,20 +65,20 @@ nctmc_status quant_save_refs(const nctmc_model *m, st_tensor_ref *refs,
 
 void quant_save_free(quant_save *qs)
 {
-    nctmc_mem_free(qs->alloc, qs->host);
-    nctmc_mem_free(qs->alloc, qs->names);
+    mem_free(qs->alloc, qs->host);
+    mem_free(qs->alloc, qs->names);
     qs->host = NULL;
     qs->names = NULL;
 }
 
-const char *quant_stored_dtype(const dit_tensor *t, nctmc_weight_type type)
+const char *quant_stored_dtype(const model_tensor *t, nctmc_weight_type type)
 {
     if (type == NCTMC_WEIGHT_F32 || !quant_is_linear(t->name))
         return "F32";
     return type == NCTMC_WEIGHT_BF16 ? "BF16" : "I8";
 }
 
-nctmc_status quant_check_scales(const st_file *file, const dit_tensor *table, int32_t n,
+nctmc_status quant_check_scales(const st_file *file, const model_tensor *table, int32_t n,
                                 nctmc_weight_type type, int32_t *n_found, char *err,
                                 size_t err_size)
 {
@@ -93,10 +93,10 @@ nctmc_status quant_check_scales(const st_file *file, const dit_tensor *table, in
         int32_t idx = st_file_find_tensor(file, name);
         st_tensor_desc d;
         if (idx < 0 || !st_file_tensor_desc(file, idx, &d))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%s\" is missing",
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%s\" is missing",
                               name);
         if (strcmp(d.dtype, "F32") != 0 || d.n_dims != 1 || d.shape[0] != table[k].shape[0])
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "tensor \"%s\" is not F32 of shape [%lld]", name,
                               (long long)table[k].shape[0]);
         (*n_found)++;
@@ -108,13 +108,13 @@ nctmc_status quant_check_scales(const st_file *file, const dit_tensor *table, in
 static nctmc_status check_values(const nctmc_model *m, int32_t k, const void *data, char *err,
                                  size_t err_size)
 {
-    const dit_tensor *t = &m->tensors[k];
+    const model_tensor *t = &m->tensors[k];
     for (int64_t e = 0; e < t->n_elements; e++) {
         bool ok = m->weight_type == NCTMC_WEIGHT_BF16
                       ? (((const uint16_t *)data)[e] & 0x7f80u) != 0x7f80u
                       : ((const int8_t *)data)[e] >= -QUANT_INT8_MAX;
         if (!ok)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               m->weight_type == NCTMC_WEIGHT_BF16
                                   ? "tensor \"%s\": element %lld is not finite"
                                   : "tensor \"%s\": element %lld is -128 (outside -127..127)",
@@ -126,7 +126,7 @@ static nctmc_status check_values(const nctmc_model *m, int32_t k, const void *da
 static nctmc_status read_scales(const st_file *file, const nctmc_model *m, int32_t k,
                                 float *dst, char *err, size_t err_size)
 {
-    const dit_tensor *t = &m->tensors[k];
+    const model_tensor *t = &m->tensors[k];
     char name[NCTMC_TENSOR_NAME_MAX + 8];
     snprintf(name, sizeof name, "%s" QUANT_SCALE_SUFFIX, t->name);
     nctmc_status st = st_file_read_f32(file, name, 1, t->shape, dst, err, err_size);
@@ -134,7 +134,7 @@ static nctmc_status read_scales(const st_file *file, const nctmc_model *m, int32
         return st == NCTMC_ERR_NOT_FOUND ? NCTMC_ERR_FORMAT : st;
     for (int64_t r = 0; r < t->shape[0]; r++)
         if (!(isfinite(dst[r]) && dst[r] > 0.0f))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "tensor \"%s\": scale %lld is %g, not finite and > 0", name,
                               (long long)r, (double)dst[r]);
     return NCTMC_OK;
@@ -146,7 +146,7 @@ static nctmc_status read_packed(const st_file *file, const nctmc_model *m, unsig
     for (int32_t k = 0; k < m->n_tensors; k++) {
         if (!quant_is_packed(m, k))
             continue;
-        const dit_tensor *t = &m->tensors[k];
+        const model_tensor *t = &m->tensors[k];
         quant_place q = quant_place_of(m, k);
         nctmc_status st = st_file_read_raw(file, t->name, quant_stored_dtype(t, m->weight_type),
                                            t->n_dims, t->shape, host + q.data_offset, err,
@@ -166,9 +166,9 @@ nctmc_status quant_fill_model(nctmc_model *m, const st_file *file, char *err, si
 {
     if (m->weight_type == NCTMC_WEIGHT_F32)
         return NCTMC_OK;
-    unsigned char *host = nctmc_mem_alloc_aligned(&m->ctx->alloc, m->packed_bytes + 64, 64);
+    unsigned char *host = mem_alloc_aligned(&m->ctx->alloc, m->packed_bytes + 64, 64);
     if (!host)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of memory reading the weights");
     memset(host, 0, m->packed_bytes);
     nctmc_status st = read_packed(file, m, host, err, err_size);
@@ -177,8 +177,8 @@ nctmc_status quant_fill_model(nctmc_model *m, const st_file *file, char *err, si
         be->ops->upload(be, m->packed_data, host, m->packed_bytes);
         st = be->ops->synchronize(be);
         if (st != NCTMC_OK)
-            nctmc_fail(err, err_size, st, "uploading the weights: %s", be->error);
+            fail_format(err, err_size, st, "uploading the weights: %s", be->error);
     }
-    nctmc_mem_free(&m->ctx->alloc, host);
+    mem_free(&m->ctx->alloc, host);
     return st;
 }

@@ -14,21 +14,6 @@
 #include "backend/backend_module.h"
 #include "base/text_escape.h"
 
-nctmc_status nctmc_fail(char *buf, size_t size, nctmc_status status, const char *fmt, ...)
-{
-    if (buf && size) {
-        /* messages quote file contents: escaped here, once for every
-         * message, so none can carry a terminal control sequence */
-        char raw[NCTMC_ERROR_SIZE];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(raw, sizeof raw, fmt, ap);
-        va_end(ap);
-        text_escape(buf, size, raw);
-    }
-    return status;
-}
-
 static void log_message(nctmc_log_fn fn, void *user, nctmc_log_level min_level,
                         nctmc_log_level level, const char *fmt, va_list ap)
 {
@@ -40,7 +25,7 @@ static void log_message(nctmc_log_fn fn, void *user, nctmc_log_level min_level,
     fn(level, msg, user);
 }
 
-void nctmc_log(const nctmc_context *ctx, nctmc_log_level level, const char *fmt, ...)
+void ctx_log(const nctmc_context *ctx, nctmc_log_level level, const char *fmt, ...)
 {
     if (!ctx)
         return;
@@ -154,7 +139,7 @@ static nctmc_status check_context_params(const nctmc_context_params *p)
 static nctmc_status check_driver(char *err, size_t err_size, bool *no_device)
 {
     char why[NCTMC_ERROR_SIZE - 32];
-    if (nctmc_cuda_driver_present(why, sizeof why))
+    if (cuda_driver_present(why, sizeof why))
         return NCTMC_OK;
     snprintf(err, err_size, "no CUDA device: %s", why);
     *no_device = true;
@@ -170,7 +155,7 @@ static nctmc_status create_cuda_backend(bool bf16, nctmc_backend **out, char *er
 {
     const nctmc_backend_module *module = NULL;
     *no_device = false;
-    nctmc_status st = nctmc_cuda_module_load(&module, err, err_size);
+    nctmc_status st = cuda_module_load(&module, err, err_size);
     if (st == NCTMC_OK)
         st = check_driver(err, err_size, no_device);
     if (st != NCTMC_OK)
@@ -215,7 +200,7 @@ static nctmc_status create_backend(const nctmc_context_params *p, const nctmc_al
                    "backend auto: %s; using the CPU backend", err);
     }
     if (strcmp(name, "cpu") == 0 || is_auto) {
-        *out = nctmc_cpu_backend_create_with(p->n_threads, alloc, err, sizeof err);
+        *out = cpu_backend_create_with(p->n_threads, alloc, err, sizeof err);
         if (!*out)
             return fail_params(p, NCTMC_ERR_OUT_OF_MEMORY, "cpu backend: %s", err);
         return NCTMC_OK;
@@ -255,26 +240,26 @@ NCTMC_API nctmc_status nctmc_context_create(const nctmc_context_params *params,
     if (st != NCTMC_OK)
         return st;
     nctmc_allocator alloc = params_allocator(params);
-    nctmc_context *ctx = nctmc_mem_calloc(&alloc, 1, sizeof *ctx);
+    nctmc_context *ctx = mem_calloc(&alloc, 1, sizeof *ctx);
     if (!ctx)
         return fail_params(params, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     ctx->alloc = alloc;
     if (!init_log_mutex(&ctx->log_mutex)) {
-        nctmc_mem_free(&alloc, ctx);
+        mem_free(&alloc, ctx);
         return fail_params(params, NCTMC_ERR_OUT_OF_MEMORY, "cannot create a mutex");
     }
     atomic_init(&ctx->refs, 1);
     st = create_backend(params, &ctx->alloc, &ctx->backend);
     if (st != NCTMC_OK) {
         pthread_mutex_destroy(&ctx->log_mutex);
-        nctmc_mem_free(&alloc, ctx);
+        mem_free(&alloc, ctx);
         return st;
     }
     ctx->backend->alloc = &ctx->alloc;
     ctx->log_fn = params->log_fn;
     ctx->log_user_data = params->log_user_data;
     ctx->log_level = params->log_level;
-    nctmc_log(ctx, NCTMC_LOG_INFO, "libnctmc %s: backend %s with %d threads", nctmc_version(),
+    ctx_log(ctx, NCTMC_LOG_INFO, "libnctmc %s: backend %s with %d threads", nctmc_version(),
               ctx->backend->name, ctx->backend->n_threads);
     *out = ctx;
     return NCTMC_OK;
@@ -297,7 +282,7 @@ void ctx_release(nctmc_context *ctx)
         ctx->backend->ops->destroy(ctx->backend);
     pthread_mutex_destroy(&ctx->log_mutex);
     nctmc_allocator alloc = ctx->alloc;
-    nctmc_mem_free(&alloc, ctx);
+    mem_free(&alloc, ctx);
 }
 
 /* The caller gives up its handle: models and samplers may keep the backend

@@ -10,10 +10,9 @@
 #include <stddef.h>
 
 #include "base/alloc.h"
+#include "base/fail.h"
 #include "backend/backend.h"
 #include "nctmc.h"
-
-#define NCTMC_ERROR_SIZE 512
 
 /* A context is reference counted: the caller's handle is one reference, and
  * every model and sampler computing on it holds another, so the backend
@@ -42,19 +41,8 @@ void ctx_retain(nctmc_context *ctx);
  * NULL does nothing. */
 void ctx_release(nctmc_context *ctx);
 
-#if defined(__GNUC__)
-#define NCTMC_PRINTF(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
-#else
-#define NCTMC_PRINTF(fmt_index, first_arg)
-#endif
-
-/* Formats a message into buf (always terminated) and returns status: the
- * one-line way to fail from an entry point. */
-nctmc_status nctmc_fail(char *buf, size_t size, nctmc_status status, const char *fmt, ...)
-    NCTMC_PRINTF(4, 5);
-
 /* Delivers a message to the context's log callback if its level is enabled. */
-void nctmc_log(const nctmc_context *ctx, nctmc_log_level level, const char *fmt, ...)
+void ctx_log(const nctmc_context *ctx, nctmc_log_level level, const char *fmt, ...)
     NCTMC_PRINTF(3, 4);
 
 #endif /* NCTMC_CONTEXT_H */

@@ -30,6 +30,6 @@ void ctx_report_ok(nctmc_context *ctx)
 nctmc_status ctx_report_logged(nctmc_context *ctx, nctmc_status status)
 {
     if (ctx)
-        nctmc_log(ctx, NCTMC_LOG_ERROR, "%s", ctx->last_error);
+        ctx_log(ctx, NCTMC_LOG_ERROR, "%s", ctx->last_error);
     return status;
 }

@@ -148,7 +148,7 @@ static nctmc_status check_write_args(nctmc_context *ctx, const char *path,
     return NCTMC_OK;
 }
 
-nctmc_status shard_write_values(atomic_file *af, const int32_t *v, int64_t n, uint32_t width,
+nctmc_status shard_write_values(file_atomic *af, const int32_t *v, int64_t n, uint32_t width,
                                  uint32_t *crc, char *err, size_t err_size)
 {
     uint8_t buf[SHARD_CHUNK];
@@ -158,7 +158,7 @@ nctmc_status shard_write_values(atomic_file *af, const int32_t *v, int64_t n, ui
         for (size_t i = 0; i < k; i++)
             put_token(buf + i * width, width, (uint32_t)v[done + (int64_t)i]);
         *crc = crc32_update(*crc, buf, k * width);
-        nctmc_status st = atomic_file_write(af, buf, k * width, err, err_size);
+        nctmc_status st = file_atomic_write(af, buf, k * width, err, err_size);
         if (st != NCTMC_OK)
             return st;
         done += (int64_t)k;
@@ -166,13 +166,13 @@ nctmc_status shard_write_values(atomic_file *af, const int32_t *v, int64_t n, ui
     return NCTMC_OK;
 }
 
-static nctmc_status write_shard(atomic_file *af, const shard_header *h, const int32_t *tokens,
+static nctmc_status write_shard(file_atomic *af, const shard_header *h, const int32_t *tokens,
                                 const int32_t *labels, char *err, size_t err_size)
 {
     uint8_t head[SHARD_HEADER_SIZE] = {0};
     shard_header final = *h;
     /* the header goes first as zeros; its checksum is known only at the end */
-    nctmc_status st = atomic_file_write(af, head, sizeof head, err, err_size);
+    nctmc_status st = file_atomic_write(af, head, sizeof head, err, err_size);
     if (st == NCTMC_OK)
         st = shard_write_values(af, tokens, (int64_t)h->n_tokens, h->token_bytes, &final.crc, err,
                           err_size);
@@ -181,7 +181,7 @@ static nctmc_status write_shard(atomic_file *af, const shard_header *h, const in
                           err_size);
     if (st == NCTMC_OK) {
         shard_encode_header(&final, head);
-        st = atomic_file_write_at(af, 0, head, sizeof head, err, err_size);
+        st = file_atomic_write_at(af, 0, head, sizeof head, err, err_size);
     }
     return st;
 }
@@ -198,14 +198,14 @@ NCTMC_API nctmc_status nctmc_dataset_write(nctmc_context *ctx, const char *path,
     shard_header h = {SHARD_VERSION, shard_token_width((uint32_t)vocab_size), (uint32_t)vocab_size,
                       (uint32_t)seq_len, (uint32_t)n_classes, 0, (uint64_t)n_tokens, 0};
     char err[NCTMC_ERROR_SIZE];
-    atomic_file af;
-    st = atomic_file_begin(&af, ctx ? &ctx->alloc : NULL, path, err, sizeof err);
+    file_atomic af;
+    st = file_atomic_begin(&af, ctx ? &ctx->alloc : NULL, path, err, sizeof err);
     if (st == NCTMC_OK) {
         st = write_shard(&af, &h, tokens, labels, err, sizeof err);
         if (st == NCTMC_OK)
-            st = atomic_file_commit(&af, err, sizeof err);
+            st = file_atomic_commit(&af, err, sizeof err);
         else
-            atomic_file_abort(&af);
+            file_atomic_abort(&af);
     }
     if (st != NCTMC_OK)
         return ctx_report_fail(ctx, st, "nctmc_dataset_write: %s", err);
@@ -219,24 +219,24 @@ NCTMC_API nctmc_status nctmc_dataset_write(nctmc_context *ctx, const char *path,
 static nctmc_status check_header(const shard_header *h, char *err, size_t err_size)
 {
     if (h->version != SHARD_VERSION)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "shard version %u is not %u",
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT, "shard version %u is not %u",
                           h->version, SHARD_VERSION);
     if (h->vocab_size < 1 || h->vocab_size > INT32_MAX || h->seq_len > INT32_MAX ||
         h->n_classes > INT32_MAX)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "vocab_size %u, seq_len %u or n_classes %u is out of range",
                           h->vocab_size, h->seq_len, h->n_classes);
     if (h->token_bytes != shard_token_width(h->vocab_size))
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "%u bytes per token for a vocabulary of %u (expected %u)",
                           h->token_bytes, h->vocab_size, shard_token_width(h->vocab_size));
     if (h->n_tokens < 1 || h->n_tokens > (uint64_t)INT64_MAX || h->reserved != 0)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "token count %llu or reserved field %llu is invalid",
                           (unsigned long long)h->n_tokens, (unsigned long long)h->reserved);
     if ((h->seq_len > 0 && h->n_tokens % h->seq_len != 0) ||
         (h->n_classes > 0 && h->seq_len == 0))
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "%llu tokens, sequence length %u and %u classes do not fit together",
                           (unsigned long long)h->n_tokens, h->seq_len, h->n_classes);
     return NCTMC_OK;
@@ -267,7 +267,7 @@ static nctmc_status check_tokens(const shard_header *h, const uint8_t *body, uin
     for (uint64_t i = first; i < last; i++) {
         uint32_t v = get_token(body + i * h->token_bytes, h->token_bytes);
         if (v >= h->vocab_size)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "token %llu = %u is outside the vocabulary [0, %u)",
                               (unsigned long long)i, v, h->vocab_size);
     }
@@ -282,7 +282,7 @@ static nctmc_status check_labels(const shard_header *h, const uint8_t *body, cha
     for (uint64_t i = 0; i < n_seq; i++) {
         uint32_t v = get_u32(labels + 4 * i);
         if (v >= h->n_classes)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "label %llu = %u is outside [0, %u)", (unsigned long long)i, v,
                               h->n_classes);
     }
@@ -313,9 +313,9 @@ static nctmc_status check_body(const shard_header *h, const uint8_t *body, uint6
         at += n;
     }
     if (crc != h->crc)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "checksum mismatch (corrupt shard)");
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT, "checksum mismatch (corrupt shard)");
     if (range != NCTMC_OK)
-        return nctmc_fail(err, err_size, range, "%s", range_err);
+        return fail_format(err, err_size, range, "%s", range_err);
     nctmc_status st = check_labels(h, body, err, err_size);
     if (map)
         shard_map_release(map, map->size);
@@ -331,14 +331,14 @@ static nctmc_status load_body(const nctmc_allocator *alloc, int fd, uint64_t fil
         *body = map->base + SHARD_HEADER_SIZE;
         return NCTMC_OK;
     }
-    *body = nctmc_mem_alloc(alloc, (size_t)bytes);
+    *body = mem_alloc(alloc, (size_t)bytes);
     if (!*body)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate %llu bytes for the shard", (unsigned long long)bytes);
     nctmc_status st = file_pread(fd, SHARD_HEADER_SIZE, *body, (size_t)bytes, path, err,
                                  err_size);
     if (st != NCTMC_OK) {
-        nctmc_mem_free(alloc, *body);
+        mem_free(alloc, *body);
         *body = NULL;
     }
     return st;
@@ -349,7 +349,7 @@ static void release_body(const nctmc_allocator *alloc, shard_map *map, uint8_t *
     if (map->base)
         shard_unmap(map);
     else
-        nctmc_mem_free(alloc, body);
+        mem_free(alloc, body);
 }
 
 /* Reads the header, maps the body it implies and checks size and checksum. */
@@ -359,18 +359,18 @@ static nctmc_status read_shard(const nctmc_allocator *alloc, int fd, uint64_t fi
 {
     uint8_t head[SHARD_HEADER_SIZE];
     if (file_size < SHARD_HEADER_SIZE)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "%llu bytes is too short for a token shard",
                           (unsigned long long)file_size);
     nctmc_status st = file_pread(fd, 0, head, sizeof head, path, err, err_size);
     if (st != NCTMC_OK)
         return st;
     if (!decode_header(head, h))
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "not a token shard (bad magic)");
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT, "not a token shard (bad magic)");
     st = check_header(h, err, err_size);
     uint64_t bytes = 0;
     if (st == NCTMC_OK && (!body_size(h, &bytes) || bytes != file_size - SHARD_HEADER_SIZE))
-        st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
                         "the file has %llu bytes, its header implies %llu (truncated?)",
                         (unsigned long long)file_size,
                         (unsigned long long)(bytes + SHARD_HEADER_SIZE));
@@ -407,9 +407,9 @@ NCTMC_API nctmc_status nctmc_dataset_open(nctmc_context *ctx, const char *path,
         st = read_shard(alloc, fd, size, path, &h, &map, &body, err, sizeof err);
         close(fd);
     }
-    nctmc_dataset *ds = st == NCTMC_OK ? nctmc_mem_calloc(alloc, 1, sizeof *ds) : NULL;
+    nctmc_dataset *ds = st == NCTMC_OK ? mem_calloc(alloc, 1, sizeof *ds) : NULL;
     if (st == NCTMC_OK && !ds)
-        st = nctmc_fail(err, sizeof err, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        st = fail_format(err, sizeof err, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     if (st != NCTMC_OK) {
         if (body)
             release_body(alloc, &map, body);
@@ -445,11 +445,8 @@ NCTMC_API void nctmc_dataset_free(nctmc_dataset *ds)
         return;
     nctmc_allocator alloc = ds->alloc;
     release_body(&alloc, &ds->map, ds->data);
-    nctmc_mem_free(&alloc, ds);
+    mem_free(&alloc, ds);
 }
-
-#define DS_FAIL(ds, ...) \
-    nctmc_fail((ds)->last_error, sizeof (ds)->last_error, NCTMC_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
 NCTMC_API nctmc_status nctmc_dataset_get_info(const nctmc_dataset *ds, nctmc_dataset_info *info)
 {
@@ -457,7 +454,7 @@ NCTMC_API nctmc_status nctmc_dataset_get_info(const nctmc_dataset *ds, nctmc_dat
         return NCTMC_ERR_INVALID_ARGUMENT;
     nctmc_dataset *d = (nctmc_dataset *)ds;
     if (!info)
-        return DS_FAIL(d, "nctmc_dataset_get_info: info is NULL");
+        return FAIL_INTO(d, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_dataset_get_info: info is NULL");
     nctmc_status st = abi_check_output(info, &abi_dataset_info, d->last_error,
                                        sizeof d->last_error);
     if (st != NCTMC_OK)
@@ -480,10 +477,10 @@ NCTMC_API nctmc_status nctmc_dataset_read_tokens(nctmc_dataset *ds, int64_t firs
     if (!ds)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (first < 0 || count < 0 || first > ds->n_tokens || count > ds->n_tokens - first)
-        return DS_FAIL(ds, "tokens [%lld, %lld + %lld) are outside [0, %lld)", (long long)first,
+        return FAIL_INTO(ds, NCTMC_ERR_INVALID_ARGUMENT, "tokens [%lld, %lld + %lld) are outside [0, %lld)", (long long)first,
                        (long long)first, (long long)count, (long long)ds->n_tokens);
     if (!dst && count > 0)
-        return DS_FAIL(ds, "nctmc_dataset_read_tokens: dst is NULL");
+        return FAIL_INTO(ds, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_dataset_read_tokens: dst is NULL");
     const uint8_t *p = ds->data + (size_t)first * ds->token_bytes;
     for (int64_t i = 0; i < count; i++, p += ds->token_bytes)
         dst[i] = (int32_t)get_token(p, ds->token_bytes);
@@ -497,9 +494,9 @@ NCTMC_API nctmc_status nctmc_dataset_read_label(nctmc_dataset *ds, int64_t index
     if (!ds)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!ds->labels)
-        return DS_FAIL(ds, "the dataset has no labels");
+        return FAIL_INTO(ds, NCTMC_ERR_INVALID_ARGUMENT, "the dataset has no labels");
     if (index < 0 || index >= ds->n_sequences || !label)
-        return DS_FAIL(ds, "label index %lld is outside [0, %lld) or label is NULL",
+        return FAIL_INTO(ds, NCTMC_ERR_INVALID_ARGUMENT, "label index %lld is outside [0, %lld) or label is NULL",
                        (long long)index, (long long)ds->n_sequences);
     *label = (int32_t)get_u32(ds->labels + 4 * (size_t)index);
     ds->last_error[0] = '\0';

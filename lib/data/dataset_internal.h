@@ -36,7 +36,7 @@ uint32_t shard_token_width(uint32_t vocab_size);
 
 /* Appends values (tokens or labels) in their file encoding, updating the
  * checksum of the body as it goes. */
-nctmc_status shard_write_values(atomic_file *af, const int32_t *v, int64_t n, uint32_t width,
+nctmc_status shard_write_values(file_atomic *af, const int32_t *v, int64_t n, uint32_t width,
                                 uint32_t *crc, char *err, size_t err_size);
 
 /* A read-only mapping of a whole file. */

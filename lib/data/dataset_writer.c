@@ -15,16 +15,13 @@
 #include "dataset_internal.h"
 
 struct nctmc_dataset_writer {
-    atomic_file file;
+    file_atomic file;
     bool open;          /* the temporary file exists (not committed or aborted) */
     shard_header header;
     uint64_t n_tokens;
     char last_error[NCTMC_ERROR_SIZE];
     nctmc_allocator alloc;
 };
-
-#define W_FAIL(w, status, ...) \
-    nctmc_fail((w)->last_error, sizeof (w)->last_error, (status), __VA_ARGS__)
 
 NCTMC_API nctmc_status nctmc_dataset_writer_create(nctmc_context *ctx, const char *path,
                                                    int32_t vocab_size, int32_t seq_len,
@@ -41,7 +38,7 @@ NCTMC_API nctmc_status nctmc_dataset_writer_create(nctmc_context *ctx, const cha
                                "and seq_len = %d >= 0",
                                vocab_size, seq_len);
     const nctmc_allocator *alloc = ctx ? &ctx->alloc : NULL;
-    nctmc_dataset_writer *w = nctmc_mem_calloc(alloc, 1, sizeof *w);
+    nctmc_dataset_writer *w = mem_calloc(alloc, 1, sizeof *w);
     if (!w)
         return ctx_report_fail(ctx, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     if (alloc)
@@ -52,10 +49,10 @@ NCTMC_API nctmc_status nctmc_dataset_writer_create(nctmc_context *ctx, const cha
     char err[NCTMC_ERROR_SIZE];
     uint8_t zeros[SHARD_HEADER_SIZE] = {0};
     /* the header's place, filled in at the commit */
-    nctmc_status st = atomic_file_begin(&w->file, alloc, path, err, sizeof err);
+    nctmc_status st = file_atomic_begin(&w->file, alloc, path, err, sizeof err);
     if (st == NCTMC_OK) {
         w->open = true;
-        st = atomic_file_write(&w->file, zeros, sizeof zeros, err, sizeof err);
+        st = file_atomic_write(&w->file, zeros, sizeof zeros, err, sizeof err);
     }
     if (st != NCTMC_OK) {
         nctmc_dataset_writer_free(w);
@@ -72,15 +69,15 @@ NCTMC_API nctmc_status nctmc_dataset_writer_append(nctmc_dataset_writer *w,
     if (!w)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!w->open)
-        return W_FAIL(w, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
                       "nctmc_dataset_writer_append: the writer was committed or failed");
     if (n < 0 || (n > 0 && !tokens))
-        return W_FAIL(w, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
                       "nctmc_dataset_writer_append: n = %lld must be >= 0, tokens not NULL",
                       (long long)n);
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= w->header.vocab_size)
-            return W_FAIL(w, NCTMC_ERR_INVALID_ARGUMENT,
+            return FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
                           "nctmc_dataset_writer_append: token %lld = %d is outside [0, %u)",
                           (long long)i, tokens[i], w->header.vocab_size);
     char err[NCTMC_ERROR_SIZE];
@@ -88,9 +85,9 @@ NCTMC_API nctmc_status nctmc_dataset_writer_append(nctmc_dataset_writer *w,
                                          &w->header.crc, err, sizeof err);
     if (st != NCTMC_OK) {
         /* the file may hold part of this call: only a fresh writer is safe */
-        atomic_file_abort(&w->file);
+        file_atomic_abort(&w->file);
         w->open = false;
-        return W_FAIL(w, st, "nctmc_dataset_writer_append: %s", err);
+        return FAIL_INTO(w, st, "nctmc_dataset_writer_append: %s", err);
     }
     w->n_tokens += (uint64_t)n;
     w->last_error[0] = '\0';
@@ -121,10 +118,10 @@ NCTMC_API nctmc_status nctmc_dataset_writer_commit(nctmc_dataset_writer *w,
     if (st != NCTMC_OK)
         return st;
     if (!w->open)
-        return W_FAIL(w, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
                       "nctmc_dataset_writer_commit: the writer was committed or failed");
     if (w->n_tokens == 0 || (w->header.seq_len > 0 && w->n_tokens % w->header.seq_len != 0))
-        st = W_FAIL(w, NCTMC_ERR_INVALID_ARGUMENT,
+        st = FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
                     "nctmc_dataset_writer_commit: %llu tokens are not a shard (at least one "
                     "token, whole sequences of %u)",
                     (unsigned long long)w->n_tokens, w->header.seq_len);
@@ -133,14 +130,14 @@ NCTMC_API nctmc_status nctmc_dataset_writer_commit(nctmc_dataset_writer *w,
     w->header.n_tokens = w->n_tokens;
     shard_encode_header(&w->header, head);
     if (st == NCTMC_OK) {
-        st = atomic_file_write_at(&w->file, 0, head, sizeof head, err, sizeof err);
+        st = file_atomic_write_at(&w->file, 0, head, sizeof head, err, sizeof err);
         if (st == NCTMC_OK)
-            st = atomic_file_commit(&w->file, err, sizeof err);
+            st = file_atomic_commit(&w->file, err, sizeof err);
         if (st != NCTMC_OK)
-            W_FAIL(w, st, "nctmc_dataset_writer_commit: %s", err);
+            FAIL_INTO(w, st, "nctmc_dataset_writer_commit: %s", err);
     }
     if (st != NCTMC_OK)
-        atomic_file_abort(&w->file);  /* nothing after a commit, which releases it */
+        file_atomic_abort(&w->file);  /* nothing after a commit, which releases it */
     w->open = false;
     if (st == NCTMC_OK && info)
         fill_info(w, info);
@@ -154,9 +151,9 @@ NCTMC_API void nctmc_dataset_writer_free(nctmc_dataset_writer *w)
     if (!w)
         return;
     if (w->open)
-        atomic_file_abort(&w->file);
+        file_atomic_abort(&w->file);
     nctmc_allocator alloc = w->alloc;
-    nctmc_mem_free(&alloc, w);
+    mem_free(&alloc, w);
 }
 
 NCTMC_API const char *nctmc_dataset_writer_last_error(const nctmc_dataset_writer *w)

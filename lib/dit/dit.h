@@ -26,8 +26,7 @@ typedef struct dit_batch {
 
 typedef struct dit_workspace dit_workspace;
 
-/* What a workspace is for (dit_workspace_create's `mode`; true and false
- * mean DIT_WS_TRAINING and DIT_WS_INFERENCE). */
+/* What a workspace is for (dit_workspace_create's `mode`). */
 enum {
     DIT_WS_INFERENCE = 0, /* forward only: one layer's activations, reused */
     DIT_WS_TRAINING = 1,  /* every layer's activations and the gradient scratch */

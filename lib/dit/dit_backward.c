@@ -15,11 +15,11 @@
 #include "dit_internal.h"
 
 static void output_layer_backward(const nctmc_model *m, dit_workspace *ws, int64_t N,
-                                  int32_t B, int32_t L, const dit_view *g, bool acc)
+                                  int32_t B, int32_t L, const model_view *g, bool acc)
 {
     nctmc_backend *be = ws->be;
-    const dit_view *w = &m->view;
-    const dit_dims *z = &m->dims;
+    const model_view *w = &m->view;
+    const model_dims *z = &m->dims;
     dit_grad_scratch *s = &ws->grad;
     const float *x = dit_layer(ws, z->n_layers - 1)->x_out;
     if (ws->denoiser) {
@@ -50,11 +50,11 @@ static void output_layer_backward(const nctmc_model *m, dit_workspace *ws, int64
 }
 
 static void mlp_branch_backward(const nctmc_model *m, dit_workspace *ws, dit_layer_acts *a,
-                                const dit_block_view *w, dit_block_view *gw, int64_t N,
+                                const model_block_view *w, model_block_view *gw, int64_t N,
                                 int32_t L, bool acc)
 {
     nctmc_backend *be = ws->be;
-    const dit_dims *z = &m->dims;
+    const model_dims *z = &m->dims;
     dit_grad_scratch *s = &ws->grad;
     int32_t ms = 6 * z->d;
     be->ops->gated_residual_backward(be, N, L, z->d, a->m2, a->mod + MOD_GATE_MLP * z->d, ms,
@@ -71,11 +71,11 @@ static void mlp_branch_backward(const nctmc_model *m, dit_workspace *ws, dit_lay
 }
 
 static void attention_branch_backward(const nctmc_model *m, dit_workspace *ws,
-                                      dit_layer_acts *a, const dit_block_view *w,
-                                      dit_block_view *gw, int32_t B, int32_t L, bool acc)
+                                      dit_layer_acts *a, const model_block_view *w,
+                                      model_block_view *gw, int32_t B, int32_t L, bool acc)
 {
     nctmc_backend *be = ws->be;
-    const dit_dims *z = &m->dims;
+    const model_dims *z = &m->dims;
     dit_grad_scratch *s = &ws->grad;
     int64_t N = (int64_t)B * L;
     int32_t ms = 6 * z->d;
@@ -94,12 +94,12 @@ static void attention_branch_backward(const nctmc_model *m, dit_workspace *ws,
 }
 
 static void block_backward(const nctmc_model *m, dit_workspace *ws, int32_t k, int32_t B,
-                           int32_t L, const dit_view *g, bool acc)
+                           int32_t L, const model_view *g, bool acc)
 {
     nctmc_backend *be = ws->be;
     dit_layer_acts *a = dit_layer(ws, k);
-    const dit_block_view *w = &m->view.blocks[k];
-    dit_block_view *gw = &g->blocks[k];
+    const model_block_view *w = &m->view.blocks[k];
+    model_block_view *gw = &g->blocks[k];
     if (ws->recompute && ws->acts_layer != k)
         dit_block_forward(m, ws, k, B, L);
     mlp_branch_backward(m, ws, a, w, gw, (int64_t)B * L, L, acc);
@@ -110,10 +110,10 @@ static void block_backward(const nctmc_model *m, dit_workspace *ws, int32_t k, i
 
 /* From d cond back through the label embedding and the time MLP. */
 static void time_conditioning_backward(const nctmc_model *m, dit_workspace *ws, int32_t B,
-                                       const dit_view *g, bool acc)
+                                       const model_view *g, bool acc)
 {
     nctmc_backend *be = ws->be;
-    const dit_view *w = &m->view;
+    const model_view *w = &m->view;
     dit_grad_scratch *s = &ws->grad;
     int32_t c = m->dims.c;
     int64_t n = (int64_t)B * c;
@@ -129,7 +129,7 @@ static void time_conditioning_backward(const nctmc_model *m, dit_workspace *ws, 
 }
 
 void dit_backward(const nctmc_model *m, dit_workspace *ws, const dit_batch *b,
-                  const dit_view *g, bool acc)
+                  const model_view *g, bool acc)
 {
     int32_t B = b->batch, L = b->length;
     int64_t N = (int64_t)B * L;

@@ -39,7 +39,7 @@ static void upload_inputs(const nctmc_model *m, dit_workspace *ws, const dit_bat
 static void time_conditioning(const nctmc_model *m, dit_workspace *ws, int32_t B)
 {
     nctmc_backend *be = ws->be;
-    const dit_view *w = &m->view;
+    const model_view *w = &m->view;
     int32_t c = m->dims.c;
     const float *input = ws->time_input ? ws->time_input : ws->times;
     be->ops->timestep_embedding(be, B, NCTMC_TIME_FEATURES, input, ws->tfreq);
@@ -53,10 +53,10 @@ static void time_conditioning(const nctmc_model *m, dit_workspace *ws, int32_t B
 }
 
 static void attention_branch(const nctmc_model *m, dit_workspace *ws, dit_layer_acts *a,
-                             const dit_block_view *w, int32_t B, int32_t L)
+                             const model_block_view *w, int32_t B, int32_t L)
 {
     nctmc_backend *be = ws->be;
-    const dit_dims *z = &m->dims;
+    const model_dims *z = &m->dims;
     int64_t N = (int64_t)B * L;
     int32_t ms = 6 * z->d;
     be->ops->adaln_forward(be, N, L, z->d, a->x_in, w->norm1_w, a->mod + MOD_SHIFT_MSA * z->d,
@@ -71,10 +71,10 @@ static void attention_branch(const nctmc_model *m, dit_workspace *ws, dit_layer_
 }
 
 static void mlp_branch(const nctmc_model *m, dit_workspace *ws, dit_layer_acts *a,
-                       const dit_block_view *w, int32_t B, int32_t L)
+                       const model_block_view *w, int32_t B, int32_t L)
 {
     nctmc_backend *be = ws->be;
-    const dit_dims *z = &m->dims;
+    const model_dims *z = &m->dims;
     int64_t N = (int64_t)B * L;
     int32_t ms = 6 * z->d;
     be->ops->adaln_forward(be, N, L, z->d, a->x_mid, w->norm2_w, a->mod + MOD_SHIFT_MLP * z->d,
@@ -91,7 +91,7 @@ void dit_block_forward(const nctmc_model *m, dit_workspace *ws, int32_t k, int32
 {
     dit_layer_acts *a = dit_layer(ws, k);
     ws->acts_layer = k;
-    const dit_block_view *w = &m->view.blocks[k];
+    const model_block_view *w = &m->view.blocks[k];
     ws->be->ops->linear_forward(ws->be, B, m->dims.c, 6 * m->dims.d, ws->cond, w->ada_w,
                                 w->ada_b, a->mod);
     attention_branch(m, ws, a, w, B, L);
@@ -102,8 +102,8 @@ void dit_block_forward(const nctmc_model *m, dit_workspace *ws, int32_t k, int32
 static void output_layer(const nctmc_model *m, dit_workspace *ws, int32_t B, int32_t L)
 {
     nctmc_backend *be = ws->be;
-    const dit_view *w = &m->view;
-    const dit_dims *z = &m->dims;
+    const model_view *w = &m->view;
+    const model_dims *z = &m->dims;
     int64_t N = (int64_t)B * L;
     const float *x = dit_layer(ws, z->n_layers - 1)->x_out;
     be->ops->linear_forward(be, B, z->c, 2 * z->d, ws->cond, w->final_ada_w, w->final_ada_b,

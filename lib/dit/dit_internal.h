@@ -88,7 +88,7 @@ struct dit_workspace {
     float *uf;         /* [N, d] */
     float *logits;     /* [N, V] (gradients overwrite them in place) */
     float *rate_h;     /* [N] */
-    /* The denoiser link (dit_config_denoiser): the head's own logits, which
+    /* The denoiser link (model_config_denoiser): the head's own logits, which
      * the link turns into `logits` and `rate_h`; NULL otherwise. */
     bool denoiser;
     float *x0_logits;  /* [N, V] */
@@ -100,7 +100,7 @@ struct dit_workspace {
      * (linear_packed_scratch_bytes); NULL for a float model */
     void *packed_scratch;
     dit_grad_scratch grad;
-    dit_block_view *grad_blocks;  /* host array: a gradient slab's block view */
+    model_block_view *grad_blocks;  /* host array: a gradient slab's block view */
 
     /* host staging */
     int32_t *host_labels;  /* [B] null labels when the caller passes none */
@@ -142,6 +142,6 @@ static inline nctmc_denoiser_args dit_denoiser_args(const nctmc_model *m, dit_wo
  * ws->grad.d_rate_h from the loss op, writes (or adds) every parameter's
  * gradient into the slab viewed by g. */
 void dit_backward(const nctmc_model *m, dit_workspace *ws, const dit_batch *b,
-                  const dit_view *g, bool accumulate);
+                  const model_view *g, bool accumulate);
 
 #endif /* NCTMC_DIT_INTERNAL_H */

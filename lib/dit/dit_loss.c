@@ -49,10 +49,10 @@ nctmc_status dit_loss(const nctmc_model *m, dit_workspace *ws, const dit_batch *
                       size_t err_size)
 {
     if (grads && !ws->training)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "gradients need a training workspace");
     if (!b->x_0)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "the loss needs x_0");
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "the loss needs x_0");
     nctmc_backend *be = ws->be;
     int64_t N = (int64_t)b->batch * b->length;
     dit_forward(m, ws, b);
@@ -61,14 +61,14 @@ nctmc_status dit_loss(const nctmc_model *m, dit_workspace *ws, const dit_batch *
         be->ops->upload(be, ws->seq_weight, b->weights, (size_t)b->batch * sizeof(float));
     run_loss_op(m, ws, b, grads != NULL);
     if (grads) {
-        dit_view g;
-        dit_view_bind(m, grads, ws->grad_blocks, &g);
+        model_view g;
+        model_view_bind(m, grads, ws->grad_blocks, &g);
         dit_backward(m, ws, b, &g, accumulate);
     }
     double mean = mean_loss(ws, b);
     nctmc_status st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
-        return nctmc_fail(err, err_size, st, "loss: %s", be->error);
+        return fail_format(err, err_size, st, "loss: %s", be->error);
     *out_mean = mean;
     return NCTMC_OK;
 }

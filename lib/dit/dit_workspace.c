@@ -155,7 +155,7 @@ static void link_residual_stream(dit_workspace *ws)
 static nctmc_status size_workspace(const nctmc_model *m, nctmc_backend *be, int32_t B,
                                    int32_t L, ws_sizes *z, char *err, size_t err_size)
 {
-    const dit_dims *dm = &m->dims;
+    const model_dims *dm = &m->dims;
     z->B = (size_t)B;
     z->N = (size_t)B * (size_t)L;
     z->d = (size_t)dm->d;
@@ -167,7 +167,7 @@ static nctmc_status size_workspace(const nctmc_model *m, nctmc_backend *be, int3
     size_t probe;
     if (!checked_mul3(z->B, (size_t)L * (size_t)L, (size_t)dm->H, &probe) ||
         !checked_mul(probe, (size_t)dm->D, &probe))
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "attention for batch %d x length %d overflows", B, L);
     z->att_saved = be->ops->attention_saved_floats(be, B, L, dm->H, dm->D);
     z->att_work = be->ops->attention_workspace_floats(be, B, L, dm->H, dm->D);
@@ -182,10 +182,10 @@ static nctmc_status check_shape(const nctmc_model *m, int32_t B, int32_t L, char
                                 size_t err_size)
 {
     if (B < 1)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "batch must be >= 1, got %d", B);
     if (L < 1 || L > m->dims.L)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "length must be in [1, %d] (the model's seq_len), got %d",
                           m->dims.L, L);
     return NCTMC_OK;
@@ -194,17 +194,17 @@ static nctmc_status check_shape(const nctmc_model *m, int32_t B, int32_t L, char
 static nctmc_status alloc_host_staging(dit_workspace *ws, const nctmc_model *m, size_t N,
                                        char *err, size_t err_size)
 {
-    ws->host_labels = nctmc_mem_alloc(ws->be->alloc, (size_t)ws->max_batch * sizeof(int32_t));
-    ws->host_loss = nctmc_mem_alloc(ws->be->alloc, N * sizeof(float));
+    ws->host_labels = mem_alloc(ws->be->alloc, (size_t)ws->max_batch * sizeof(int32_t));
+    ws->host_loss = mem_alloc(ws->be->alloc, N * sizeof(float));
     if (m->config.time_input != NCTMC_TIME_INPUT_T) {
         ws->host_time_input =
-            nctmc_mem_alloc(ws->be->alloc, (size_t)ws->max_batch * sizeof(float));
+            mem_alloc(ws->be->alloc, (size_t)ws->max_batch * sizeof(float));
         if (!ws->host_time_input)
-            return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+            return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                               "out of host memory for the workspace");
     }
     if (!ws->host_labels || !ws->host_loss)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of host memory for the workspace");
     for (int32_t b = 0; b < ws->max_batch; b++)
         ws->host_labels[b] = m->config.n_classes;
@@ -217,7 +217,7 @@ nctmc_status dit_workspace_create(const nctmc_model *m, nctmc_backend *be, int32
 {
     *out = NULL;
     if (mode != DIT_WS_INFERENCE && mode != DIT_WS_TRAINING && mode != DIT_WS_TRAINING_RECOMPUTE)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "workspace mode %d",
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "workspace mode %d",
                           (int)mode);
     bool training = mode != DIT_WS_INFERENCE;
     nctmc_status st = check_shape(m, B, L, err, err_size);
@@ -226,9 +226,9 @@ nctmc_status dit_workspace_create(const nctmc_model *m, nctmc_backend *be, int32
     ws_sizes z;
     if ((st = size_workspace(m, be, B, L, &z, err, err_size)) != NCTMC_OK)
         return st;
-    dit_workspace *ws = nctmc_mem_calloc(be->alloc, 1, sizeof *ws);
+    dit_workspace *ws = mem_calloc(be->alloc, 1, sizeof *ws);
     if (!ws)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     ws->be = be;
     ws->training = training;
     ws->recompute = mode == DIT_WS_TRAINING_RECOMPUTE;
@@ -236,23 +236,23 @@ nctmc_status dit_workspace_create(const nctmc_model *m, nctmc_backend *be, int32
     ws->max_batch = B;
     ws->max_length = L;
     ws->time_input_kind = m->config.time_input;
-    ws->denoiser = dit_config_denoiser(&m->config);
+    ws->denoiser = model_config_denoiser(&m->config);
     ws->n_layer_acts = training ? m->dims.n_layers : 1;
-    ws->layers = nctmc_mem_calloc(be->alloc, (size_t)ws->n_layer_acts, sizeof *ws->layers);
+    ws->layers = mem_calloc(be->alloc, (size_t)ws->n_layer_acts, sizeof *ws->layers);
     if (training)
         ws->grad_blocks =
-            nctmc_mem_calloc(be->alloc, (size_t)m->dims.n_layers, sizeof *ws->grad_blocks);
+            mem_calloc(be->alloc, (size_t)m->dims.n_layers, sizeof *ws->grad_blocks);
     if (!ws->layers || (training && !ws->grad_blocks))
-        st = nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     arena_plan sizing = {NULL, 0, false};
     if (st == NCTMC_OK) {
         plan_workspace(&sizing, ws, &z);
         if (sizing.overflow)
-            st = nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+            st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                             "workspace for batch %d x length %d overflows", B, L);
     }
     if (st == NCTMC_OK && !(ws->arena = be->ops->alloc(be, sizing.bytes)))
-        st = nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                         "cannot allocate a %zu-byte workspace on the %s backend",
                         sizing.bytes, be->name);
     if (st == NCTMC_OK) {
@@ -276,12 +276,12 @@ void dit_workspace_free(dit_workspace *ws)
         return;
     if (ws->arena)
         ws->be->ops->free(ws->be, ws->arena);
-    nctmc_mem_free(ws->be->alloc, ws->layers);
-    nctmc_mem_free(ws->be->alloc, ws->grad_blocks);
-    nctmc_mem_free(ws->be->alloc, ws->host_labels);
-    nctmc_mem_free(ws->be->alloc, ws->host_loss);
-    nctmc_mem_free(ws->be->alloc, ws->host_time_input);
-    nctmc_mem_free(ws->be->alloc, ws);
+    mem_free(ws->be->alloc, ws->layers);
+    mem_free(ws->be->alloc, ws->grad_blocks);
+    mem_free(ws->be->alloc, ws->host_labels);
+    mem_free(ws->be->alloc, ws->host_loss);
+    mem_free(ws->be->alloc, ws->host_time_input);
+    mem_free(ws->be->alloc, ws);
 }
 
 static nctmc_status check_tokens(const int32_t *tokens, size_t n, int32_t limit,
@@ -290,7 +290,7 @@ static nctmc_status check_tokens(const int32_t *tokens, size_t n, int32_t limit,
 {
     for (size_t r = 0; r < n; r++)
         if (tokens[r] < 0 || tokens[r] >= limit)
-            return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "%s[%zu] = %d is out of range %s [0, %d)", what, r, tokens[r],
                               range, limit);
     return NCTMC_OK;
@@ -301,15 +301,15 @@ static nctmc_status check_times_labels(const nctmc_model *m, const dit_batch *b,
 {
     for (int32_t i = 0; i < b->batch; i++)
         if (!(b->times[i] > 0.0f && b->times[i] < 1.0f))
-            return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "times[%d] = %g must be in (0, 1)", i, (double)b->times[i]);
     if (b->labels && m->config.n_classes == 0)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "labels were given but the model has no classes");
     if (b->labels)
         for (int32_t i = 0; i < b->batch; i++)
             if (b->labels[i] < 0 || b->labels[i] > m->config.n_classes)
-                return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                                   "labels[%d] = %d is out of range [0, %d] (%d = null label)",
                                   i, b->labels[i], m->config.n_classes, m->config.n_classes);
     return NCTMC_OK;
@@ -320,11 +320,11 @@ nctmc_status dit_batch_validate(const nctmc_model *m, const dit_workspace *ws,
 {
     if (b->batch < 1 || b->batch > ws->max_batch || b->length < 1 ||
         b->length > ws->max_length)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "batch %d x length %d does not fit [1, %d] x [1, %d]", b->batch,
                           b->length, ws->max_batch, ws->max_length);
     if (!b->x_t || !b->times)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "tokens and times must not be NULL");
     size_t n = (size_t)b->batch * (size_t)b->length;
     nctmc_status st = check_tokens(b->x_t, n, m->dims.S, "tokens", "of states", err, err_size);
@@ -333,7 +333,7 @@ nctmc_status dit_batch_validate(const nctmc_model *m, const dit_workspace *ws,
     if (st != NCTMC_OK || !need_x0)
         return st;
     if (!b->x_0)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "x_0 must not be NULL");
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "x_0 must not be NULL");
     return check_tokens(b->x_0, n, fp_n_data(&m->fp), "x_0", "of data tokens", err, err_size);
 }
 

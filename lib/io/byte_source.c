@@ -83,13 +83,13 @@ nctmc_status byte_source_init_reader(byte_source *s, const nctmc_reader *reader,
 {
     init_empty(s, name);
     if (!reader)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "reader is NULL");
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "reader is NULL");
     nctmc_reader_init(&s->reader);
     nctmc_status st = abi_read(reader, &s->reader, sizeof s->reader, &abi_reader, err, err_size);
     if (st != NCTMC_OK)
         return st;
     if (s->reader.size < 0 || !s->reader.read_at)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "nctmc_reader: size must be >= 0 (got %lld) and read_at set",
                           (long long)s->reader.size);
     return NCTMC_OK;
@@ -114,9 +114,9 @@ static nctmc_status read_failed(const byte_source *s, uint64_t offset, int64_t g
     if (s->errnum && strerror_r(s->errnum, reason, sizeof reason) != 0)
         snprintf(reason, sizeof reason, "error %d", s->errnum);
     if (reason[0])
-        return nctmc_fail(err, err_size, NCTMC_ERR_IO, "reading \"%.300s\": %s", s->name,
+        return fail_format(err, err_size, NCTMC_ERR_IO, "reading \"%.300s\": %s", s->name,
                           reason);
-    return nctmc_fail(err, err_size, NCTMC_ERR_IO,
+    return fail_format(err, err_size, NCTMC_ERR_IO,
                       "reading \"%.300s\" at byte %llu failed (read_at returned %lld)", s->name,
                       (unsigned long long)offset, (long long)got);
 }
@@ -126,7 +126,7 @@ nctmc_status byte_source_read(const byte_source *s, uint64_t offset, void *dst, 
 {
     uint64_t size = byte_source_size(s);
     if (offset > size || (uint64_t)n > size - offset)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "\"%.300s\": %zu bytes at byte %llu lie past its %llu bytes", s->name,
                           n, (unsigned long long)offset, (unsigned long long)size);
     uint8_t *p = dst;
@@ -136,12 +136,12 @@ nctmc_status byte_source_read(const byte_source *s, uint64_t offset, void *dst, 
         if (got < 0)
             return read_failed(s, offset, got, err, err_size);
         if ((uint64_t)got > (uint64_t)ask)
-            return nctmc_fail(err, err_size, NCTMC_ERR_IO,
+            return fail_format(err, err_size, NCTMC_ERR_IO,
                               "reading \"%.300s\": read_at returned %lld for a read of %zu "
                               "bytes",
                               s->name, (long long)got, ask);
         if (got == 0)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "\"%.300s\" ends early (at byte %llu of the %llu it claims; was "
                               "it truncated?)",
                               s->name, (unsigned long long)offset, (unsigned long long)size);

@@ -46,13 +46,13 @@ static nctmc_status sys_fail(char *err, size_t err_size, nctmc_status status, in
     char reason[128];
     if (strerror_r(errnum, reason, sizeof reason) != 0)
         snprintf(reason, sizeof reason, "error %d", errnum);
-    return nctmc_fail(err, err_size, status, "%s: %s", what, reason);
+    return fail_format(err, err_size, status, "%s: %s", what, reason);
 }
 
-static void release(atomic_file *af)
+static void release(file_atomic *af)
 {
-    nctmc_mem_free(af->alloc, af->tmp_path);
-    nctmc_mem_free(af->alloc, af->path);
+    mem_free(af->alloc, af->tmp_path);
+    mem_free(af->alloc, af->path);
     af->tmp_path = NULL;
     af->path = NULL;
     af->fd = -1;
@@ -73,7 +73,7 @@ static nctmc_status resolve_target(const nctmc_allocator *alloc, const char *pat
     struct stat st;
     *target = NULL;
     if (!path[0])
-        return nctmc_fail(err, err_size, NCTMC_ERR_IO, "cannot write a file with an empty name");
+        return fail_format(err, err_size, NCTMC_ERR_IO, "cannot write a file with an empty name");
     if (lstat(path, &st) != 0) {
         if (errno != ENOENT)
             return sys_fail(err, err_size, NCTMC_ERR_IO, errno, "cannot examine \"%.300s\"",
@@ -86,24 +86,24 @@ static nctmc_status resolve_target(const nctmc_allocator *alloc, const char *pat
                             "(refusing to write through it)",
                             path);
         bool regular = stat(real, &st) == 0 && S_ISREG(st.st_mode);
-        *target = regular ? nctmc_mem_strdup(alloc, real) : NULL;
+        *target = regular ? mem_strdup(alloc, real) : NULL;
         free(real); /* realpath()'s own malloc */
         if (!regular)
-            return nctmc_fail(err, err_size, NCTMC_ERR_IO,
+            return fail_format(err, err_size, NCTMC_ERR_IO,
                               "\"%.300s\" is a symbolic link to something that is not a "
                               "regular file; refusing to replace it",
                               path);
         return *target ? NCTMC_OK
-                       : nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+                       : fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     } else if (!S_ISREG(st.st_mode)) {
-        return nctmc_fail(err, err_size, NCTMC_ERR_IO,
+        return fail_format(err, err_size, NCTMC_ERR_IO,
                           "\"%.300s\" exists and is not a regular file (a directory, FIFO, "
                           "device or socket); refusing to replace it",
                           path);
     }
-    *target = nctmc_mem_strdup(alloc, path); /* absent (created) or a regular file */
+    *target = mem_strdup(alloc, path); /* absent (created) or a regular file */
     return *target ? NCTMC_OK
-                   : nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+                   : fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
 }
 
 /* ---- stale temporary files -------------------------------------------------- */
@@ -179,7 +179,7 @@ static bool split_dir(const char *path, char *dir, size_t dir_size, const char *
     return true;
 }
 
-static void clean_stale_temps(const atomic_file *af)
+static void clean_stale_temps(const file_atomic *af)
 {
     struct stat own;
     if (fstat(af->fd, &own) != 0)
@@ -206,7 +206,7 @@ static void clean_stale_temps(const atomic_file *af)
 /* Creates and locks the temporary file (see remove_if_stale() for why the
  * lock). Should another writer's cleanup have removed our file in the
  * instant between its creation and our lock, we make a new one. */
-static nctmc_status create_temp_file(atomic_file *af, char *err, size_t err_size)
+static nctmc_status create_temp_file(file_atomic *af, char *err, size_t err_size)
 {
     size_t n = strlen(af->path);
     for (int attempt = 0; attempt < 8; attempt++) {
@@ -225,13 +225,13 @@ static nctmc_status create_temp_file(atomic_file *af, char *err, size_t err_size
         }
         close(fd);
     }
-    return nctmc_fail(err, err_size, NCTMC_ERR_IO,
+    return fail_format(err, err_size, NCTMC_ERR_IO,
                       "cannot create a temporary file next to \"%.300s\": it kept "
                       "disappearing",
                       af->path);
 }
 
-nctmc_status atomic_file_begin(atomic_file *af, const nctmc_allocator *alloc,
+nctmc_status file_atomic_begin(file_atomic *af, const nctmc_allocator *alloc,
                                const char *path, char *err, size_t err_size)
 {
     af->fd = -1;
@@ -240,10 +240,10 @@ nctmc_status atomic_file_begin(atomic_file *af, const nctmc_allocator *alloc,
     nctmc_status st = resolve_target(alloc, path, &af->path, err, err_size);
     if (st != NCTMC_OK)
         return st;
-    af->tmp_path = nctmc_mem_alloc(alloc, strlen(af->path) + sizeof TMP_TAG + TMP_RANDOM_CHARS);
+    af->tmp_path = mem_alloc(alloc, strlen(af->path) + sizeof TMP_TAG + TMP_RANDOM_CHARS);
     if (!af->tmp_path) {
         release(af);
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     }
     st = create_temp_file(af, err, err_size);
     if (st != NCTMC_OK) {
@@ -256,7 +256,7 @@ nctmc_status atomic_file_begin(atomic_file *af, const nctmc_allocator *alloc,
                       : NEW_FILE_MODE;
     if (fchmod(af->fd, mode) != 0) {
         int e = errno;
-        atomic_file_abort(af);
+        file_atomic_abort(af);
         return sys_fail(err, err_size, NCTMC_ERR_IO, e, "cannot set the mode of \"%.300s\"",
                         path);
     }
@@ -264,7 +264,7 @@ nctmc_status atomic_file_begin(atomic_file *af, const nctmc_allocator *alloc,
     return NCTMC_OK;
 }
 
-nctmc_status atomic_file_write(atomic_file *af, const void *data, size_t n, char *err,
+nctmc_status file_atomic_write(file_atomic *af, const void *data, size_t n, char *err,
                                size_t err_size)
 {
     const uint8_t *p = data;
@@ -281,13 +281,13 @@ nctmc_status atomic_file_write(atomic_file *af, const void *data, size_t n, char
     return NCTMC_OK;
 }
 
-nctmc_status atomic_file_write_at(atomic_file *af, uint64_t offset, const void *data,
+nctmc_status file_atomic_write_at(file_atomic *af, uint64_t offset, const void *data,
                                   size_t n, char *err, size_t err_size)
 {
     const uint8_t *p = data;
     while (n > 0) {
         if (offset > (uint64_t)INT64_MAX)
-            return nctmc_fail(err, err_size, NCTMC_ERR_IO, "writing \"%.300s\": offset too large",
+            return fail_format(err, err_size, NCTMC_ERR_IO, "writing \"%.300s\": offset too large",
                               af->path);
         ssize_t w = pwrite(af->fd, p, n < IO_CHUNK ? n : IO_CHUNK, (off_t)offset);
         if (w < 0 && errno == EINTR)
@@ -324,11 +324,11 @@ static nctmc_status sync_parent_dir(char *path, char *err, size_t err_size)
     return st;
 }
 
-nctmc_status atomic_file_commit(atomic_file *af, char *err, size_t err_size)
+nctmc_status file_atomic_commit(file_atomic *af, char *err, size_t err_size)
 {
     if (fsync(af->fd) != 0) {
         int e = errno;
-        atomic_file_abort(af);
+        file_atomic_abort(af);
         return sys_fail(err, err_size, NCTMC_ERR_IO, e, "flushing a new file to disk");
     }
     /* The file stays open (and locked) until it has its final name, so no
@@ -337,10 +337,10 @@ nctmc_status atomic_file_commit(atomic_file *af, char *err, size_t err_size)
         int e = errno;
         nctmc_status st = sys_fail(err, err_size, NCTMC_ERR_IO, e,
                                    "cannot replace \"%.300s\"", af->path);
-        atomic_file_abort(af);
+        file_atomic_abort(af);
         return st;
     }
-    nctmc_mem_free(af->alloc, af->tmp_path);
+    mem_free(af->alloc, af->tmp_path);
     af->tmp_path = NULL;
     int fd = af->fd;
     af->fd = -1;
@@ -354,7 +354,7 @@ nctmc_status atomic_file_commit(atomic_file *af, char *err, size_t err_size)
     return st;
 }
 
-void atomic_file_abort(atomic_file *af)
+void file_atomic_abort(file_atomic *af)
 {
     if (af->fd >= 0)
         close(af->fd);
@@ -380,7 +380,7 @@ nctmc_status file_open_read(const char *path, int *fd, uint64_t *size, char *err
     }
     if (!S_ISREG(st.st_mode)) {
         close(f);
-        return nctmc_fail(err, err_size, NCTMC_ERR_IO,
+        return fail_format(err, err_size, NCTMC_ERR_IO,
                           "\"%.300s\" is not a regular file (a directory, FIFO, device or "
                           "socket)",
                           path);
@@ -402,7 +402,7 @@ nctmc_status file_pread(int fd, uint64_t offset, void *buf, size_t n, const char
     uint8_t *p = buf;
     while (n > 0) {
         if (offset > (uint64_t)INT64_MAX)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "\"%.300s\": offset %llu is past any file", path,
                               (unsigned long long)offset);
         ssize_t r = pread(fd, p, n < IO_CHUNK ? n : IO_CHUNK, (off_t)offset);
@@ -411,7 +411,7 @@ nctmc_status file_pread(int fd, uint64_t offset, void *buf, size_t n, const char
         if (r < 0)
             return sys_fail(err, err_size, NCTMC_ERR_IO, errno, "reading \"%.300s\"", path);
         if (r == 0)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "\"%.300s\" ends early (at byte %llu; was it truncated?)", path,
                               (unsigned long long)offset);
         p += r;
@@ -431,22 +431,22 @@ nctmc_status file_read_all(const nctmc_allocator *alloc, const char *path, size_
         return st;
     if (n > (uint64_t)max_bytes || n >= (uint64_t)SIZE_MAX) {
         close(fd);
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "\"%.300s\" has %llu bytes, more than the %zu this kind of file may "
                           "have",
                           path, (unsigned long long)n, max_bytes);
     }
-    uint8_t *buf = nctmc_mem_alloc(alloc, (size_t)n + 1);
+    uint8_t *buf = mem_alloc(alloc, (size_t)n + 1);
     if (!buf) {
         close(fd);
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate %llu bytes to read \"%.300s\"",
                           (unsigned long long)n + 1, path);
     }
     st = file_pread(fd, 0, buf, (size_t)n, path, err, err_size);
     close(fd);
     if (st != NCTMC_OK) {
-        nctmc_mem_free(alloc, buf);
+        mem_free(alloc, buf);
         return st;
     }
     buf[n] = 0;
@@ -464,14 +464,14 @@ NCTMC_API nctmc_status nctmc_write_file(nctmc_context *ctx, const char *path, co
         return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
                                "nctmc_write_file: path is NULL, or data is NULL with size > 0");
     char err[NCTMC_ERROR_SIZE];
-    atomic_file af;
-    nctmc_status st = atomic_file_begin(&af, &ctx->alloc, path, err, sizeof err);
+    file_atomic af;
+    nctmc_status st = file_atomic_begin(&af, &ctx->alloc, path, err, sizeof err);
     if (st == NCTMC_OK) {
-        st = atomic_file_write(&af, data, size, err, sizeof err);
+        st = file_atomic_write(&af, data, size, err, sizeof err);
         if (st == NCTMC_OK)
-            st = atomic_file_commit(&af, err, sizeof err);
+            st = file_atomic_commit(&af, err, sizeof err);
         else
-            atomic_file_abort(&af);
+            file_atomic_abort(&af);
     }
     if (st != NCTMC_OK)
         return ctx_report_fail(ctx, st, "nctmc_write_file: %s", err);

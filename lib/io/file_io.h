@@ -19,13 +19,13 @@ struct nctmc_allocator; /* alloc.h */
  * next write to the same target removes. The writer holds an exclusive
  * flock() on its temporary file until the rename (how that cleanup tells a
  * dead writer's file from a live one's). */
-typedef struct atomic_file {
+typedef struct file_atomic {
     int fd;             /* -1 when closed */
     char *tmp_path;     /* NULL once renamed or removed */
     char *path;         /* the file replaced: the caller's path, or the
                            target of the symbolic link it names */
     const struct nctmc_allocator *alloc;   /* of the two names (alloc.h) */
-} atomic_file;
+} file_atomic;
 
 /* Creates the temporary file next to the target of path: path itself when
  * absent or a regular file, the target of a symbolic link to a regular file.
@@ -34,24 +34,24 @@ typedef struct atomic_file {
  * (file_io.c says which are safe to remove). The names af keeps come from
  * alloc (NULL = the C library). On failure nothing is left and af->path is
  * NULL. */
-nctmc_status atomic_file_begin(atomic_file *af, const struct nctmc_allocator *alloc,
+nctmc_status file_atomic_begin(file_atomic *af, const struct nctmc_allocator *alloc,
                                const char *path, char *err, size_t err_size);
 
 /* Appends n bytes. */
-nctmc_status atomic_file_write(atomic_file *af, const void *data, size_t n, char *err,
+nctmc_status file_atomic_write(file_atomic *af, const void *data, size_t n, char *err,
                                size_t err_size);
 
 /* Writes n bytes at a byte offset (to fill in a header after the data). */
-nctmc_status atomic_file_write_at(atomic_file *af, uint64_t offset, const void *data,
+nctmc_status file_atomic_write_at(file_atomic *af, uint64_t offset, const void *data,
                                   size_t n, char *err, size_t err_size);
 
 /* Flushes the data to disk and renames the file over path. On failure the
  * temporary file is removed and path is untouched (unless only the final
  * directory fsync failed, which the message says). Always releases af. */
-nctmc_status atomic_file_commit(atomic_file *af, char *err, size_t err_size);
+nctmc_status file_atomic_commit(file_atomic *af, char *err, size_t err_size);
 
 /* Removes the temporary file and releases af; does nothing after commit. */
-void atomic_file_abort(atomic_file *af);
+void file_atomic_abort(file_atomic *af);
 
 /* Opens a regular file for reading and reports its size. Anything else is
  * NCTMC_ERR_IO, found without blocking (a FIFO is opened non-blocking, seen

@@ -32,7 +32,7 @@ static nctmc_status system_fail(const char *what, int errnum, char *err, size_t 
     char reason[128];
     if (strerror_r(errnum, reason, sizeof reason) != 0)
         snprintf(reason, sizeof reason, "error %d", errnum);
-    return nctmc_fail(err, err_size, NCTMC_ERR_IO, "%s: %s", what, reason);
+    return fail_format(err, err_size, NCTMC_ERR_IO, "%s: %s", what, reason);
 }
 
 nctmc_status file_map_open(int fd, uint64_t file_size, uint64_t offset, size_t size,
@@ -45,23 +45,23 @@ nctmc_status file_map_open(int fd, uint64_t file_size, uint64_t offset, size_t s
     /* the header and ranges were checked against file_size: a file that
      * has shrunk since would put mapped pages past its end */
     if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != file_size)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "the file changed size while it was being loaded (%llu bytes, "
                           "then %llu)",
                           (unsigned long long)file_size, (unsigned long long)sb.st_size);
     if (offset > file_size || size > file_size - offset)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "file_map_open: bytes [%llu, +%zu) lie outside the file",
                           (unsigned long long)offset, size);
     long page = sysconf(_SC_PAGESIZE);
     if (page <= 0)
-        return nctmc_fail(err, err_size, NCTMC_ERR_UNSUPPORTED, "no page size");
+        return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED, "no page size");
     /* mmap wants a page-aligned file offset: map from the page holding
      * `offset`, and at least one byte (a zero-length map is an error) */
     uint64_t start = offset / (uint64_t)page * (uint64_t)page;
     size_t length = (size_t)(offset - start) + (size > 0 ? size : 1);
     if (start + length > file_size)
-        return nctmc_fail(err, err_size, NCTMC_ERR_UNSUPPORTED,
+        return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
                           "nothing to map in an empty range at the end of the file");
     void *p = mmap(NULL, length, PROT_READ, MAP_SHARED, fd, (off_t)start);
     if (p == MAP_FAILED)
@@ -91,7 +91,7 @@ nctmc_status file_map_open(int fd, uint64_t file_size, uint64_t offset, size_t s
     (void)offset;
     (void)size;
     memset(out, 0, sizeof *out);
-    return nctmc_fail(err, err_size, NCTMC_ERR_UNSUPPORTED,
+    return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
                       "this platform has no memory-mapped files");
 }
 

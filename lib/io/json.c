@@ -14,7 +14,7 @@
 
 static nctmc_status json_fail(json_reader *r, const char *what)
 {
-    return nctmc_fail(r->err, r->err_size, NCTMC_ERR_FORMAT, "JSON header, byte %zu: %s",
+    return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT, "JSON header, byte %zu: %s",
                       r->at, what);
 }
 
@@ -200,9 +200,9 @@ nctmc_status json_parse_string(json_reader *r, char **out, size_t *len)
     size_t end;
     if (!find_string_end(r, &end))
         return json_fail(r, "unterminated string");
-    uint8_t *buf = nctmc_mem_alloc(r->alloc, end - r->at + 1);
+    uint8_t *buf = mem_alloc(r->alloc, end - r->at + 1);
     if (!buf)
-        return nctmc_fail(r->err, r->err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(r->err, r->err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     size_t n = 0, slash = next_backslash(r, end);
     while (st == NCTMC_OK && r->at < end) {
         if (slash < r->at)
@@ -220,7 +220,7 @@ nctmc_status json_parse_string(json_reader *r, char **out, size_t *len)
         n += k;
     }
     if (st != NCTMC_OK) {
-        nctmc_mem_free(r->alloc, buf);
+        mem_free(r->alloc, buf);
         return st;
     }
     r->at = end + 1;
@@ -316,7 +316,7 @@ static nctmc_status skip_container(json_reader *r, bool object, int depth)
         if (object) {
             char *key = NULL;
             st = json_parse_string(r, &key, NULL);
-            nctmc_mem_free(r->alloc, key);
+            mem_free(r->alloc, key);
             if (st == NCTMC_OK)
                 st = json_expect(r, ':', "after an object key");
         }
@@ -343,7 +343,7 @@ nctmc_status json_skip_value(json_reader *r, int depth)
     if (c == '"') {
         char *s = NULL;
         nctmc_status st = json_parse_string(r, &s, NULL);
-        nctmc_mem_free(r->alloc, s);
+        mem_free(r->alloc, s);
         return st;
     }
     if (c == '{' || c == '[') {
@@ -370,7 +370,7 @@ void json_buf_append(json_buf *b, const char *s, size_t n)
             }
             cap *= 2;
         }
-        char *d = nctmc_mem_realloc(b->alloc, b->data, b->cap, cap);
+        char *d = mem_realloc(b->alloc, b->data, b->cap, cap);
         if (!d) {
             b->failed = true;
             return;
@@ -424,7 +424,7 @@ void json_buf_string(json_buf *b, const char *s)
 
 void json_buf_free(json_buf *b)
 {
-    nctmc_mem_free(b->alloc, b->data);
+    mem_free(b->alloc, b->data);
     b->data = NULL;
     b->len = b->cap = 0;
     b->failed = false;

@@ -42,7 +42,7 @@ bool json_peek(json_reader *r, char c);
 
 /*
  * Parses a string into a NUL-terminated UTF-8 copy allocated from r->alloc
- * (release it with nctmc_mem_free(r->alloc, ...)): escapes
+ * (release it with mem_free(r->alloc, ...)): escapes
  * decoded (\uXXXX with surrogate pairs), raw bytes checked as strict UTF-8,
  * control characters and \u0000 rejected (a C string cannot carry NUL).
  * *len receives the length (may be NULL).

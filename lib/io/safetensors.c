@@ -167,7 +167,7 @@ static nctmc_status find_duplicate(const nctmc_allocator *alloc, const char **na
     *dup = NULL;
     if (n < 2)
         return NCTMC_OK;
-    const char **sorted = nctmc_mem_alloc(alloc, sizeof *sorted * (size_t)n);
+    const char **sorted = mem_alloc(alloc, sizeof *sorted * (size_t)n);
     if (!sorted)
         return NCTMC_ERR_OUT_OF_MEMORY;
     memcpy(sorted, names, sizeof *sorted * (size_t)n);
@@ -175,21 +175,21 @@ static nctmc_status find_duplicate(const nctmc_allocator *alloc, const char **na
     for (int32_t i = 1; i < n && !*dup; i++)
         if (strcmp(sorted[i - 1], sorted[i]) == 0)
             *dup = sorted[i];
-    nctmc_mem_free(alloc, sorted);
+    mem_free(alloc, sorted);
     return NCTMC_OK;
 }
 
 static nctmc_status check_meta(const st_meta *meta, int32_t n_meta, char *err, size_t err_size)
 {
     if (n_meta < 0 || (n_meta > 0 && !meta))
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "safetensors: bad metadata array (%d entries)", n_meta);
     for (int32_t i = 0; i < n_meta; i++) {
         if (!meta[i].key || !meta[i].value)
-            return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "safetensors: metadata entry %d has a NULL key or value", i);
         if (!valid_text(meta[i].key) || !valid_text(meta[i].value))
-            return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "safetensors: metadata \"%.64s\" is not valid UTF-8", meta[i].key);
     }
     return NCTMC_OK;
@@ -198,19 +198,19 @@ static nctmc_status check_meta(const st_meta *meta, int32_t n_meta, char *err, s
 static nctmc_status check_tensors(const st_tensor_ref *t, int32_t n, char *err, size_t err_size)
 {
     if (n < 0 || (n > 0 && !t))
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "safetensors: bad tensor array (%d entries)", n);
     for (int32_t i = 0; i < n; i++) {
         uint64_t bytes = 0;
         if (!t[i].name || !t[i].name[0] || !valid_text(t[i].name) ||
             strcmp(t[i].name, ST_META_KEY) == 0)
-            return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "safetensors: tensor %d has no usable name", i);
         if (!tensor_bytes(&t[i], &bytes))
-            return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "safetensors: tensor \"%.64s\" has a bad shape", t[i].name);
         if (bytes > 0 && !(t[i].dtype == ST_WRITE_F32 ? (const void *)t[i].data : t[i].raw))
-            return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "safetensors: tensor \"%.64s\" has no data", t[i].name);
     }
     return NCTMC_OK;
@@ -223,27 +223,27 @@ static nctmc_status check_unique(const nctmc_allocator *alloc, const st_meta *me
                                  size_t err_size)
 {
     int32_t most = n_meta > n ? n_meta : n;
-    const char **names = nctmc_mem_alloc(alloc, sizeof *names * (size_t)(most > 0 ? most : 1));
+    const char **names = mem_alloc(alloc, sizeof *names * (size_t)(most > 0 ? most : 1));
     if (!names)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     const char *dup = NULL;
     nctmc_status st;
     for (int32_t i = 0; i < n_meta; i++)
         names[i] = meta[i].key;
     st = find_duplicate(alloc, names, n_meta, &dup);
     if (st == NCTMC_OK && dup)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        st = fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                         "safetensors: metadata key \"%.64s\" appears twice", dup);
     for (int32_t i = 0; st == NCTMC_OK && i < n; i++)
         names[i] = t[i].name;
     if (st == NCTMC_OK)
         st = find_duplicate(alloc, names, n, &dup);
     if (st == NCTMC_OK && dup)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        st = fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                         "safetensors: tensor \"%.64s\" appears twice", dup);
-    nctmc_mem_free(alloc, (void *)names);
+    mem_free(alloc, (void *)names);
     if (st == NCTMC_ERR_OUT_OF_MEMORY)
-        return nctmc_fail(err, err_size, st, "out of memory");
+        return fail_format(err, err_size, st, "out of memory");
     return st;
 }
 
@@ -292,7 +292,7 @@ static nctmc_status build_header(st_writer *w, json_buf *b, char *err, size_t er
         for (int32_t k = 0; k < t->n_dims; k++)
             json_buf_printf(b, "%s%lld", k ? "," : "", (long long)t->shape[k]);
         if (offset > (uint64_t)INT64_MAX - bytes)
-            return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "safetensors: the tensors' total size overflows");
         json_buf_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offset,
                         (unsigned long long)(offset + bytes));
@@ -302,23 +302,23 @@ static nctmc_status build_header(st_writer *w, json_buf *b, char *err, size_t er
     while (!b->failed && (8 + b->len) % ST_ALIGN != 0)
         json_buf_puts(b, " ");
     if (b->failed)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of memory building a safetensors header");
     if (b->len > ST_MAX_HEADER)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "safetensors: header of %zu bytes exceeds the format's limit", b->len);
     return NCTMC_OK;
 }
 
-static nctmc_status write_hashed(atomic_file *af, st_writer *w, const void *data, size_t n,
+static nctmc_status write_hashed(file_atomic *af, st_writer *w, const void *data, size_t n,
                                  char *err, size_t err_size)
 {
     w->crc = crc32_update(w->crc, data, n);
-    return atomic_file_write(af, data, n, err, err_size);
+    return file_atomic_write(af, data, n, err, err_size);
 }
 
 /* BF16 and I8 data: bytes as little-endian 16-bit words or as they are. */
-static nctmc_status write_raw_data(atomic_file *af, st_writer *w, const st_tensor_ref *t,
+static nctmc_status write_raw_data(file_atomic *af, st_writer *w, const st_tensor_ref *t,
                                    uint64_t bytes, uint8_t *chunk, char *err, size_t err_size)
 {
     if (t->dtype == ST_WRITE_I8)
@@ -339,7 +339,7 @@ static nctmc_status write_raw_data(atomic_file *af, st_writer *w, const st_tenso
     return NCTMC_OK;
 }
 
-static nctmc_status write_tensor_data(atomic_file *af, st_writer *w, const st_tensor_ref *t,
+static nctmc_status write_tensor_data(file_atomic *af, st_writer *w, const st_tensor_ref *t,
                                       uint8_t *chunk, char *err, size_t err_size)
 {
     uint64_t bytes = 0;
@@ -360,7 +360,7 @@ static nctmc_status write_tensor_data(atomic_file *af, st_writer *w, const st_te
 
 /* Length, header (checksum digits still "00000000"), data; then the
  * checksum of all of that goes into its place. */
-static nctmc_status write_body(atomic_file *af, st_writer *w, const json_buf *header, char *err,
+static nctmc_status write_body(file_atomic *af, st_writer *w, const json_buf *header, char *err,
                                size_t err_size)
 {
     uint8_t len[8];
@@ -369,17 +369,17 @@ static nctmc_status write_body(atomic_file *af, st_writer *w, const json_buf *he
     nctmc_status st = write_hashed(af, w, len, 8, err, err_size);
     if (st == NCTMC_OK)
         st = write_hashed(af, w, header->data, header->len, err, err_size);
-    uint8_t *chunk = st == NCTMC_OK ? nctmc_mem_alloc(w->alloc, 4 * (size_t)ST_CHUNK_FLOATS)
+    uint8_t *chunk = st == NCTMC_OK ? mem_alloc(w->alloc, 4 * (size_t)ST_CHUNK_FLOATS)
                                     : NULL;
     if (st == NCTMC_OK && !chunk)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     for (int32_t i = 0; st == NCTMC_OK && i < w->n_tensors; i++)
         st = write_tensor_data(af, w, &w->tensors[i], chunk, err, err_size);
-    nctmc_mem_free(w->alloc, chunk);
+    mem_free(w->alloc, chunk);
     if (st == NCTMC_OK && w->checksum_index >= 0) {
         char digits[9];
         snprintf(digits, sizeof digits, "%08x", (unsigned)w->crc);
-        st = atomic_file_write_at(af, 8 + (uint64_t)w->checksum_offset, digits, 8, err,
+        st = file_atomic_write_at(af, 8 + (uint64_t)w->checksum_offset, digits, 8, err,
                                   err_size);
     }
     return st;
@@ -397,15 +397,15 @@ static nctmc_status write_file(st_writer *w, const char *path, char *err, size_t
     header.alloc = w->alloc;
     if (st == NCTMC_OK)
         st = build_header(w, &header, err, err_size);
-    atomic_file af;
+    file_atomic af;
     if (st == NCTMC_OK)
-        st = atomic_file_begin(&af, w->alloc, path, err, err_size);
+        st = file_atomic_begin(&af, w->alloc, path, err, err_size);
     if (st == NCTMC_OK) {
         st = write_body(&af, w, &header, err, err_size);
         if (st == NCTMC_OK)
-            st = atomic_file_commit(&af, err, err_size);
+            st = file_atomic_commit(&af, err, err_size);
         else
-            atomic_file_abort(&af);
+            file_atomic_abort(&af);
     }
     json_buf_free(&header);
     return st;
@@ -416,7 +416,7 @@ nctmc_status st_write_file(const char *path, const st_meta *meta, int32_t n_meta
                            size_t err_size)
 {
     if (!path || !path[0])
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "safetensors: no file name");
     st_writer w = {meta, n_meta, tensors, n_tensors, -1, 0, 0, NULL};
     return write_file(&w, path, err, err_size);
@@ -438,18 +438,18 @@ nctmc_status st_write_file_checksummed_with(const nctmc_allocator *alloc, const 
 {
     if (!path || !path[0] || !checksum_key || n_meta < 0 || n_meta == INT32_MAX ||
         (n_meta > 0 && !meta))
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "safetensors: bad arguments");
     /* the checksum is one more metadata entry, so names are checked as one */
-    st_meta *all = nctmc_mem_alloc(alloc, sizeof *all * ((size_t)n_meta + 1));
+    st_meta *all = mem_alloc(alloc, sizeof *all * ((size_t)n_meta + 1));
     if (!all)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     if (n_meta > 0)
         memcpy(all, meta, sizeof *all * (size_t)n_meta);
     all[n_meta] = (st_meta){checksum_key, "00000000"};
     st_writer w = {all, n_meta + 1, tensors, n_tensors, n_meta, 0, 0, alloc};
     nctmc_status st = write_file(&w, path, err, err_size);
-    nctmc_mem_free(alloc, all);
+    mem_free(alloc, all);
     return st;
 }
 
@@ -461,11 +461,11 @@ static nctmc_status grow(void **items, int32_t *cap, int32_t count, size_t size,
     if (count < *cap)
         return NCTMC_OK;
     if (*cap > INT32_MAX / 2)
-        return nctmc_fail(r->err, r->err_size, NCTMC_ERR_FORMAT, "too many header entries");
+        return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT, "too many header entries");
     int32_t new_cap = *cap ? *cap * 2 : 16;
-    void *p = nctmc_mem_realloc(r->alloc, *items, size * (size_t)*cap, size * (size_t)new_cap);
+    void *p = mem_realloc(r->alloc, *items, size * (size_t)*cap, size * (size_t)new_cap);
     if (!p)
-        return nctmc_fail(r->err, r->err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(r->err, r->err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     *items = p;
     *cap = new_cap;
     return NCTMC_OK;
@@ -473,7 +473,7 @@ static nctmc_status grow(void **items, int32_t *cap, int32_t count, size_t size,
 
 static nctmc_status header_fail(json_reader *r, const char *what, const char *name)
 {
-    return nctmc_fail(r->err, r->err_size, NCTMC_ERR_FORMAT, "header, byte %zu: %s \"%.64s\"",
+    return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT, "header, byte %zu: %s \"%.64s\"",
                       r->at, what, name);
 }
 
@@ -527,7 +527,7 @@ static nctmc_status parse_int_array(json_reader *r, uint64_t *v, int32_t max, in
         return st;
     do {
         if (*count >= max)
-            return nctmc_fail(r->err, r->err_size, NCTMC_ERR_FORMAT,
+            return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
                               "header, byte %zu: array longer than %d", r->at, max);
         st = json_parse_u64(r, &v[*count]);
         if (st != NCTMC_OK)
@@ -543,7 +543,7 @@ static nctmc_status parse_dtype(json_reader *r, st_entry *e)
     nctmc_status st = json_parse_string(r, &dtype, NULL);
     if (st == NCTMC_OK && (e->dtype = find_dtype(dtype)) < 0)
         st = header_fail(r, "unknown dtype", dtype);
-    nctmc_mem_free(r->alloc, dtype);
+    mem_free(r->alloc, dtype);
     return st;
 }
 
@@ -580,7 +580,7 @@ static nctmc_status parse_tensor_field(json_reader *r, st_entry *e, unsigned *se
     int k = 0;
     while (st == NCTMC_OK && k < 3 && strcmp(key, fields[k]) != 0)
         k++;
-    nctmc_mem_free(r->alloc, key);
+    mem_free(r->alloc, key);
     if (st != NCTMC_OK)
         return st;
     if (k == 3)
@@ -617,7 +617,7 @@ static nctmc_status parse_member(json_reader *r, st_file *f, bool *seen_meta)
     if (st == NCTMC_OK)
         st = json_expect(r, ':', "after a tensor name");
     if (st == NCTMC_OK && strcmp(name, ST_META_KEY) == 0) {
-        nctmc_mem_free(r->alloc, name);
+        mem_free(r->alloc, name);
         if (*seen_meta)
             return header_fail(r, "two", ST_META_KEY);
         *seen_meta = true;
@@ -626,7 +626,7 @@ static nctmc_status parse_member(json_reader *r, st_file *f, bool *seen_meta)
     if (st == NCTMC_OK)
         st = grow((void **)&f->tensors, &f->tensor_cap, f->n_tensors, sizeof *f->tensors, r);
     if (st != NCTMC_OK) {
-        nctmc_mem_free(r->alloc, name);
+        mem_free(r->alloc, name);
         return st;
     }
     st_entry *e = &f->tensors[f->n_tensors++];
@@ -638,7 +638,7 @@ static nctmc_status parse_member(json_reader *r, st_file *f, bool *seen_meta)
 static nctmc_status parse_header(json_reader *r, st_file *f)
 {
     if (r->n == 0 || r->s[0] != '{')
-        return nctmc_fail(r->err, r->err_size, NCTMC_ERR_FORMAT,
+        return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
                           "header does not start with '{': not a safetensors file");
     r->at = 1;
     bool seen_meta = false;
@@ -652,7 +652,7 @@ static nctmc_status parse_header(json_reader *r, st_file *f)
     }
     json_skip_ws(r);
     if (st == NCTMC_OK && r->at != r->n)
-        return nctmc_fail(r->err, r->err_size, NCTMC_ERR_FORMAT,
+        return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
                           "header, byte %zu: data after the JSON object", r->at);
     return st;
 }
@@ -665,12 +665,12 @@ static nctmc_status check_entry(const st_entry *e, char *err, size_t err_size)
     for (int32_t k = 0; k < e->n_dims; k++) {
         uint64_t d = (uint64_t)e->shape[k];
         if (d != 0 && n > (uint64_t)INT64_MAX / d)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "tensor \"%.64s\": shape overflows", e->name);
         n *= d;
     }
     if (e->end < e->begin || e->end - e->begin != n)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "tensor \"%.64s\": data_offsets [%llu, %llu] do not hold its %llu "
                           "bytes",
                           e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
@@ -708,9 +708,9 @@ static nctmc_status check_ranges(const st_file *f, uint64_t data_size, char *err
                                  size_t err_size)
 {
     int32_t n = f->n_tensors;
-    int32_t *idx = nctmc_mem_alloc(f->alloc, sizeof *idx * 2 * (size_t)(n > 0 ? n : 1));
+    int32_t *idx = mem_alloc(f->alloc, sizeof *idx * 2 * (size_t)(n > 0 ? n : 1));
     if (!idx)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     for (int32_t i = 0; i < n; i++)
         idx[i] = i;
     sort_by_offset(f->tensors, idx, n);
@@ -719,17 +719,17 @@ static nctmc_status check_ranges(const st_file *f, uint64_t data_size, char *err
     for (int32_t i = 0; i < n && st == NCTMC_OK; i++) {
         const st_entry *e = &f->tensors[idx[i]];
         if (e->begin != at)
-            st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
                             "tensor \"%.64s\" starts at data byte %llu, expected %llu (a gap "
                             "or an overlap)",
                             e->name, (unsigned long long)e->begin, (unsigned long long)at);
         at = e->end;
     }
     if (st == NCTMC_OK && at != data_size)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
                         "the tensors cover %llu data bytes, the file has %llu",
                         (unsigned long long)at, (unsigned long long)data_size);
-    nctmc_mem_free(f->alloc, idx);
+    mem_free(f->alloc, idx);
     return st;
 }
 
@@ -745,14 +745,14 @@ static nctmc_status index_names(st_file *f, char *err, size_t err_size)
         qsort(f->meta, (size_t)f->n_meta, sizeof *f->meta, compare_meta);
     for (int32_t i = 1; i < f->n_meta; i++)
         if (strcmp(f->meta[i - 1].key, f->meta[i].key) == 0)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "metadata key \"%.64s\" appears twice", f->meta[i].key);
     size_t n = (size_t)(f->n_tensors > 0 ? f->n_tensors : 1);
-    const char **names = nctmc_mem_alloc(f->alloc, sizeof *names * n);
-    f->by_name = nctmc_mem_alloc(f->alloc, sizeof *f->by_name * n);
+    const char **names = mem_alloc(f->alloc, sizeof *names * n);
+    f->by_name = mem_alloc(f->alloc, sizeof *f->by_name * n);
     if (!names || !f->by_name) {
-        nctmc_mem_free(f->alloc, (void *)names);
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        mem_free(f->alloc, (void *)names);
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     }
     for (int32_t i = 0; i < f->n_tensors; i++)
         names[i] = f->tensors[i].name;
@@ -760,7 +760,7 @@ static nctmc_status index_names(st_file *f, char *err, size_t err_size)
     nctmc_status st = NCTMC_OK;
     for (int32_t i = 1; i < f->n_tensors && st == NCTMC_OK; i++)
         if (strcmp(names[i - 1], names[i]) == 0)
-            st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%.64s\" appears twice",
+            st = fail_format(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%.64s\" appears twice",
                             names[i]);
     /* names are unique now, so each entry's name has exactly one slot */
     for (int32_t e = 0; e < f->n_tensors && st == NCTMC_OK; e++) {
@@ -769,7 +769,7 @@ static nctmc_status index_names(st_file *f, char *err, size_t err_size)
             bsearch(&key, names, (size_t)f->n_tensors, sizeof *names, compare_strings);
         f->by_name[hit - names] = e;
     }
-    nctmc_mem_free(f->alloc, (void *)names);
+    mem_free(f->alloc, (void *)names);
     return st;
 }
 
@@ -779,7 +779,7 @@ static nctmc_status read_header(st_file *f, uint64_t file_size, char *err, size_
 {
     uint8_t len_bytes[8];
     if (file_size < 8)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "%llu bytes is too short for a safetensors file",
                           (unsigned long long)file_size);
     nctmc_status st = byte_source_read(&f->src, 0, len_bytes, 8, err, err_size);
@@ -787,17 +787,17 @@ static nctmc_status read_header(st_file *f, uint64_t file_size, char *err, size_
         return st;
     uint64_t n = u64_from_le(len_bytes);
     if (n < 2 || n > ST_MAX_HEADER || n > file_size - 8)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "header length %llu is impossible for a file of %llu bytes",
                           (unsigned long long)n, (unsigned long long)file_size);
-    uint8_t *header = nctmc_mem_alloc(f->alloc, (size_t)n);
+    uint8_t *header = mem_alloc(f->alloc, (size_t)n);
     if (!header)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     st = byte_source_read(&f->src, 8, header, (size_t)n, err, err_size);
     json_reader r = {header, (size_t)n, 0, err, err_size, f->alloc};
     if (st == NCTMC_OK)
         st = parse_header(&r, f);
-    nctmc_mem_free(f->alloc, header);
+    mem_free(f->alloc, header);
     f->data_start = 8 + n;
     for (int32_t i = 0; i < f->n_tensors && st == NCTMC_OK; i++)
         st = check_entry(&f->tensors[i], err, err_size);
@@ -817,20 +817,20 @@ static nctmc_status with_path(nctmc_status st, const char *path, char *err, size
     snprintf(msg, sizeof msg, "%s", err);
     if (strstr(msg, path))
         return st;
-    return nctmc_fail(err, err_size, st, "\"%.300s\": %s", path, msg);
+    return fail_format(err, err_size, st, "\"%.300s\": %s", path, msg);
 }
 
 /* A new st_file named `name` (copied), its source not yet set up. */
 static st_file *st_file_new(const nctmc_allocator *alloc, const char *name)
 {
-    st_file *f = nctmc_mem_calloc(alloc, 1, sizeof *f);
+    st_file *f = mem_calloc(alloc, 1, sizeof *f);
     if (!f)
         return NULL;
     f->alloc = alloc;
     f->src.fd = -1;
-    f->path = nctmc_mem_strdup(alloc, name);
+    f->path = mem_strdup(alloc, name);
     if (!f->path) {
-        nctmc_mem_free(alloc, f);
+        mem_free(alloc, f);
         return NULL;
     }
     return f;
@@ -858,12 +858,12 @@ nctmc_status st_open_file(const nctmc_allocator *alloc, const char *path, st_fil
                           char *err, size_t err_size)
 {
     if (!path || !out)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "st_read_file: path and out must not be NULL");
     *out = NULL;
     st_file *f = st_file_new(alloc, path);
     if (!f)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     nctmc_status st = byte_source_open_file(&f->src, f->path, err, err_size);
     return st_file_finish(f, st, out, err, err_size);
 }
@@ -877,12 +877,12 @@ nctmc_status st_open_memory(const nctmc_allocator *alloc, const void *data, size
                             const char *name, st_file **out, char *err, size_t err_size)
 {
     if ((!data && size > 0) || !name || !out || (uint64_t)size > (uint64_t)INT64_MAX)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "st_open_memory: bad arguments");
     *out = NULL;
     st_file *f = st_file_new(alloc, name);
     if (!f)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     byte_source_init_memory(&f->src, data, size, f->path);
     return st_file_finish(f, NCTMC_OK, out, err, err_size);
 }
@@ -891,12 +891,12 @@ nctmc_status st_open_reader(const nctmc_allocator *alloc, const nctmc_reader *re
                             const char *name, st_file **out, char *err, size_t err_size)
 {
     if (!name || !out)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "st_open_reader: bad arguments");
     *out = NULL;
     st_file *f = st_file_new(alloc, name);
     if (!f)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     nctmc_status st = byte_source_init_reader(&f->src, reader, f->path, err, err_size);
     return st_file_finish(f, st, out, err, err_size);
 }
@@ -908,16 +908,16 @@ void st_file_free(st_file *f)
     const nctmc_allocator *a = f->alloc;
     byte_source_close(&f->src);
     for (int32_t i = 0; i < f->n_tensors; i++)
-        nctmc_mem_free(a, f->tensors[i].name);
+        mem_free(a, f->tensors[i].name);
     for (int32_t i = 0; i < f->n_meta; i++) {
-        nctmc_mem_free(a, f->meta[i].key);
-        nctmc_mem_free(a, f->meta[i].value);
+        mem_free(a, f->meta[i].key);
+        mem_free(a, f->meta[i].value);
     }
-    nctmc_mem_free(a, f->tensors);
-    nctmc_mem_free(a, f->by_name);
-    nctmc_mem_free(a, f->meta);
-    nctmc_mem_free(a, f->path);
-    nctmc_mem_free(a, f);
+    mem_free(a, f->tensors);
+    mem_free(a, f->by_name);
+    mem_free(a, f->meta);
+    mem_free(a, f->path);
+    mem_free(a, f);
 }
 
 /* ---- queries ------------------------------------------------------------ */
@@ -1012,26 +1012,26 @@ nctmc_status st_file_read_f32(const st_file *f, const char *name, int32_t n_dims
                               const int64_t *shape, float *dst, char *err, size_t err_size)
 {
     if (!f || !name || n_dims < 0 || n_dims > ST_MAX_DIMS || (n_dims > 0 && !shape))
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "st_file_read_f32: bad arguments");
     int32_t k = st_file_find_tensor(f, name);
     if (k < 0)
-        return nctmc_fail(err, err_size, NCTMC_ERR_NOT_FOUND,
+        return fail_format(err, err_size, NCTMC_ERR_NOT_FOUND,
                           "\"%.300s\" has no tensor \"%.64s\"", f->path, name);
     const st_entry *e = &f->tensors[k];
     if (e->dtype != ST_F32)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "tensor \"%.64s\" is %s, expected F32", name, st_dtypes[e->dtype].name);
     if (!same_shape(e, n_dims, shape)) {
         char got[96], want[96];
         format_shape(got, sizeof got, e->n_dims, e->shape);
         format_shape(want, sizeof want, n_dims, shape);
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "tensor \"%.64s\" has shape %s, expected %s", name, got, want);
     }
     size_t bytes = (size_t)(e->end - e->begin);
     if (bytes > 0 && !dst)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "st_file_read_f32: dst is NULL");
     nctmc_status st = byte_source_read(&f->src, f->data_start + e->begin, dst, bytes, err,
                                        err_size);
@@ -1047,26 +1047,26 @@ nctmc_status st_file_read_raw(const st_file *f, const char *name, const char *dt
     int want = dtype ? find_dtype(dtype) : -1;
     if (!f || !name || n_dims < 0 || n_dims > ST_MAX_DIMS || (n_dims > 0 && !shape) ||
         want < 0 || st_dtypes[want].size > 2)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "st_file_read_raw: bad arguments");
     int32_t k = st_file_find_tensor(f, name);
     if (k < 0)
-        return nctmc_fail(err, err_size, NCTMC_ERR_NOT_FOUND,
+        return fail_format(err, err_size, NCTMC_ERR_NOT_FOUND,
                           "\"%.300s\" has no tensor \"%.64s\"", f->path, name);
     const st_entry *e = &f->tensors[k];
     if (e->dtype != want)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%.64s\" is %s, expected %s",
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%.64s\" is %s, expected %s",
                           name, st_dtypes[e->dtype].name, st_dtypes[want].name);
     if (!same_shape(e, n_dims, shape)) {
         char got[96], wanted[96];
         format_shape(got, sizeof got, e->n_dims, e->shape);
         format_shape(wanted, sizeof wanted, n_dims, shape);
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "tensor \"%.64s\" has shape %s, expected %s", name, got, wanted);
     }
     size_t bytes = (size_t)(e->end - e->begin);
     if (bytes > 0 && !dst)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "st_file_read_raw: dst is NULL");
     nctmc_status st = byte_source_read(&f->src, f->data_start + e->begin, dst, bytes, err,
                                        err_size);
@@ -1104,9 +1104,9 @@ static nctmc_status file_crc(const st_file *f, uint64_t digits_at, uint32_t *crc
     /* no bigger than the file: a small checkpoint is checked on every load,
      * and a 1 MiB buffer for it costs more than reading it */
     size_t chunk = f->file_size < CHUNK ? (size_t)f->file_size : CHUNK;
-    uint8_t *buf = nctmc_mem_alloc(f->alloc, chunk ? chunk : 1);
+    uint8_t *buf = mem_alloc(f->alloc, chunk ? chunk : 1);
     if (!buf)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     nctmc_status st = NCTMC_OK;
     *crc = 0;
     for (uint64_t at = 0; at < f->file_size && st == NCTMC_OK;) {
@@ -1119,7 +1119,7 @@ static nctmc_status file_crc(const st_file *f, uint64_t digits_at, uint32_t *crc
             *crc = crc32_update(*crc, buf, n);
         at += n;
     }
-    nctmc_mem_free(f->alloc, buf);
+    mem_free(f->alloc, buf);
     return st;
 }
 
@@ -1129,14 +1129,14 @@ nctmc_status st_file_verify_checksum(const st_file *f, const char *key, char *er
     const st_meta_entry *m = find_meta(f, key);
     uint32_t want = 0, got = 0;
     if (!m)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "no \"%.64s\" checksum metadata",
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT, "no \"%.64s\" checksum metadata",
                           key ? key : "");
     if (m->raw_len != 8 || !parse_hex8(m->value, &want))
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "checksum \"%.64s\" is not 8 lowercase hexadecimal digits", key);
     nctmc_status st = file_crc(f, 8 + (uint64_t)m->raw_offset, &got, err, err_size);
     if (st == NCTMC_OK && got != want)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
                         "checksum mismatch: the file's CRC-32 is %08x, it records %08x "
                         "(corrupt file)",
                         (unsigned)got, (unsigned)want);
@@ -1167,7 +1167,7 @@ nctmc_status st_file_read_bytes(const st_file *f, uint64_t offset, void *dst, si
                                 char *err, size_t err_size)
 {
     if (!f || (n > 0 && !dst))
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "st_file_read_bytes: bad arguments");
     return byte_source_read(&f->src, offset, dst, n, err, err_size);
 }

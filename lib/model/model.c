@@ -17,17 +17,14 @@
 
 /* Every failure on a model goes through the lock: the same helpers serve
  * const calls, which may run on several threads at once. */
-#define MODEL_FAIL(model, status, ...) model_fail_shared((model), (status), __VA_ARGS__)
-
-nctmc_status model_fail_shared(const nctmc_model *model, nctmc_status status, const char *fmt,
-                               ...)
+nctmc_status model_fail(const nctmc_model *model, nctmc_status status, const char *fmt, ...)
 {
     /* last_error is the one part of a const model that calls write */
     nctmc_model *m = (nctmc_model *)model;
     pthread_mutex_lock(&m->error_mutex);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(m->last_error, sizeof m->last_error, fmt, ap);
+    fail_vformat(m->last_error, sizeof m->last_error, status, fmt, ap);
     va_end(ap);
     pthread_mutex_unlock(&m->error_mutex);
     return status;
@@ -54,13 +51,13 @@ static void model_destroy(nctmc_model *m)
         m->ctx->backend->ops->free(m->ctx->backend, m->weights);
     quant_model_free(m);
     /* a copy: the context, and its allocator, may go with ctx_release */
-    nctmc_allocator alloc = nctmc_mem_copy(&m->ctx->alloc);
-    nctmc_mem_free(&alloc, m->view.blocks);
-    nctmc_mem_free(&alloc, m->tensors);
+    nctmc_allocator alloc = mem_copy(&m->ctx->alloc);
+    mem_free(&alloc, m->view.blocks);
+    mem_free(&alloc, m->tensors);
     nctmc_tokenizer_free(m->tokenizer);
     pthread_mutex_destroy(&m->error_mutex);
     ctx_release(m->ctx);
-    nctmc_mem_free(&alloc, m);
+    mem_free(&alloc, m);
 }
 
 void model_release(const nctmc_model *model)
@@ -72,72 +69,72 @@ void model_release(const nctmc_model *model)
         model_destroy(m);
 }
 
-/* Allocates the weight slab (unless DIT_WEIGHTS_NONE) and, for
- * DIT_WEIGHTS_INIT, fills it with the seeded initial weights (a loader
+/* Allocates the weight slab (unless MODEL_WEIGHTS_NONE) and, for
+ * MODEL_WEIGHTS_INIT, fills it with the seeded initial weights (a loader
  * that overwrites every weight skips that: it is a third of the time to
  * load a large model). */
-static nctmc_status upload_initial_weights(nctmc_model *m, dit_weights weights, char *err,
+static nctmc_status upload_initial_weights(nctmc_model *m, model_weights_kind weights, char *err,
                                            size_t err_size)
 {
-    if (weights == DIT_WEIGHTS_NONE)
+    if (weights == MODEL_WEIGHTS_NONE)
         return NCTMC_OK;
     size_t bytes;
     if (!checked_mul(m->slab_floats, sizeof(float), &bytes))
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "parameter slab of %zu floats overflows", m->slab_floats);
     nctmc_backend *be = m->ctx->backend;
     m->weights = be->ops->alloc(be, bytes);
     if (!m->weights)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate %zu bytes of weights on the %s backend", bytes,
                           be->name);
-    if (weights == DIT_WEIGHTS_ZERO)
+    if (weights == MODEL_WEIGHTS_ZERO)
         return NCTMC_OK; /* alloc gives zeros; the caller uploads every weight */
-    float *host = nctmc_mem_alloc(&m->ctx->alloc, bytes);
+    float *host = mem_alloc(&m->ctx->alloc, bytes);
     if (!host)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate %zu bytes of host memory for initialisation",
                           bytes);
-    dit_init_weights(m, host);
+    model_init_weights(m, host);
     be->ops->upload(be, m->weights, host, bytes);
-    nctmc_mem_free(&m->ctx->alloc, host);
+    mem_free(&m->ctx->alloc, host);
     nctmc_status st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
-        return nctmc_fail(err, err_size, st, "uploading weights: %s", be->error);
+        return fail_format(err, err_size, st, "uploading weights: %s", be->error);
     return NCTMC_OK;
 }
 
 NCTMC_API nctmc_status nctmc_model_create(nctmc_context *ctx, const nctmc_model_config *config,
                                           nctmc_model **out)
 {
-    return dit_model_create(ctx, config, true, out);
+    return model_create(ctx, config, true, out);
 }
 
-static nctmc_status model_create(nctmc_context *ctx, const nctmc_model_config *config,
-                                 dit_weights weights, nctmc_weight_type weight_type,
+static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *config,
+                                 model_weights_kind weights, nctmc_weight_type weight_type,
                                  nctmc_model **out);
 
-nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *config,
+nctmc_status model_create(nctmc_context *ctx, const nctmc_model_config *config,
                               bool initialise, nctmc_model **out)
 {
-    return model_create(ctx, config, initialise ? DIT_WEIGHTS_INIT : DIT_WEIGHTS_ZERO,
+    return model_build(ctx, config, initialise ? MODEL_WEIGHTS_INIT : MODEL_WEIGHTS_ZERO,
                         NCTMC_WEIGHT_F32, out);
 }
 
-nctmc_status dit_model_create_ex(nctmc_context *ctx, const nctmc_model_config *config,
-                                 dit_weights weights, nctmc_model **out)
+nctmc_status model_create_ex(nctmc_context *ctx, const nctmc_model_config *config,
+                                 model_weights_kind weights, nctmc_model **out)
 {
-    return model_create(ctx, config, weights, NCTMC_WEIGHT_F32, out);
+    return model_build(ctx, config, weights, NCTMC_WEIGHT_F32, out);
 }
 
-nctmc_status dit_model_create_as(nctmc_context *ctx, const nctmc_model_config *config,
+nctmc_status model_create_as(nctmc_context *ctx, const nctmc_model_config *config,
                                  nctmc_weight_type weight_type, nctmc_model **out)
 {
-    return model_create(ctx, config, DIT_WEIGHTS_ZERO, weight_type, out);
+    return model_build(ctx, config, MODEL_WEIGHTS_ZERO, weight_type, out);
 }
 
-static nctmc_status model_create(nctmc_context *ctx, const nctmc_model_config *config,
-                                 dit_weights weights, nctmc_weight_type weight_type,
+static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *config,
+                                 model_weights_kind weights, nctmc_weight_type weight_type,
                                  nctmc_model **out)
 {
     if (out)
@@ -145,46 +142,46 @@ static nctmc_status model_create(nctmc_context *ctx, const nctmc_model_config *c
     if (!ctx)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!out)
-        return nctmc_fail(ctx->last_error, sizeof ctx->last_error,
+        return fail_format(ctx->last_error, sizeof ctx->last_error,
                           NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_create: out is NULL");
     if (!config)
-        return nctmc_fail(ctx->last_error, sizeof ctx->last_error,
+        return fail_format(ctx->last_error, sizeof ctx->last_error,
                           NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_create: config is NULL");
     nctmc_model_config cfg;
     nctmc_model_config_init(&cfg);
     nctmc_status st = abi_read(config, &cfg, sizeof cfg, &abi_model_config, ctx->last_error,
                                sizeof ctx->last_error);
     config = &cfg;
-    dit_dims dims;
+    model_dims dims;
     if (st == NCTMC_OK)
-        st = dit_config_validate(config, &dims, ctx->last_error, sizeof ctx->last_error);
+        st = model_config_validate(config, &dims, ctx->last_error, sizeof ctx->last_error);
     if (st != NCTMC_OK)
         return st;
-    nctmc_model *m = nctmc_mem_calloc(&ctx->alloc, 1, sizeof *m);
+    nctmc_model *m = mem_calloc(&ctx->alloc, 1, sizeof *m);
     if (m && pthread_mutex_init(&m->error_mutex, NULL) != 0) {
-        nctmc_mem_free(&ctx->alloc, m);
+        mem_free(&ctx->alloc, m);
         m = NULL;
     }
     if (!m)
-        return nctmc_fail(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of memory");
     atomic_init(&m->refs, 1);
     ctx_retain(ctx);
     m->ctx = ctx;
     m->config = *config;
     m->dims = dims;
-    m->fp = dit_config_fp(config);
-    st = dit_tensor_table(&ctx->alloc, &dims, &m->tensors, &m->n_tensors, &m->slab_floats,
+    m->fp = model_config_fp(config);
+    st = model_tensor_table(&ctx->alloc, &dims, &m->tensors, &m->n_tensors, &m->slab_floats,
                           &m->n_params);
     if (st == NCTMC_OK) {
-        m->view.blocks = nctmc_mem_calloc(&ctx->alloc, (size_t)dims.n_layers,
-                                          sizeof(dit_block_view));
+        m->view.blocks = mem_calloc(&ctx->alloc, (size_t)dims.n_layers,
+                                          sizeof(model_block_view));
         if (!m->view.blocks)
             st = NCTMC_ERR_OUT_OF_MEMORY;
     }
     if (st != NCTMC_OK) {
         nctmc_model_free(m);
-        return nctmc_fail(ctx->last_error, sizeof ctx->last_error, st,
+        return fail_format(ctx->last_error, sizeof ctx->last_error, st,
                           "out of memory building the tensor table");
     }
     if (weight_type != NCTMC_WEIGHT_F32)
@@ -196,12 +193,12 @@ static nctmc_status model_create(nctmc_context *ctx, const nctmc_model_config *c
         return st;
     }
     if (m->weights)
-        dit_view_bind(m, m->weights, m->view.blocks, &m->view);
+        model_view_bind(m, m->weights, m->view.blocks, &m->view);
     quant_model_bind(m);
     /* Every way to make a model (create, load, resume) passes here; what
      * fails after this point writes its own message. */
     ctx->last_error[0] = '\0';
-    nctmc_log(ctx, NCTMC_LOG_INFO, "model: %d layers, d=%d, %d heads, S=%d, L=%d, %lld params",
+    ctx_log(ctx, NCTMC_LOG_INFO, "model: %d layers, d=%d, %d heads, S=%d, L=%d, %lld params",
               dims.n_layers, dims.d, dims.H, dims.S, dims.L, (long long)m->n_params);
     *out = m;
     return NCTMC_OK;
@@ -219,7 +216,7 @@ NCTMC_API nctmc_status nctmc_model_get_config(const nctmc_model *model,
         return NCTMC_ERR_INVALID_ARGUMENT;
     nctmc_model *m = (nctmc_model *)model;
     if (!config)
-        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_get_config: config is NULL");
+        return model_fail(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_get_config: config is NULL");
     nctmc_status st = abi_check_output(config, &abi_model_config, m->last_error,
                                        sizeof m->last_error);
     if (st == NCTMC_OK)
@@ -249,15 +246,15 @@ NCTMC_API nctmc_status nctmc_model_tensor_info(const nctmc_model *model, int32_t
         return NCTMC_ERR_INVALID_ARGUMENT;
     nctmc_model *m = (nctmc_model *)model;
     if (!info)
-        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_tensor_info: info is NULL");
+        return model_fail(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_tensor_info: info is NULL");
     nctmc_status st = abi_check_output(info, &abi_tensor_info, m->last_error,
                                        sizeof m->last_error);
     if (st != NCTMC_OK)
         return st;
     if (index < 0 || index >= model->n_tensors)
-        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+        return model_fail(m, NCTMC_ERR_INVALID_ARGUMENT,
                           "tensor index %d is out of range [0, %d)", index, model->n_tensors);
-    const dit_tensor *t = &model->tensors[index];
+    const model_tensor *t = &model->tensors[index];
     nctmc_tensor_info full;
     nctmc_tensor_info_init(&full);
     full.name = t->name;
@@ -270,19 +267,19 @@ NCTMC_API nctmc_status nctmc_model_tensor_info(const nctmc_model *model, int32_t
 
 /* Looks a tensor up for read/write, recording why it cannot be used. */
 static nctmc_status lookup_tensor(nctmc_model *m, const char *name, int64_t n_elements,
-                                  const void *buffer, const dit_tensor **out)
+                                  const void *buffer, const model_tensor **out)
 {
     if (!name)
-        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "tensor name is NULL");
+        return model_fail(m, NCTMC_ERR_INVALID_ARGUMENT, "tensor name is NULL");
     if (!buffer)
-        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "buffer for tensor \"%.64s\" is NULL",
+        return model_fail(m, NCTMC_ERR_INVALID_ARGUMENT, "buffer for tensor \"%.64s\" is NULL",
                           name);
-    int32_t k = dit_find_tensor(m, name);
+    int32_t k = model_find_tensor(m, name);
     if (k < 0)
-        return MODEL_FAIL(m, NCTMC_ERR_NOT_FOUND, "no tensor named \"%.64s\"", name);
-    const dit_tensor *t = &m->tensors[k];
+        return model_fail(m, NCTMC_ERR_NOT_FOUND, "no tensor named \"%.64s\"", name);
+    const model_tensor *t = &m->tensors[k];
     if (n_elements != t->n_elements)
-        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+        return model_fail(m, NCTMC_ERR_INVALID_ARGUMENT,
                           "tensor \"%s\" has %lld elements, the buffer was given as %lld",
                           t->name, (long long)t->n_elements, (long long)n_elements);
     *out = t;
@@ -296,11 +293,11 @@ NCTMC_API nctmc_status nctmc_model_find_tensor(const nctmc_model *model, const c
         return NCTMC_ERR_INVALID_ARGUMENT;
     nctmc_model *m = (nctmc_model *)model;
     if (!name || !index)
-        return MODEL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+        return model_fail(m, NCTMC_ERR_INVALID_ARGUMENT,
                           "nctmc_model_find_tensor: name and index must not be NULL");
-    int32_t k = dit_find_tensor(model, name);
+    int32_t k = model_find_tensor(model, name);
     if (k < 0)
-        return MODEL_FAIL(m, NCTMC_ERR_NOT_FOUND, "no tensor named \"%.64s\"", name);
+        return model_fail(m, NCTMC_ERR_NOT_FOUND, "no tensor named \"%.64s\"", name);
     *index = k;
     return NCTMC_OK;
 }
@@ -311,7 +308,7 @@ NCTMC_API nctmc_status nctmc_model_read_tensor(const nctmc_model *model, const c
     if (!model)
         return NCTMC_ERR_INVALID_ARGUMENT;
     nctmc_model *m = (nctmc_model *)model;
-    const dit_tensor *t = NULL;
+    const model_tensor *t = NULL;
     nctmc_status st = lookup_tensor(m, name, n_elements, dst, &t);
     if (st != NCTMC_OK)
         return st;
@@ -321,7 +318,7 @@ NCTMC_API nctmc_status nctmc_model_read_tensor(const nctmc_model *model, const c
     be->ops->download(be, dst, m->weights + t->offset, (size_t)t->n_elements * sizeof(float));
     st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
-        return MODEL_FAIL(m, st, "reading \"%s\": %s", t->name, be->error);
+        return model_fail(m, st, "reading \"%s\": %s", t->name, be->error);
     return NCTMC_OK;
 }
 
@@ -330,18 +327,18 @@ NCTMC_API nctmc_status nctmc_model_write_tensor(nctmc_model *model, const char *
 {
     if (!model)
         return NCTMC_ERR_INVALID_ARGUMENT;
-    const dit_tensor *t = NULL;
+    const model_tensor *t = NULL;
     nctmc_status st = lookup_tensor(model, name, n_elements, src, &t);
     if (st != NCTMC_OK)
         return st;
     if (quant_is_packed(model, (int32_t)(t - model->tensors)))
-        return MODEL_FAIL(model, NCTMC_ERR_INVALID_ARGUMENT,
+        return model_fail(model, NCTMC_ERR_INVALID_ARGUMENT,
                           "tensor \"%s\" holds %s weights, which are for sampling only; "
                           "write the float model's and convert it again",
                           t->name, quant_type_name(model->weight_type));
     for (int64_t e = 0; e < n_elements; e++)
         if (!isfinite(src[e]))
-            return MODEL_FAIL(model, NCTMC_ERR_INVALID_ARGUMENT,
+            return model_fail(model, NCTMC_ERR_INVALID_ARGUMENT,
                               "tensor \"%s\": element %lld is not finite", t->name,
                               (long long)e);
     /* a mapped model's weights are the file's read-only pages: copy them
@@ -349,13 +346,13 @@ NCTMC_API nctmc_status nctmc_model_write_tensor(nctmc_model *model, const char *
     char err[NCTMC_ERROR_SIZE];
     st = model_make_writable(model, err, sizeof err);
     if (st != NCTMC_OK)
-        return MODEL_FAIL(model, st, "writing \"%s\": %s", t->name, err);
-    t = &model->tensors[dit_find_tensor(model, name)];
+        return model_fail(model, st, "writing \"%s\": %s", t->name, err);
+    t = &model->tensors[model_find_tensor(model, name)];
     nctmc_backend *be = model->ctx->backend;
     be->ops->upload(be, model->weights + t->offset, src, (size_t)n_elements * sizeof(float));
     st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
-        return MODEL_FAIL(model, st, "writing \"%s\": %s", t->name, be->error);
+        return model_fail(model, st, "writing \"%s\": %s", t->name, be->error);
     model_clear_error(model);
     return NCTMC_OK;
 }
@@ -387,14 +384,14 @@ static nctmc_status alloc_forward_outputs(nctmc_backend *be, const nctmc_forward
     size_t rows = (size_t)p->batch * (size_t)p->length;
     if (!checked_mul(rows, sizeof(float), &o->log_rate_bytes) ||
         !checked_mul3(rows, (size_t)S, sizeof(float), &o->jump_bytes))
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "forward outputs for batch %d x length %d overflow", p->batch,
                           p->length);
     if (p->log_rate && !(o->log_rate = be->ops->alloc(be, o->log_rate_bytes)))
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate %zu bytes for log_rate", o->log_rate_bytes);
     if (p->jump_logprobs && !(o->jump_logprobs = be->ops->alloc(be, o->jump_bytes)))
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate %zu bytes for jump_logprobs", o->jump_bytes);
     return NCTMC_OK;
 }
@@ -413,13 +410,13 @@ static nctmc_status read_forward_params(const nctmc_forward_params *params,
                                         nctmc_forward_params *p, char *err, size_t err_size)
 {
     if (!params)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "params is NULL");
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "params is NULL");
     nctmc_forward_params_init(p);
     nctmc_status st = abi_read(params, p, sizeof *p, &abi_forward_params, err, err_size);
     if (st != NCTMC_OK)
         return st;
     if (!p->log_rate && !p->jump_logprobs)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "neither log_rate nor jump_logprobs is requested");
     return NCTMC_OK;
 }
@@ -429,7 +426,7 @@ static nctmc_status run_forward(const nctmc_model *m, nctmc_backend *be,
                                 const nctmc_forward_params *p, char *err, size_t err_size)
 {
     dit_workspace *ws = NULL;
-    nctmc_status st = dit_workspace_create(m, be, p->batch, p->length, false, &ws, err, err_size);
+    nctmc_status st = dit_workspace_create(m, be, p->batch, p->length, DIT_WS_INFERENCE, &ws, err, err_size);
     if (st != NCTMC_OK)
         return st;
     dit_batch batch = {p->batch, p->length, p->tokens, p->times, p->labels, NULL, NULL};
@@ -460,7 +457,7 @@ static nctmc_status run_forward(const nctmc_model *m, nctmc_backend *be,
             be->ops->download(be, p->jump_logprobs, o.jump_logprobs, o.jump_bytes);
         st = be->ops->synchronize(be);
         if (st != NCTMC_OK)
-            nctmc_fail(err, err_size, st, "forward: %s", be->error);
+            fail_format(err, err_size, st, "forward: %s", be->error);
     }
     free_forward_outputs(be, &o);
     dit_workspace_free(ws);
@@ -488,10 +485,10 @@ NCTMC_API nctmc_status nctmc_model_forward_ex(const nctmc_model *model, nctmc_co
     if (!ctx)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!model)
-        return nctmc_fail(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_INVALID_ARGUMENT,
                           "nctmc_model_forward_ex: model is NULL");
     if (strcmp(ctx->backend->name, model->ctx->backend->name) != 0)
-        return nctmc_fail(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_INVALID_ARGUMENT,
                           "the model lives on the %s backend, the context is %s",
                           model->ctx->backend->name, ctx->backend->name);
     nctmc_forward_params p;

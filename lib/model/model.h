@@ -24,7 +24,7 @@
 #define NCTMC_TENSOR_NAME_MAX 64
 
 /* Sizes derived from a validated configuration. */
-typedef struct dit_dims {
+typedef struct model_dims {
     int32_t S;          /* states */
     int32_t V;          /* padded vocabulary rows (>= S) */
     int32_t L;          /* longest sequence */
@@ -35,27 +35,27 @@ typedef struct dit_dims {
     int32_t F;          /* MLP width 4d */
     int32_t c;          /* conditioning width */
     int32_t n_labels;   /* n_classes + 1 rows of label_embed, or 0 */
-} dit_dims;
+} model_dims;
 
 /* How a tensor starts (DESIGN §2: adaLN modulations and the output
  * projections start at zero so a fresh model is the identity per block). */
-typedef enum dit_init {
-    DIT_INIT_ZERO,
-    DIT_INIT_ONE,
-    DIT_INIT_UNIFORM   /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = shape[1] */
-} dit_init;
+typedef enum model_init_kind {
+    MODEL_INIT_ZERO,
+    MODEL_INIT_ONE,
+    MODEL_INIT_UNIFORM   /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = shape[1] */
+} model_init_kind;
 
-typedef struct dit_tensor {
+typedef struct model_tensor {
     char name[NCTMC_TENSOR_NAME_MAX];
-    dit_init init;
+    model_init_kind init;
     int32_t n_dims;
     int64_t shape[NCTMC_MAX_DIMS];
     int64_t n_elements;
     size_t offset;      /* in floats, from the start of the slab */
-} dit_tensor;
+} model_tensor;
 
 /* One block's tensors inside a slab (weights or gradients). */
-typedef struct dit_block_view {
+typedef struct model_block_view {
     float *norm1_w;     /* [d] */
     float *qkv_w;       /* [3d, d] */
     float *out_w;       /* [d, d] */
@@ -70,17 +70,17 @@ typedef struct dit_block_view {
      * mlp0_w and mlp2_w are NULL); NULL in a float model and in gradient
      * views. */
     const nctmc_packed_weight *qkv_q, *out_q, *mlp0_q, *mlp2_q;
-} dit_block_view;
+} model_block_view;
 
 /* The whole model's tensors inside a slab. `blocks` has n_layers entries. */
-typedef struct dit_view {
+typedef struct model_view {
     float *vocab_embed;     /* [V, d] */
     float *time_w1;         /* [c, 256] */
     float *time_b1;         /* [c] */
     float *time_w2;         /* [c, c] */
     float *time_b2;         /* [c] */
     float *label_embed;     /* [n_labels, c] or NULL */
-    dit_block_view *blocks;
+    model_block_view *blocks;
     float *final_norm_w;    /* [d] */
     float *final_ada_w;     /* [2d, c] */
     float *final_ada_b;     /* [2d] */
@@ -88,8 +88,8 @@ typedef struct dit_view {
     float *out_b;           /* [V] */
     float *rate_w;          /* [1, d] */
     float *rate_b;          /* [1] */
-    const nctmc_packed_weight *out_q;   /* as in dit_block_view, for out_w */
-} dit_view;
+    const nctmc_packed_weight *out_q;   /* as in model_block_view, for out_w */
+} model_view;
 
 /* A model is reference counted like its context: the caller's handle is one
  * reference, every sampler and trainer of the model holds another. It holds
@@ -98,10 +98,10 @@ struct nctmc_model {
     atomic_int refs;
     nctmc_context *ctx;
     nctmc_model_config config;
-    dit_dims dims;
+    model_dims dims;
     nctmc_fp fp;
     int32_t n_tensors;
-    dit_tensor *tensors;
+    model_tensor *tensors;
     size_t slab_floats;     /* total floats of a parameter slab (with padding) */
     int64_t n_params;       /* scalar parameters (without padding) */
     float *weights;         /* backend memory, slab_floats; or inside weights_map */
@@ -111,7 +111,7 @@ struct nctmc_model {
      * copies them into backend memory before anything writes them. All
      * zero otherwise. */
     file_map weights_map;
-    dit_view view;          /* typed pointers into `weights` */
+    model_view view;          /* typed pointers into `weights` */
     struct nctmc_tokenizer *tokenizer;  /* owned copy, or NULL */
     /* NCTMC_WEIGHT_F32, or a sampling-only model whose linear weights are
      * reduced (model_quant.h): then packed[k] describes tensor k when its
@@ -125,7 +125,7 @@ struct nctmc_model {
      * fails it writes last_error under this lock (and a success leaves the
      * message alone), so two failures never write the buffer together. */
     pthread_mutex_t error_mutex;
-    char last_error[512];
+    char last_error[NCTMC_ERROR_SIZE];
 };
 
 /* Takes one more reference to the model (a sampler or trainer of it). */
@@ -137,46 +137,46 @@ void model_release(const nctmc_model *model);
 
 /* Records the failure of a call that may run concurrently with other calls
  * on the same model (a const-model call): formats under error_mutex. */
-nctmc_status model_fail_shared(const nctmc_model *model, nctmc_status status, const char *fmt,
+nctmc_status model_fail(const nctmc_model *model, nctmc_status status, const char *fmt,
                                ...) NCTMC_PRINTF(3, 4);
 
 /* A successful call that has the model to itself (a non-const-model call)
  * clears its last error. */
 void model_clear_error(nctmc_model *model);
 
-/* What dit_model_create_ex() puts in the weight slab. */
-typedef enum dit_weights {
-    DIT_WEIGHTS_INIT,   /* allocated, the seeded initial weights */
-    DIT_WEIGHTS_ZERO,   /* allocated, zero (the caller uploads every weight) */
-    DIT_WEIGHTS_NONE    /* not allocated: weights NULL, the view unbound
+/* What model_create_ex() puts in the weight slab. */
+typedef enum model_weights_kind {
+    MODEL_WEIGHTS_INIT,   /* allocated, the seeded initial weights */
+    MODEL_WEIGHTS_ZERO,   /* allocated, zero (the caller uploads every weight) */
+    MODEL_WEIGHTS_NONE    /* not allocated: weights NULL, the view unbound
                            (model_map.c points them at a map) */
-} dit_weights;
+} model_weights_kind;
 
-nctmc_status dit_model_create_ex(nctmc_context *ctx, const nctmc_model_config *config,
-                                 dit_weights weights, nctmc_model **out);
+nctmc_status model_create_ex(nctmc_context *ctx, const nctmc_model_config *config,
+                                 model_weights_kind weights, nctmc_model **out);
 
 /* nctmc_model_create(), with the seeded initialisation only when
  * `initialise` (otherwise the weights are zero until the caller uploads
  * them). Errors go to ctx. */
-nctmc_status dit_model_create(nctmc_context *ctx, const nctmc_model_config *config,
+nctmc_status model_create(nctmc_context *ctx, const nctmc_model_config *config,
                               bool initialise, nctmc_model **out);
 
 /* The same for a model of the given weight type, never initialised (the
  * caller fills every weight). */
-nctmc_status dit_model_create_as(nctmc_context *ctx, const nctmc_model_config *config,
+nctmc_status model_create_as(nctmc_context *ctx, const nctmc_model_config *config,
                                  nctmc_weight_type weight_type, nctmc_model **out);
 
 /* Checks a configuration (a library-side struct, read with abi_read()) and
  * derives its sizes; on failure writes why. */
-nctmc_status dit_config_validate(const nctmc_model_config *config, dit_dims *dims,
+nctmc_status model_config_validate(const nctmc_model_config *config, model_dims *dims,
                                  char *err, size_t err_size);
 
 /* The forward process of a configuration. */
-nctmc_fp dit_config_fp(const nctmc_model_config *config);
+nctmc_fp model_config_fp(const nctmc_model_config *config);
 
 /* Whether the model's outputs pass through the denoiser link
  * (denoiser_math.h): its exit link, on a process whose exit rate is learned. */
-static inline bool dit_config_denoiser(const nctmc_model_config *config)
+static inline bool model_config_denoiser(const nctmc_model_config *config)
 {
     return config->exit_link == NCTMC_EXIT_LINK_DENOISER &&
            config->process != NCTMC_PROCESS_MASKED;
@@ -185,19 +185,19 @@ static inline bool dit_config_denoiser(const nctmc_model_config *config)
 /* Builds the tensor table of a configuration (names, shapes, offsets).
  * *tensors comes from alloc (alloc.h; NULL = the C library); frees nothing
  * on failure. */
-nctmc_status dit_tensor_table(const nctmc_allocator *alloc, const dit_dims *dims,
-                              dit_tensor **tensors, int32_t *n_tensors, size_t *slab_floats,
+nctmc_status model_tensor_table(const nctmc_allocator *alloc, const model_dims *dims,
+                              model_tensor **tensors, int32_t *n_tensors, size_t *slab_floats,
                               int64_t *n_params);
 
 /* Points a view at a slab with the model's layout; blocks must have
  * n_layers entries (the view keeps the pointer). */
-void dit_view_bind(const nctmc_model *model, float *slab, dit_block_view *blocks,
-                   dit_view *view);
+void model_view_bind(const nctmc_model *model, float *slab, model_block_view *blocks,
+                   model_view *view);
 
 /* Index of the named tensor, or -1. */
-int32_t dit_find_tensor(const nctmc_model *model, const char *name);
+int32_t model_find_tensor(const nctmc_model *model, const char *name);
 
 /* Fills a host slab with the seeded initial weights. */
-void dit_init_weights(const nctmc_model *model, float *host_slab);
+void model_init_weights(const nctmc_model *model, float *host_slab);
 
 #endif /* NCTMC_MODEL_H */

@@ -25,20 +25,20 @@ static void init_uniform(float *dst, int64_t n, int32_t tensor_index, double bou
     }
 }
 
-void dit_init_weights(const nctmc_model *model, float *host_slab)
+void model_init_weights(const nctmc_model *model, float *host_slab)
 {
     memset(host_slab, 0, model->slab_floats * sizeof(float));
     for (int32_t k = 0; k < model->n_tensors; k++) {
-        const dit_tensor *t = &model->tensors[k];
+        const model_tensor *t = &model->tensors[k];
         float *dst = host_slab + t->offset;
         switch (t->init) {
-        case DIT_INIT_ZERO:
+        case MODEL_INIT_ZERO:
             break;
-        case DIT_INIT_ONE:
+        case MODEL_INIT_ONE:
             for (int64_t e = 0; e < t->n_elements; e++)
                 dst[e] = 1.0f;
             break;
-        case DIT_INIT_UNIFORM:
+        case MODEL_INIT_UNIFORM:
             init_uniform(dst, t->n_elements, k, 1.0 / sqrt((double)t->shape[1]),
                          model->config.seed);
             break;

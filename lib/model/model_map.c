@@ -55,15 +55,15 @@ static nctmc_status locate_tensors(const st_file *file, const nctmc_model *m,
     *lo = UINT64_MAX;
     *hi = 0;
     for (int32_t k = 0; k < m->n_tensors; k++) {
-        const dit_tensor *t = &m->tensors[k];
+        const model_tensor *t = &m->tensors[k];
         int32_t idx = st_file_find_tensor(file, t->name);
         if (idx < 0 || !st_file_tensor_offset(file, idx, &offsets[k]))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%s\" is missing",
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%s\" is missing",
                               t->name);
         /* a float read in place must sit at a multiple of its size (the
          * map itself starts on a page) */
         if (offsets[k] % sizeof(float) != 0)
-            return nctmc_fail(err, err_size, NCTMC_ERR_UNSUPPORTED,
+            return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
                               "tensor \"%s\" starts at byte %llu, not a multiple of %zu",
                               t->name, (unsigned long long)offsets[k], sizeof(float));
         uint64_t end = offsets[k] + (uint64_t)t->n_elements * sizeof(float);
@@ -71,14 +71,14 @@ static nctmc_status locate_tensors(const st_file *file, const nctmc_model *m,
         *hi = end > *hi ? end : *hi;
     }
     if (m->n_tensors == 0 || *hi - *lo > (uint64_t)SIZE_MAX)
-        return nctmc_fail(err, err_size, NCTMC_ERR_UNSUPPORTED,
+        return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
                           "the tensors span more than this host can map");
     return NCTMC_OK;
 }
 
 static nctmc_status not_finite(const char *name, int64_t element, char *err, size_t err_size)
 {
-    return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+    return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                       "tensor \"%s\": element %lld is not finite", name, (long long)element);
 }
 
@@ -88,12 +88,12 @@ static nctmc_status not_finite(const char *name, int64_t element, char *err, siz
 static nctmc_status check_values_finite(const st_file *file, const nctmc_model *m,
                                         const uint64_t *offsets, char *err, size_t err_size)
 {
-    float *buf = nctmc_mem_alloc(&m->ctx->alloc, sizeof(float) * CHECK_CHUNK_FLOATS);
+    float *buf = mem_alloc(&m->ctx->alloc, sizeof(float) * CHECK_CHUNK_FLOATS);
     if (!buf)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     nctmc_status st = NCTMC_OK;
     for (int32_t k = 0; k < m->n_tensors && st == NCTMC_OK; k++) {
-        const dit_tensor *t = &m->tensors[k];
+        const model_tensor *t = &m->tensors[k];
         for (int64_t done = 0; done < t->n_elements && st == NCTMC_OK;) {
             int64_t n = t->n_elements - done < CHECK_CHUNK_FLOATS ? t->n_elements - done
                                                                   : CHECK_CHUNK_FLOATS;
@@ -105,7 +105,7 @@ static nctmc_status check_values_finite(const st_file *file, const nctmc_model *
             done += n;
         }
     }
-    nctmc_mem_free(&m->ctx->alloc, buf);
+    mem_free(&m->ctx->alloc, buf);
     return st;
 }
 
@@ -118,16 +118,16 @@ static void attach(nctmc_model *m, const uint64_t *offsets, uint64_t lo, uint64_
     /* read-only memory behind a float *: model_make_writable() guards
      * every write */
     m->weights = (float *)(uintptr_t)m->weights_map.data;
-    dit_view_bind(m, m->weights, m->view.blocks, &m->view);
+    model_view_bind(m, m->weights, m->view.blocks, &m->view);
 }
 
 static nctmc_status map_weights(const st_file *file, nctmc_model *m, bool check_values,
                                 char *err, size_t err_size)
 {
     uint64_t *offsets =
-        nctmc_mem_alloc(&m->ctx->alloc, sizeof *offsets * (size_t)m->n_tensors);
+        mem_alloc(&m->ctx->alloc, sizeof *offsets * (size_t)m->n_tensors);
     if (!offsets)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     uint64_t lo = 0, hi = 0;
     nctmc_status st = locate_tensors(file, m, offsets, &lo, &hi, err, err_size);
     if (st == NCTMC_OK && check_values)
@@ -137,7 +137,7 @@ static nctmc_status map_weights(const st_file *file, nctmc_model *m, bool check_
                            &m->weights_map, err, err_size);
     if (st == NCTMC_OK)
         attach(m, offsets, lo, hi);
-    nctmc_mem_free(&m->ctx->alloc, offsets);
+    mem_free(&m->ctx->alloc, offsets);
     return st;
 }
 
@@ -148,12 +148,12 @@ nctmc_status model_map_create(nctmc_context *ctx, const st_file *file,
     *out = NULL;
     const char *why = unmappable(ctx, file);
     if (why)
-        return nctmc_fail(err, err_size, NCTMC_ERR_UNSUPPORTED, "%s", why);
+        return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED, "%s", why);
     nctmc_model *m = NULL;
-    nctmc_status st = dit_model_create_ex(ctx, cfg, DIT_WEIGHTS_NONE, &m);
+    nctmc_status st = model_create_ex(ctx, cfg, MODEL_WEIGHTS_NONE, &m);
     if (st != NCTMC_OK) {
         if (err != ctx->last_error)
-            nctmc_fail(err, err_size, st, "%s", ctx->last_error);
+            fail_format(err, err_size, st, "%s", ctx->last_error);
         return st;
     }
     st = map_weights(file, m, check_values, err, err_size);
@@ -161,7 +161,7 @@ nctmc_status model_map_create(nctmc_context *ctx, const st_file *file,
         nctmc_model_free(m);
         return st;
     }
-    nctmc_log(ctx, NCTMC_LOG_INFO, "model: weights mapped from the file (%zu bytes%s)",
+    ctx_log(ctx, NCTMC_LOG_INFO, "model: weights mapped from the file (%zu bytes%s)",
               m->weights_map.size, check_values ? "" : ", values not checked");
     *out = m;
     return NCTMC_OK;
@@ -169,12 +169,12 @@ nctmc_status model_map_create(nctmc_context *ctx, const st_file *file,
 
 /* Copies the mapped weights into w (standard layout `table`), checking
  * every value. */
-static nctmc_status copy_out(const nctmc_model *m, const dit_tensor *table, float *w, char *err,
+static nctmc_status copy_out(const nctmc_model *m, const model_tensor *table, float *w, char *err,
                              size_t err_size)
 {
     nctmc_backend *be = m->ctx->backend;
     for (int32_t k = 0; k < m->n_tensors; k++) {
-        const dit_tensor *t = &m->tensors[k];
+        const model_tensor *t = &m->tensors[k];
         const float *src = m->weights + t->offset;
         for (int64_t e = 0; e < t->n_elements; e++)
             if (!isfinite(src[e]))
@@ -183,7 +183,7 @@ static nctmc_status copy_out(const nctmc_model *m, const dit_tensor *table, floa
     }
     nctmc_status st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
-        return nctmc_fail(err, err_size, st, "copying the mapped weights: %s", be->error);
+        return fail_format(err, err_size, st, "copying the mapped weights: %s", be->error);
     return NCTMC_OK;
 }
 
@@ -192,33 +192,33 @@ nctmc_status model_make_writable(nctmc_model *m, char *err, size_t err_size)
     if (!m->weights_map.base)
         return NCTMC_OK;
     const nctmc_allocator *alloc = &m->ctx->alloc;
-    dit_tensor *table = NULL;
+    model_tensor *table = NULL;
     int32_t n = 0;
     size_t slab_floats = 0, bytes = 0;
     int64_t n_params = 0;
-    if (dit_tensor_table(alloc, &m->dims, &table, &n, &slab_floats, &n_params) != NCTMC_OK)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    if (model_tensor_table(alloc, &m->dims, &table, &n, &slab_floats, &n_params) != NCTMC_OK)
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     nctmc_backend *be = m->ctx->backend;
     float *w = checked_mul(slab_floats, sizeof(float), &bytes) ? be->ops->alloc(be, bytes) : NULL;
     if (!w) {
-        nctmc_mem_free(alloc, table);
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        mem_free(alloc, table);
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate %zu floats to copy the mapped weights into",
                           slab_floats);
     }
     nctmc_status st = copy_out(m, table, w, err, err_size);
     if (st != NCTMC_OK) {
         be->ops->free(be, w);
-        nctmc_mem_free(alloc, table);
+        mem_free(alloc, table);
         return st;
     }
-    nctmc_mem_free(alloc, m->tensors);
+    mem_free(alloc, m->tensors);
     m->tensors = table;
     m->slab_floats = slab_floats;
     file_map_close(&m->weights_map);
     m->weights = w;
-    dit_view_bind(m, m->weights, m->view.blocks, &m->view);
-    nctmc_log(m->ctx, NCTMC_LOG_INFO, "model: mapped weights copied for writing");
+    model_view_bind(m, m->weights, m->view.blocks, &m->view);
+    ctx_log(m->ctx, NCTMC_LOG_INFO, "model: mapped weights copied for writing");
     return NCTMC_OK;
 }
 

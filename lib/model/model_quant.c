@@ -99,7 +99,7 @@ static size_t align_up(size_t n)
 }
 
 /* Output rows of a [out, in] tensor. */
-static int64_t rows_of(const dit_tensor *t)
+static int64_t rows_of(const model_tensor *t)
 {
     return t->shape[0];
 }
@@ -108,7 +108,7 @@ quant_place quant_place_of(const nctmc_model *m, int32_t k)
 {
     const nctmc_packed_weight *p = &m->packed[k];
     const unsigned char *base = m->packed_data;
-    const dit_tensor *t = &m->tensors[k];
+    const model_tensor *t = &m->tensors[k];
     quant_place q = {0, 0, 0, 0};
     q.data_offset = (size_t)((const unsigned char *)p->data - base);
     q.data_bytes = (size_t)t->n_elements * (p->type == NCTMC_WEIGHT_BF16 ? 2u : 1u);
@@ -125,7 +125,7 @@ static void plan_layout(nctmc_model *m, nctmc_weight_type type, size_t *data_at,
 {
     size_t floats = 0, bytes = 0;
     for (int32_t k = 0; k < m->n_tensors; k++) {
-        dit_tensor *t = &m->tensors[k];
+        model_tensor *t = &m->tensors[k];
         data_at[k] = scale_at[k] = 0;
         if (!quant_is_linear(t->name)) {
             t->offset = floats;
@@ -150,26 +150,26 @@ nctmc_status quant_model_setup(nctmc_model *m, nctmc_weight_type type, char *err
 {
     nctmc_backend *be = m->ctx->backend;
     if (type != NCTMC_WEIGHT_BF16 && type != NCTMC_WEIGHT_INT8)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "weight type %d is not NCTMC_WEIGHT_BF16 or NCTMC_WEIGHT_INT8",
                           (int)type);
     if (!be->ops->linear_forward_packed || !be->ops->linear_packed_scratch_bytes)
-        return nctmc_fail(err, err_size, NCTMC_ERR_UNSUPPORTED,
+        return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
                           "the %s backend cannot hold %s weights (the cpu backend can)",
                           be->name, quant_type_name(type));
     size_t n = (size_t)m->n_tensors;
-    size_t *at = nctmc_mem_calloc(&m->ctx->alloc, 2 * n, sizeof *at);
-    m->packed = nctmc_mem_calloc(&m->ctx->alloc, n, sizeof *m->packed);
+    size_t *at = mem_calloc(&m->ctx->alloc, 2 * n, sizeof *at);
+    m->packed = mem_calloc(&m->ctx->alloc, n, sizeof *m->packed);
     if (!at || !m->packed) {
-        nctmc_mem_free(&m->ctx->alloc, at);
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        mem_free(&m->ctx->alloc, at);
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     }
     plan_layout(m, type, at, at + n, &m->packed_bytes);
     m->weight_type = type;
     m->packed_data = be->ops->alloc(be, m->packed_bytes);
     if (!m->packed_data) {
-        nctmc_mem_free(&m->ctx->alloc, at);
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        mem_free(&m->ctx->alloc, at);
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate %zu bytes of %s weights on the %s backend",
                           m->packed_bytes, quant_type_name(type), be->name);
     }
@@ -182,7 +182,7 @@ nctmc_status quant_model_setup(nctmc_model *m, nctmc_weight_type type, char *err
         m->packed[k].scales = type == NCTMC_WEIGHT_INT8 ? (const float *)(base + at[n + k])
                                                         : NULL;
     }
-    nctmc_mem_free(&m->ctx->alloc, at);
+    mem_free(&m->ctx->alloc, at);
     return NCTMC_OK;
 }
 
@@ -191,12 +191,12 @@ void quant_model_bind(nctmc_model *m)
     if (m->weight_type == NCTMC_WEIGHT_F32)
         return;
     for (int32_t b = 0; b < m->dims.n_layers; b++) {
-        dit_block_view *v = &m->view.blocks[b];
+        model_block_view *v = &m->view.blocks[b];
         char name[NCTMC_TENSOR_NAME_MAX];
 #define BIND(field_w, field_q, suffix)                                       \
     do {                                                                     \
         snprintf(name, sizeof name, "blocks.%d." suffix, (int)b);           \
-        v->field_q = &m->packed[dit_find_tensor(m, name)];                   \
+        v->field_q = &m->packed[model_find_tensor(m, name)];                   \
         v->field_w = NULL;                                                   \
     } while (0)
         BIND(qkv_w, qkv_q, "attn_qkv.weight");
@@ -205,7 +205,7 @@ void quant_model_bind(nctmc_model *m)
         BIND(mlp2_w, mlp2_q, "mlp.2.weight");
 #undef BIND
     }
-    m->view.out_q = &m->packed[dit_find_tensor(m, "output_layer.linear.weight")];
+    m->view.out_q = &m->packed[model_find_tensor(m, "output_layer.linear.weight")];
     m->view.out_w = NULL;
 }
 
@@ -213,7 +213,7 @@ void quant_model_free(nctmc_model *m)
 {
     if (m->packed_data)
         m->ctx->backend->ops->free(m->ctx->backend, m->packed_data);
-    nctmc_mem_free(&m->ctx->alloc, m->packed);
+    mem_free(&m->ctx->alloc, m->packed);
     m->packed_data = NULL;
     m->packed = NULL;
 }
@@ -222,7 +222,7 @@ void quant_model_free(nctmc_model *m)
 static void dequantise(const nctmc_model *m, int32_t k, const void *data, const float *scale,
                        float *dst)
 {
-    const dit_tensor *t = &m->tensors[k];
+    const model_tensor *t = &m->tensors[k];
     if (m->packed[k].type == NCTMC_WEIGHT_BF16) {
         const uint16_t *src = data;
         for (int64_t e = 0; e < t->n_elements; e++)
@@ -240,9 +240,9 @@ nctmc_status quant_read_tensor(const nctmc_model *m, int32_t k, float *dst)
     quant_place q = quant_place_of(m, k);
     size_t bytes = q.scale_bytes ? q.scale_offset + q.scale_bytes - q.data_offset
                                  : q.data_bytes;
-    unsigned char *host = nctmc_mem_alloc_aligned(&m->ctx->alloc, bytes, PACK_ALIGN);
+    unsigned char *host = mem_alloc_aligned(&m->ctx->alloc, bytes, PACK_ALIGN);
     if (!host)
-        return model_fail_shared(m, NCTMC_ERR_OUT_OF_MEMORY, "out of memory reading \"%s\"",
+        return model_fail(m, NCTMC_ERR_OUT_OF_MEMORY, "out of memory reading \"%s\"",
                                  m->tensors[k].name);
     nctmc_backend *be = m->ctx->backend;
     be->ops->download(be, host, (const unsigned char *)m->packed_data + q.data_offset, bytes);
@@ -252,9 +252,9 @@ nctmc_status quant_read_tensor(const nctmc_model *m, int32_t k, float *dst)
                    q.scale_bytes ? (const float *)(host + (q.scale_offset - q.data_offset))
                                  : NULL,
                    dst);
-    nctmc_mem_free(&m->ctx->alloc, host);
+    mem_free(&m->ctx->alloc, host);
     if (st != NCTMC_OK)
-        return model_fail_shared(m, st, "reading \"%s\": %s", m->tensors[k].name, be->error);
+        return model_fail(m, st, "reading \"%s\": %s", m->tensors[k].name, be->error);
     return NCTMC_OK;
 }
 
@@ -264,7 +264,7 @@ nctmc_status quant_read_tensor(const nctmc_model *m, int32_t k, float *dst)
 static void reduce_tensor(const nctmc_model *dst, int32_t k, const float *src,
                           unsigned char *host)
 {
-    const dit_tensor *t = &dst->tensors[k];
+    const model_tensor *t = &dst->tensors[k];
     quant_place q = quant_place_of(dst, k);
     if (dst->packed[k].type == NCTMC_WEIGHT_BF16) {
         uint16_t *out = (uint16_t *)(host + q.data_offset);
@@ -290,18 +290,18 @@ static nctmc_status fill_converted(const nctmc_model *src, nctmc_model *dst,
                                    convert_buffers *b, char *err, size_t err_size)
 {
     const nctmc_allocator *alloc = &src->ctx->alloc;
-    b->src = nctmc_mem_calloc(alloc, src->slab_floats, sizeof(float));
-    b->slab = nctmc_mem_calloc(alloc, dst->slab_floats + 1, sizeof(float));
-    b->packed = nctmc_mem_alloc_aligned(alloc, dst->packed_bytes + PACK_ALIGN, PACK_ALIGN);
+    b->src = mem_calloc(alloc, src->slab_floats, sizeof(float));
+    b->slab = mem_calloc(alloc, dst->slab_floats + 1, sizeof(float));
+    b->packed = mem_alloc_aligned(alloc, dst->packed_bytes + PACK_ALIGN, PACK_ALIGN);
     if (!b->src || !b->slab || !b->packed)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of memory converting the weights");
     memset(b->packed, 0, dst->packed_bytes);
     nctmc_backend *be = src->ctx->backend;
     be->ops->download(be, b->src, src->weights, sizeof(float) * src->slab_floats);
     nctmc_status st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
-        return nctmc_fail(err, err_size, st, "reading the weights: %s", be->error);
+        return fail_format(err, err_size, st, "reading the weights: %s", be->error);
     for (int32_t k = 0; k < dst->n_tensors; k++) {
         const float *w = b->src + src->tensors[k].offset;
         if (quant_is_packed(dst, k))
@@ -314,11 +314,11 @@ static nctmc_status fill_converted(const nctmc_model *src, nctmc_model *dst,
     be->ops->upload(be, dst->packed_data, b->packed, dst->packed_bytes);
     st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
-        return nctmc_fail(err, err_size, st, "uploading the weights: %s", be->error);
+        return fail_format(err, err_size, st, "uploading the weights: %s", be->error);
     if (src->tokenizer)
         st = tokenizer_clone(&dst->ctx->alloc, src->tokenizer, &dst->tokenizer);
     if (st != NCTMC_OK)
-        return nctmc_fail(err, err_size, st, "out of memory copying the tokenizer");
+        return fail_format(err, err_size, st, "out of memory copying the tokenizer");
     return NCTMC_OK;
 }
 
@@ -330,33 +330,33 @@ NCTMC_API nctmc_status nctmc_model_convert(const nctmc_model *model, nctmc_weigh
     if (!model)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!out)
-        return model_fail_shared(model, NCTMC_ERR_INVALID_ARGUMENT,
+        return model_fail(model, NCTMC_ERR_INVALID_ARGUMENT,
                                  "nctmc_model_convert: out is NULL");
     if (to != NCTMC_WEIGHT_BF16 && to != NCTMC_WEIGHT_INT8)
-        return model_fail_shared(model, NCTMC_ERR_INVALID_ARGUMENT,
+        return model_fail(model, NCTMC_ERR_INVALID_ARGUMENT,
                                  "nctmc_model_convert: weight type %d is not "
                                  "NCTMC_WEIGHT_BF16 or NCTMC_WEIGHT_INT8",
                                  (int)to);
     if (model->weight_type != NCTMC_WEIGHT_F32)
-        return model_fail_shared(model, NCTMC_ERR_INVALID_ARGUMENT,
+        return model_fail(model, NCTMC_ERR_INVALID_ARGUMENT,
                                  "nctmc_model_convert: the model already holds %s weights; "
                                  "convert its float original",
                                  quant_type_name(model->weight_type));
     char err[NCTMC_ERROR_SIZE];
     nctmc_model *dst = NULL;
-    nctmc_status st = dit_model_create_as(model->ctx, &model->config, to, &dst);
+    nctmc_status st = model_create_as(model->ctx, &model->config, to, &dst);
     if (st != NCTMC_OK)
-        return model_fail_shared(model, st, "nctmc_model_convert: %s",
+        return model_fail(model, st, "nctmc_model_convert: %s",
                                  model->ctx->last_error);
     convert_buffers b = {NULL, NULL, NULL};
     st = fill_converted(model, dst, &b, err, sizeof err);
     const nctmc_allocator *alloc = &model->ctx->alloc;
-    nctmc_mem_free(alloc, b.src);
-    nctmc_mem_free(alloc, b.slab);
-    nctmc_mem_free(alloc, b.packed);
+    mem_free(alloc, b.src);
+    mem_free(alloc, b.slab);
+    mem_free(alloc, b.packed);
     if (st != NCTMC_OK) {
         nctmc_model_free(dst);
-        return model_fail_shared(model, st, "nctmc_model_convert: %s", err);
+        return model_fail(model, st, "nctmc_model_convert: %s", err);
     }
     *out = dst;
     return NCTMC_OK;

@@ -51,7 +51,7 @@ nctmc_status quant_model_setup(nctmc_model *m, nctmc_weight_type type, char *err
                                size_t err_size);
 
 /* Points the view's reduced weights at the packed array (after
- * dit_view_bind(); nothing for a float model). */
+ * model_view_bind(); nothing for a float model). */
 void quant_model_bind(nctmc_model *m);
 
 /* Frees the packed storage (model destruction). */
@@ -88,11 +88,11 @@ nctmc_status quant_save_refs(const nctmc_model *m, st_tensor_ref *refs,
 void quant_save_free(quant_save *qs);
 
 /* The dtype a checkpoint of the given type stores table tensor t in. */
-const char *quant_stored_dtype(const dit_tensor *t, nctmc_weight_type type);
+const char *quant_stored_dtype(const model_tensor *t, nctmc_weight_type type);
 
 /* Checks that an int8 checkpoint has every scale tensor, F32 of shape
  * [out]; *n_found counts them (0 for other types). */
-nctmc_status quant_check_scales(const st_file *file, const dit_tensor *table, int32_t n,
+nctmc_status quant_check_scales(const st_file *file, const model_tensor *table, int32_t n,
                                 nctmc_weight_type type, int32_t *n_found, char *err,
                                 size_t err_size);
 

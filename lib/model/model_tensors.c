@@ -24,16 +24,16 @@ _Static_assert((int)NCTMC_SCHEDULE_LINEAR == (int)NCTMC_FP_LINEAR &&
 enum { TENSORS_FIXED = 14, TENSORS_PER_BLOCK = 10 };
 
 typedef struct table_builder {
-    dit_tensor *tensors;
+    model_tensor *tensors;
     int32_t count;
     size_t floats;
     int64_t params;
 } table_builder;
 
-static void add_tensor(table_builder *tb, const char *name, dit_init init, int32_t n_dims,
+static void add_tensor(table_builder *tb, const char *name, model_init_kind init, int32_t n_dims,
                        int64_t d0, int64_t d1)
 {
-    dit_tensor *t = &tb->tensors[tb->count++];
+    model_tensor *t = &tb->tensors[tb->count++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->init = init;
     t->n_dims = n_dims;
@@ -48,7 +48,7 @@ static void add_tensor(table_builder *tb, const char *name, dit_init init, int32
     tb->params += t->n_elements;
 }
 
-static void add_block(table_builder *tb, const dit_dims *m, int32_t k)
+static void add_block(table_builder *tb, const model_dims *m, int32_t k)
 {
     char name[NCTMC_TENSOR_NAME_MAX];
 #define BLOCK_TENSOR(suffix, init, nd, a, b)                             \
@@ -56,43 +56,43 @@ static void add_block(table_builder *tb, const dit_dims *m, int32_t k)
         snprintf(name, sizeof name, "blocks.%d." suffix, (int)k);       \
         add_tensor(tb, name, init, nd, a, b);                            \
     } while (0)
-    BLOCK_TENSOR("norm1.weight", DIT_INIT_ONE, 1, m->d, 0);
-    BLOCK_TENSOR("attn_qkv.weight", DIT_INIT_UNIFORM, 2, 3 * (int64_t)m->d, m->d);
-    BLOCK_TENSOR("attn_out.weight", DIT_INIT_UNIFORM, 2, m->d, m->d);
-    BLOCK_TENSOR("norm2.weight", DIT_INIT_ONE, 1, m->d, 0);
-    BLOCK_TENSOR("mlp.0.weight", DIT_INIT_UNIFORM, 2, m->F, m->d);
-    BLOCK_TENSOR("mlp.0.bias", DIT_INIT_ZERO, 1, m->F, 0);
-    BLOCK_TENSOR("mlp.2.weight", DIT_INIT_UNIFORM, 2, m->d, m->F);
-    BLOCK_TENSOR("mlp.2.bias", DIT_INIT_ZERO, 1, m->d, 0);
-    BLOCK_TENSOR("adaLN_modulation.weight", DIT_INIT_ZERO, 2, 6 * (int64_t)m->d, m->c);
-    BLOCK_TENSOR("adaLN_modulation.bias", DIT_INIT_ZERO, 1, 6 * (int64_t)m->d, 0);
+    BLOCK_TENSOR("norm1.weight", MODEL_INIT_ONE, 1, m->d, 0);
+    BLOCK_TENSOR("attn_qkv.weight", MODEL_INIT_UNIFORM, 2, 3 * (int64_t)m->d, m->d);
+    BLOCK_TENSOR("attn_out.weight", MODEL_INIT_UNIFORM, 2, m->d, m->d);
+    BLOCK_TENSOR("norm2.weight", MODEL_INIT_ONE, 1, m->d, 0);
+    BLOCK_TENSOR("mlp.0.weight", MODEL_INIT_UNIFORM, 2, m->F, m->d);
+    BLOCK_TENSOR("mlp.0.bias", MODEL_INIT_ZERO, 1, m->F, 0);
+    BLOCK_TENSOR("mlp.2.weight", MODEL_INIT_UNIFORM, 2, m->d, m->F);
+    BLOCK_TENSOR("mlp.2.bias", MODEL_INIT_ZERO, 1, m->d, 0);
+    BLOCK_TENSOR("adaLN_modulation.weight", MODEL_INIT_ZERO, 2, 6 * (int64_t)m->d, m->c);
+    BLOCK_TENSOR("adaLN_modulation.bias", MODEL_INIT_ZERO, 1, 6 * (int64_t)m->d, 0);
 #undef BLOCK_TENSOR
 }
 
-nctmc_status dit_tensor_table(const nctmc_allocator *alloc, const dit_dims *m,
-                              dit_tensor **tensors, int32_t *n_tensors, size_t *slab_floats,
+nctmc_status model_tensor_table(const nctmc_allocator *alloc, const model_dims *m,
+                              model_tensor **tensors, int32_t *n_tensors, size_t *slab_floats,
                               int64_t *n_params)
 {
     size_t capacity = TENSORS_FIXED + (size_t)m->n_layers * TENSORS_PER_BLOCK;
-    table_builder tb = {nctmc_mem_calloc(alloc, capacity, sizeof(dit_tensor)), 0, 0, 0};
+    table_builder tb = {mem_calloc(alloc, capacity, sizeof(model_tensor)), 0, 0, 0};
     if (!tb.tensors)
         return NCTMC_ERR_OUT_OF_MEMORY;
-    add_tensor(&tb, "vocab_embed.embedding", DIT_INIT_UNIFORM, 2, m->V, m->d);
-    add_tensor(&tb, "sigma_map.mlp.0.weight", DIT_INIT_UNIFORM, 2, m->c, NCTMC_TIME_FEATURES);
-    add_tensor(&tb, "sigma_map.mlp.0.bias", DIT_INIT_ZERO, 1, m->c, 0);
-    add_tensor(&tb, "sigma_map.mlp.2.weight", DIT_INIT_UNIFORM, 2, m->c, m->c);
-    add_tensor(&tb, "sigma_map.mlp.2.bias", DIT_INIT_ZERO, 1, m->c, 0);
+    add_tensor(&tb, "vocab_embed.embedding", MODEL_INIT_UNIFORM, 2, m->V, m->d);
+    add_tensor(&tb, "sigma_map.mlp.0.weight", MODEL_INIT_UNIFORM, 2, m->c, NCTMC_TIME_FEATURES);
+    add_tensor(&tb, "sigma_map.mlp.0.bias", MODEL_INIT_ZERO, 1, m->c, 0);
+    add_tensor(&tb, "sigma_map.mlp.2.weight", MODEL_INIT_UNIFORM, 2, m->c, m->c);
+    add_tensor(&tb, "sigma_map.mlp.2.bias", MODEL_INIT_ZERO, 1, m->c, 0);
     if (m->n_labels > 0)
-        add_tensor(&tb, "label_embed.embedding", DIT_INIT_UNIFORM, 2, m->n_labels, m->c);
+        add_tensor(&tb, "label_embed.embedding", MODEL_INIT_UNIFORM, 2, m->n_labels, m->c);
     for (int32_t k = 0; k < m->n_layers; k++)
         add_block(&tb, m, k);
-    add_tensor(&tb, "output_layer.norm_final.weight", DIT_INIT_ONE, 1, m->d, 0);
-    add_tensor(&tb, "output_layer.adaLN_modulation.weight", DIT_INIT_ZERO, 2, 2 * (int64_t)m->d, m->c);
-    add_tensor(&tb, "output_layer.adaLN_modulation.bias", DIT_INIT_ZERO, 1, 2 * (int64_t)m->d, 0);
-    add_tensor(&tb, "output_layer.linear.weight", DIT_INIT_ZERO, 2, m->V, m->d);
-    add_tensor(&tb, "output_layer.linear.bias", DIT_INIT_ZERO, 1, m->V, 0);
-    add_tensor(&tb, "output_layer.rate_head.weight", DIT_INIT_ZERO, 2, 1, m->d);
-    add_tensor(&tb, "output_layer.rate_head.bias", DIT_INIT_ZERO, 1, 1, 0);
+    add_tensor(&tb, "output_layer.norm_final.weight", MODEL_INIT_ONE, 1, m->d, 0);
+    add_tensor(&tb, "output_layer.adaLN_modulation.weight", MODEL_INIT_ZERO, 2, 2 * (int64_t)m->d, m->c);
+    add_tensor(&tb, "output_layer.adaLN_modulation.bias", MODEL_INIT_ZERO, 1, 2 * (int64_t)m->d, 0);
+    add_tensor(&tb, "output_layer.linear.weight", MODEL_INIT_ZERO, 2, m->V, m->d);
+    add_tensor(&tb, "output_layer.linear.bias", MODEL_INIT_ZERO, 1, m->V, 0);
+    add_tensor(&tb, "output_layer.rate_head.weight", MODEL_INIT_ZERO, 2, 1, m->d);
+    add_tensor(&tb, "output_layer.rate_head.bias", MODEL_INIT_ZERO, 1, 1, 0);
     *tensors = tb.tensors;
     *n_tensors = tb.count;
     *slab_floats = tb.floats;
@@ -100,7 +100,7 @@ nctmc_status dit_tensor_table(const nctmc_allocator *alloc, const dit_dims *m,
     return NCTMC_OK;
 }
 
-int32_t dit_find_tensor(const nctmc_model *model, const char *name)
+int32_t model_find_tensor(const nctmc_model *model, const char *name)
 {
     for (int32_t k = 0; k < model->n_tensors; k++)
         if (strcmp(model->tensors[k].name, name) == 0)
@@ -109,10 +109,10 @@ int32_t dit_find_tensor(const nctmc_model *model, const char *name)
 }
 
 /* The table's order is fixed above, so a view is bound by walking it. */
-void dit_view_bind(const nctmc_model *model, float *slab, dit_block_view *blocks,
-                   dit_view *view)
+void model_view_bind(const nctmc_model *model, float *slab, model_block_view *blocks,
+                   model_view *view)
 {
-    const dit_tensor *t = model->tensors;
+    const model_tensor *t = model->tensors;
     int32_t k = 0;
 #define NEXT() (slab + t[k++].offset)
     view->vocab_embed = NEXT();
@@ -122,7 +122,7 @@ void dit_view_bind(const nctmc_model *model, float *slab, dit_block_view *blocks
     view->time_b2 = NEXT();
     view->label_embed = model->dims.n_labels > 0 ? NEXT() : NULL;
     for (int32_t b = 0; b < model->dims.n_layers; b++) {
-        dit_block_view *bv = &blocks[b];
+        model_block_view *bv = &blocks[b];
         bv->norm1_w = NEXT();
         bv->qkv_w = NEXT();
         bv->out_w = NEXT();

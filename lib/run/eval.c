@@ -25,9 +25,6 @@
 #include "math/philox.h"
 #include "math/time_sampling.h"
 
-#define EVAL_FAIL(m, status, ...) \
-    nctmc_fail((m)->last_error, sizeof (m)->last_error, (status), __VA_ARGS__)
-
 /* Where the prior sits by default: where the sampler starts by default. */
 #define EVAL_DEFAULT_T_MAX 0.999f
 /* Values kept per (bucket, clean/noisy) for the medians: 16 x 64 Ki floats,
@@ -127,18 +124,18 @@ static nctmc_status eval_resolve_t_max(nctmc_model *m, float t_max, double *T)
 {
     const nctmc_fp *fp = &m->fp;
     if (!(t_max >= 0.0f && t_max <= 1.0f))
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT,
                          "t_max = %g must be 0 (automatic) or in (0, 1]", (double)t_max);
     if (fp->process == NCTMC_FP_MASKED) {
         if (fp->schedule == NCTMC_FP_LOGLINEAR)
-            return EVAL_FAIL(m, NCTMC_ERR_UNSUPPORTED,
+            return FAIL_INTO(m, NCTMC_ERR_UNSUPPORTED,
                              "the masked process with the loglinear schedule has no finite "
                              "NELBO: q_{1|0} leaves the clean token with probability eps = %g, "
                              "which the all-mask prior cannot produce (use the linear or "
                              "cosine schedule)",
                              (double)fp->schedule_eps);
         if (t_max != 0.0f && t_max != 1.0f)
-            return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+            return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT,
                              "t_max = %g: the masked process needs t_max = 1 (or 0, "
                              "automatic); before t = 1 a token is still clean with "
                              "probability a_t > 0, which the all-mask prior cannot produce, "
@@ -149,7 +146,7 @@ static nctmc_status eval_resolve_t_max(nctmc_model *m, float t_max, double *T)
     }
     double T_used = t_max == 0.0f ? (double)EVAL_DEFAULT_T_MAX : (double)t_max;
     if (T_used >= 1.0 && fp->schedule != NCTMC_FP_LOGLINEAR)
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT,
                          "t_max = 1 with the %s schedule: sigma_t diverges at t = 1, and "
                          "so does the time integral unless the learned rates are exact "
                          "there; use t_max < 1 (0 = automatic = %g, the sampler's start)",
@@ -161,35 +158,35 @@ static nctmc_status eval_resolve_t_max(nctmc_model *m, float t_max, double *T)
 static nctmc_status eval_check_sizes(nctmc_model *m, const nctmc_eval_params *p)
 {
     if (p->n_sequences < 1 || p->n_sequences > EVAL_MAX_SEQUENCES)
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT,
                          "n_sequences = %lld must be in [1, 2^48]", (long long)p->n_sequences);
     if (p->length < 1 || p->length > m->dims.L)
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT,
                          "length = %d must be in [1, %d] (the model's seq_len)", p->length,
                          m->dims.L);
     if (p->batch_size < 1)
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "batch_size = %d must be >= 1",
+        return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT, "batch_size = %d must be >= 1",
                          p->batch_size);
     if (p->time_sampling == NCTMC_TIME_SAMPLING_LOGIT)
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT,
                          "time_sampling = 1 (logit): its density cannot be normalised on "
                          "(0, t_max]; use 0 (uniform) or 2 (sqrt)");
     if (!ts_mode_valid(p->time_sampling))
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT,
                          "time_sampling = %d is not one of 0 (uniform), 2 (sqrt)",
                          (int)p->time_sampling);
     if (p->n_time_samples < 1)
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "n_time_samples = %d must be >= 1",
+        return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT, "n_time_samples = %d must be >= 1",
                          p->n_time_samples);
     int64_t n_tokens, n_rows;
     if (__builtin_mul_overflow(p->n_sequences, (int64_t)p->length, &n_tokens) ||
         __builtin_mul_overflow(p->n_sequences, (int64_t)p->n_time_samples, &n_rows) ||
         (uint64_t)n_tokens > SIZE_MAX / sizeof(int32_t))
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT,
                          "n_sequences = %lld with length %d and %d time samples overflows",
                          (long long)p->n_sequences, p->length, p->n_time_samples);
     if (!p->tokens)
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "tokens is NULL");
+        return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT, "tokens is NULL");
     return NCTMC_OK;
 }
 
@@ -200,7 +197,7 @@ static nctmc_status eval_check_data(nctmc_model *m, const nctmc_eval_params *p)
     int32_t n_data = fp_n_data(&m->fp);
     for (int64_t r = 0; r < n; r++)
         if (p->tokens[r] < 0 || p->tokens[r] >= n_data)
-            return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+            return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT,
                              "tokens[%lld] = %d is not a data token: must be in [0, %d)%s",
                              (long long)r, p->tokens[r], n_data,
                              m->fp.process == NCTMC_FP_UNIFORM ? ""
@@ -209,11 +206,11 @@ static nctmc_status eval_check_data(nctmc_model *m, const nctmc_eval_params *p)
         return NCTMC_OK;
     int32_t n_classes = m->config.n_classes;
     if (n_classes == 0)
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT,
                          "labels were given but the model has no classes");
     for (int64_t s = 0; s < p->n_sequences; s++)
         if (p->labels[s] < 0 || p->labels[s] > n_classes)
-            return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT,
+            return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT,
                              "labels[%lld] = %d is out of range [0, %d] (%d = null label)",
                              (long long)s, p->labels[s], n_classes, n_classes);
     return NCTMC_OK;
@@ -226,14 +223,14 @@ static nctmc_status eval_check_params(nctmc_model *m, const nctmc_eval_params *g
                                       double *T)
 {
     if (!given)
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_eval: params is NULL");
+        return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_eval: params is NULL");
     nctmc_eval_params_init(p);
     nctmc_status st =
         abi_read(given, p, sizeof *p, &abi_eval_params, m->last_error, sizeof m->last_error);
     if (st != NCTMC_OK)
         return st;
     if (!r)
-        return EVAL_FAIL(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_eval: result is NULL");
+        return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_eval: result is NULL");
     st = abi_check_output(r, &abi_eval_result, m->last_error, sizeof m->last_error);
     if (st == NCTMC_OK)
         st = eval_check_sizes(m, p);
@@ -281,15 +278,15 @@ static void eval_state_free(eval_state *e)
 {
     const nctmc_allocator *a = &e->m->ctx->alloc;
     dit_workspace_free(e->ws);
-    nctmc_mem_free(a, e->x0);
-    nctmc_mem_free(a, e->x_t);
-    nctmc_mem_free(a, e->labels);
-    nctmc_mem_free(a, e->times);
-    nctmc_mem_free(a, e->loss);
-    nctmc_mem_free(a, e->rate_h);
+    mem_free(a, e->x0);
+    mem_free(a, e->x_t);
+    mem_free(a, e->labels);
+    mem_free(a, e->times);
+    mem_free(a, e->loss);
+    mem_free(a, e->rate_h);
     for (int b = 0; b < NCTMC_EVAL_BUCKETS; b++)
         for (int c = 0; c < 2; c++)
-            nctmc_mem_free(a, e->res[b][c].values);
+            mem_free(a, e->res[b][c].values);
 }
 
 static nctmc_status eval_alloc_reservoirs(eval_state *e)
@@ -300,9 +297,9 @@ static nctmc_status eval_alloc_reservoirs(eval_state *e)
     for (int b = 0; b < NCTMC_EVAL_BUCKETS; b++)
         for (int c = 0; c < 2; c++) {
             e->res[b][c].cap = cap;
-            e->res[b][c].values = nctmc_mem_alloc(&e->m->ctx->alloc, (size_t)cap * sizeof(float));
+            e->res[b][c].values = mem_alloc(&e->m->ctx->alloc, (size_t)cap * sizeof(float));
             if (!e->res[b][c].values)
-                return EVAL_FAIL(e->m, NCTMC_ERR_OUT_OF_MEMORY,
+                return FAIL_INTO(e->m, NCTMC_ERR_OUT_OF_MEMORY,
                                  "out of memory for the exit-rate medians");
         }
     return NCTMC_OK;
@@ -331,20 +328,20 @@ static nctmc_status eval_state_init(eval_state *e, nctmc_model *m, const nctmc_e
     e->with_d = e->fp.process != NCTMC_FP_MASKED;
     e->seq_prior = (double)e->L * (e->with_d ? nelbo_prior_cross_entropy(&e->fp, &g)
                                              : nelbo_prior_kl(&e->fp, &g));
-    nctmc_status st = dit_workspace_create(m, m->ctx->backend, e->B, e->L, false, &e->ws,
+    nctmc_status st = dit_workspace_create(m, m->ctx->backend, e->B, e->L, DIT_WS_INFERENCE, &e->ws,
                                            m->last_error, sizeof m->last_error);
     if (st != NCTMC_OK)
         return st;
     size_t N = (size_t)e->B * (size_t)e->L, B = (size_t)e->B;
     const nctmc_allocator *a = &m->ctx->alloc;
-    e->x0 = nctmc_mem_alloc(a, N * sizeof *e->x0);
-    e->x_t = nctmc_mem_alloc(a, N * sizeof *e->x_t);
-    e->labels = nctmc_mem_alloc(a, B * sizeof *e->labels);
-    e->times = nctmc_mem_alloc(a, B * sizeof *e->times);
-    e->loss = nctmc_mem_alloc(a, N * sizeof *e->loss);
-    e->rate_h = nctmc_mem_alloc(a, N * sizeof *e->rate_h);
+    e->x0 = mem_alloc(a, N * sizeof *e->x0);
+    e->x_t = mem_alloc(a, N * sizeof *e->x_t);
+    e->labels = mem_alloc(a, B * sizeof *e->labels);
+    e->times = mem_alloc(a, B * sizeof *e->times);
+    e->loss = mem_alloc(a, N * sizeof *e->loss);
+    e->rate_h = mem_alloc(a, N * sizeof *e->rate_h);
     if (!e->x0 || !e->x_t || !e->labels || !e->times || !e->loss || !e->rate_h)
-        return EVAL_FAIL(m, NCTMC_ERR_OUT_OF_MEMORY, "out of host memory for eval batches");
+        return FAIL_INTO(m, NCTMC_ERR_OUT_OF_MEMORY, "out of host memory for eval batches");
     return eval_alloc_reservoirs(e);
 }
 
@@ -390,7 +387,7 @@ static nctmc_status eval_run_model(eval_state *e, int32_t nb)
     be->ops->download(be, e->rate_h, dit_ws_rate_h(e->ws), N * sizeof(float));
     st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
-        return EVAL_FAIL(m, st, "eval: %s", be->error);
+        return FAIL_INTO(m, st, "eval: %s", be->error);
     return NCTMC_OK;
 }
 
@@ -459,7 +456,7 @@ static nctmc_status eval_consume_rows(eval_state *e, int64_t g0, int32_t nb)
         double t = (double)e->times[b];
         double row = eval_row_integrand(e, b, t);
         if (isnan(row))
-            return EVAL_FAIL(e->m, NCTMC_ERR_NON_FINITE,
+            return FAIL_INTO(e->m, NCTMC_ERR_NON_FINITE,
                              "the model's output is NaN for sequence %lld at t = %g",
                              (long long)((g0 + b) / n), t);
         eval_collect_rates(e, b, t);
@@ -544,7 +541,7 @@ static nctmc_status eval_run(eval_state *e, nctmc_eval_result *result)
             return st;
         if (p->progress && !p->progress(g0 + nb, e->n_rows, p->user_data)) {
             eval_fill_result(e, result);
-            return EVAL_FAIL(e->m, NCTMC_ERR_CANCELLED,
+            return FAIL_INTO(e->m, NCTMC_ERR_CANCELLED,
                              "eval cancelled by the progress callback after %lld of %lld "
                              "rows; the result covers the %lld sequences finished",
                              (long long)(g0 + nb), (long long)e->n_rows,
@@ -571,7 +568,7 @@ NCTMC_API nctmc_status nctmc_eval(nctmc_model *model, const nctmc_eval_params *p
         st = eval_run(&e, result);
     if (st == NCTMC_OK) {
         model_clear_error(model);
-        nctmc_log(model->ctx, NCTMC_LOG_INFO,
+        ctx_log(model->ctx, NCTMC_LOG_INFO,
                   "eval: %lld sequences, NELBO %.4f +- %.4f bits/token (prior %.3g)",
                   (long long)p.n_sequences, result->nelbo_bits_per_token,
                   result->std_error_bits, result->prior_bits_per_token);

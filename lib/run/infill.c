@@ -59,11 +59,11 @@ static nctmc_status check_ranges(const infill_job *job)
     for (int32_t k = 0; k < job->n_ranges; k++) {
         const nctmc_text_range *r = &job->ranges[k];
         if (r->start > r->end || r->end > job->text_len)
-            return nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "%s: range %d [%zu, %zu) is not within the text of %zu bytes",
                               FN, (int)k, r->start, r->end, job->text_len);
         if (k > 0 && r->start < job->ranges[k - 1].end)
-            return nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "%s: range %d [%zu, %zu) %s range %d [%zu, %zu); ranges must be "
                               "sorted and must not overlap",
                               FN, (int)k, r->start, r->end,
@@ -87,7 +87,7 @@ static nctmc_status read_sample_params(infill_job *job)
     const nctmc_sample_params *p = &job->sample;
     if ((p->batch != 0 && p->batch != 1) || p->length != 0 || p->fixed_tokens != NULL ||
         p->fixed_mask != NULL || p->tokens_out != NULL)
-        return nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "%s: params->sample's batch, length, fixed_tokens, fixed_mask and "
                           "tokens_out are set by the call: leave them at their defaults",
                           FN);
@@ -102,13 +102,13 @@ static nctmc_status check_chars(const infill_job *job, size_t start, size_t end)
         uint32_t cp = 0;
         size_t len = utf8_decode(job->text + i, end - i, &cp);
         if (len == 0)
-            return nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "%s: the fixed text has invalid UTF-8 at byte %zu (a character "
                               "tokenizer cannot keep part of a character: does a range "
                               "start or end inside one?)",
                               FN, i);
         if (tokenizer_char_index(job->tok, cp) < 0)
-            return nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "%s: the fixed text's character U+%04X at byte %zu is not in the "
                               "tokenizer's alphabet",
                               FN, (unsigned)cp, i);
@@ -129,7 +129,7 @@ static nctmc_status encode_piece(const infill_job *job, size_t start, size_t end
     nctmc_status st = nctmc_tokenizer_encode(job->tok, (const char *)job->text + start,
                                              end - start, tokens, tokens ? end - start : 0, n);
     if (st != NCTMC_OK)
-        return nctmc_fail(job->err, job->err_size, st,
+        return fail_format(job->err, job->err_size, st,
                           "%s: cannot encode the text at bytes [%zu, %zu): %s", FN, start, end,
                           nctmc_tokenizer_last_error(job->tok));
     return NCTMC_OK;
@@ -176,7 +176,7 @@ static nctmc_status plan(infill_job *job)
         int32_t want = job->params.range_tokens ? job->params.range_tokens[k]
                                                 : NCTMC_INFILL_AUTO_TOKENS;
         if (want < 0 && want != NCTMC_INFILL_AUTO_TOKENS)
-            return nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "%s: range_tokens[%d] = %d; give a count >= 0 or "
                               "NCTMC_INFILL_AUTO_TOKENS",
                               FN, (int)k, (int)want);
@@ -193,7 +193,7 @@ static nctmc_status plan(infill_job *job)
     }
     job->length = at;
     if (at < 1 || at > (size_t)job->s->max_length)
-        return nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "%s: the text and its ranges take %s%zu tokens; the sampler allows "
                           "1 .. %d (its max_length; the model's seq_len at most)",
                           FN, clamped ? "more than " : "", clamped ? at - 1 : at,
@@ -243,7 +243,7 @@ static nctmc_status decode(infill_job *job, char *out, size_t out_cap, size_t *l
             nctmc_tokenizer_decode(job->tok, job->tokens + first, end - first,
                                    out ? out + at : NULL, out ? out_cap - at : 0, &n_bytes);
         if (st != NCTMC_OK)
-            return nctmc_fail(job->err, job->err_size, st, "%s: cannot decode the result: %s",
+            return fail_format(job->err, job->err_size, st, "%s: cannot decode the result: %s",
                               FN, nctmc_tokenizer_last_error(job->tok));
         if (i % 2 == 1)
             where[i / 2] = (nctmc_text_range){at, at + n_bytes};
@@ -259,15 +259,15 @@ static nctmc_status decode(infill_job *job, char *out, size_t out_cap, size_t *l
 static nctmc_status finish(infill_job *job, char *out, size_t out_cap, size_t *out_len)
 {
     nctmc_text_range *where =
-        nctmc_mem_calloc(&job->tok->alloc, (size_t)job->n_ranges, sizeof *where);
+        mem_calloc(&job->tok->alloc, (size_t)job->n_ranges, sizeof *where);
     if (where == NULL)
-        return nctmc_fail(job->err, job->err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(job->err, job->err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "%s: out of memory", FN);
     size_t len = 0;
     nctmc_status st = decode(job, NULL, 0, &len, where);
     bool measured = st == NCTMC_OK;
     if (st == NCTMC_OK && out != NULL && len >= out_cap)
-        st = nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        st = fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
                         "%s: out_cap %zu is too small for the %zu bytes of the new text and "
                         "its NUL",
                         FN, out_cap, len);
@@ -278,7 +278,7 @@ static nctmc_status finish(infill_job *job, char *out, size_t out_cap, size_t *o
         if (job->params.ranges_out != NULL)
             memcpy(job->params.ranges_out, where, (size_t)job->n_ranges * sizeof *where);
     }
-    nctmc_mem_free(&job->tok->alloc, where);
+    mem_free(&job->tok->alloc, where);
     return st;
 }
 
@@ -290,10 +290,10 @@ static nctmc_status take_tokenizer(infill_job *job, const nctmc_tokenizer *tok)
     if (tok == NULL)
         tok = nctmc_model_get_tokenizer(m);
     if (tok == NULL)
-        return nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "%s: the model has no tokenizer; pass one", FN);
     if (tok->kind == NCTMC_TOKENIZER_IMAGE)
-        return nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "%s: an image tokenizer does not encode text", FN);
     nctmc_model_config cfg;
     nctmc_model_config_init(&cfg);
@@ -302,13 +302,13 @@ static nctmc_status take_tokenizer(infill_job *job, const nctmc_tokenizer *tok)
     nctmc_status st =
         tokenizer_check_model(tok, &cfg, NCTMC_ERR_INVALID_ARGUMENT, why, sizeof why);
     if (st != NCTMC_OK)
-        return nctmc_fail(job->err, job->err_size, st, "%s: the tokenizer does not fit the "
+        return fail_format(job->err, job->err_size, st, "%s: the tokenizer does not fit the "
                           "model: %s", FN, why);
     st = tokenizer_clone(&job->s->ctx->alloc, tok, &job->tok);
     if (st == NCTMC_OK && job->tok->mask_text == NULL)
         st = nctmc_tokenizer_set_mask_placeholder(job->tok, "");
     if (st == NCTMC_ERR_OUT_OF_MEMORY)
-        return nctmc_fail(job->err, job->err_size, st, "%s: out of memory", FN);
+        return fail_format(job->err, job->err_size, st, "%s: out of memory", FN);
     return st;
 }
 
@@ -322,7 +322,7 @@ static nctmc_status check_args(const infill_job *job, const char *out, size_t ou
                       : out == NULL && out_cap > 0           ? "out is NULL but out_cap is not 0"
                                                              : NULL;
     if (bad != NULL)
-        return nctmc_fail(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT, "%s: %s", FN,
+        return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT, "%s: %s", FN,
                           bad);
     return NCTMC_OK;
 }
@@ -331,10 +331,10 @@ static nctmc_status alloc_job(infill_job *job)
 {
     const nctmc_allocator *a = &job->tok->alloc;
     size_t n = (size_t)job->n_ranges;
-    job->slots = nctmc_mem_calloc(a, n, sizeof *job->slots);
-    job->piece_end = nctmc_mem_calloc(a, 2 * n + 1, sizeof *job->piece_end);
+    job->slots = mem_calloc(a, n, sizeof *job->slots);
+    job->piece_end = mem_calloc(a, 2 * n + 1, sizeof *job->piece_end);
     if (job->slots == NULL || job->piece_end == NULL)
-        return nctmc_fail(job->err, job->err_size, NCTMC_ERR_OUT_OF_MEMORY, "%s: out of memory",
+        return fail_format(job->err, job->err_size, NCTMC_ERR_OUT_OF_MEMORY, "%s: out of memory",
                           FN);
     return NCTMC_OK;
 }
@@ -342,11 +342,11 @@ static nctmc_status alloc_job(infill_job *job)
 static nctmc_status alloc_sequence(infill_job *job)
 {
     const nctmc_allocator *a = &job->tok->alloc;
-    job->fixed = nctmc_mem_calloc(a, job->length, sizeof *job->fixed);
-    job->tokens = nctmc_mem_calloc(a, job->length, sizeof *job->tokens);
-    job->mask = nctmc_mem_calloc(a, job->length, 1);
+    job->fixed = mem_calloc(a, job->length, sizeof *job->fixed);
+    job->tokens = mem_calloc(a, job->length, sizeof *job->tokens);
+    job->mask = mem_calloc(a, job->length, 1);
     if (job->fixed == NULL || job->tokens == NULL || job->mask == NULL)
-        return nctmc_fail(job->err, job->err_size, NCTMC_ERR_OUT_OF_MEMORY, "%s: out of memory",
+        return fail_format(job->err, job->err_size, NCTMC_ERR_OUT_OF_MEMORY, "%s: out of memory",
                           FN);
     return NCTMC_OK;
 }
@@ -356,11 +356,11 @@ static void free_job(infill_job *job)
     if (job->tok == NULL)
         return;
     const nctmc_allocator *a = &job->tok->alloc;
-    nctmc_mem_free(a, job->slots);
-    nctmc_mem_free(a, job->piece_end);
-    nctmc_mem_free(a, job->fixed);
-    nctmc_mem_free(a, job->tokens);
-    nctmc_mem_free(a, job->mask);
+    mem_free(a, job->slots);
+    mem_free(a, job->piece_end);
+    mem_free(a, job->fixed);
+    mem_free(a, job->tokens);
+    mem_free(a, job->mask);
     nctmc_tokenizer_free(job->tok);
 }
 
@@ -416,6 +416,6 @@ NCTMC_API nctmc_status nctmc_infill(nctmc_sampler *sampler, const nctmc_tokenize
     if (st == NCTMC_OK)
         sampler->last_error[0] = '\0';
     else if (!job.sampler_failed)
-        nctmc_log(sampler->ctx, NCTMC_LOG_ERROR, "%s", sampler->last_error);
+        ctx_log(sampler->ctx, NCTMC_LOG_ERROR, "%s", sampler->last_error);
     return st;
 }

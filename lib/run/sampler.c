@@ -38,18 +38,18 @@ static nctmc_status check_sampler_params(const nctmc_model *m, const nctmc_sampl
                                          nctmc_context *ctx, char *err, size_t err_size)
 {
     if (strcmp(ctx->backend->name, m->ctx->backend->name) != 0)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "the model lives on the %s backend, the sampler's context is %s",
                           m->ctx->backend->name, ctx->backend->name);
     if (!ctx->backend->ops->sample_step)
-        return nctmc_fail(err, err_size, NCTMC_ERR_UNSUPPORTED,
+        return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
                           "the %s backend has no sampling operation", ctx->backend->name);
     if (p->max_batch < 1 || p->max_batch > SAMPLER_MAX_BATCH)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "max_batch = %d is out of range [1, %d]", p->max_batch,
                           SAMPLER_MAX_BATCH);
     if (p->max_length < 0 || p->max_length > m->dims.L)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "max_length = %d is out of range [0, %d] (the model's seq_len; 0 = "
                           "seq_len)",
                           p->max_length, m->dims.L);
@@ -68,7 +68,7 @@ static void *backend_alloc(nctmc_sampler *s, size_t n, size_t elem, bool *ok)
 static void *host_alloc(nctmc_sampler *s, size_t n, size_t elem, bool *ok)
 {
     size_t bytes;
-    void *p = checked_mul(n, elem, &bytes) ? nctmc_mem_alloc(s->be->alloc, bytes) : NULL;
+    void *p = checked_mul(n, elem, &bytes) ? mem_alloc(s->be->alloc, bytes) : NULL;
     if (!p)
         *ok = false;
     return p;
@@ -91,7 +91,7 @@ static nctmc_status alloc_buffers(nctmc_sampler *s, char *err, size_t err_size)
     s->h_prob = host_alloc(s, n, sizeof(float), &ok);
     s->h_done = host_alloc(s, (size_t)s->max_batch, sizeof(bool), &ok);
     if (!ok)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "cannot allocate the sampler's buffers for %d x %d tokens",
                           s->max_batch, s->max_length);
     return NCTMC_OK;
@@ -105,10 +105,10 @@ static nctmc_status create_fail(const nctmc_model *model, nctmc_context *given,
 {
     if (given) {
         snprintf(given->last_error, sizeof given->last_error, "%s", msg);
-        nctmc_log(given, NCTMC_LOG_ERROR, "%s", msg);
+        ctx_log(given, NCTMC_LOG_ERROR, "%s", msg);
     } else if (model) {
-        model_fail_shared(model, st, "%s", msg);
-        nctmc_log(model->ctx, NCTMC_LOG_ERROR, "%s", msg);
+        model_fail(model, st, "%s", msg);
+        ctx_log(model->ctx, NCTMC_LOG_ERROR, "%s", msg);
     }
     return st;
 }
@@ -122,9 +122,9 @@ static nctmc_status sampler_build(const nctmc_model *model, const nctmc_sampler_
     nctmc_status st = check_sampler_params(model, params, ctx, err, err_size);
     if (st != NCTMC_OK)
         return st;
-    nctmc_sampler *s = nctmc_mem_calloc(&ctx->alloc, 1, sizeof *s);
+    nctmc_sampler *s = mem_calloc(&ctx->alloc, 1, sizeof *s);
     if (!s)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     /* the sampler keeps its model and its context alive (in any order of
      * *_free) */
     model_retain(model);
@@ -136,7 +136,7 @@ static nctmc_status sampler_build(const nctmc_model *model, const nctmc_sampler_
     s->max_batch = params->max_batch;
     s->max_length = params->max_length ? params->max_length : model->dims.L;
     s->ws_batch = model->config.n_classes > 0 ? 2 * s->max_batch : s->max_batch;
-    st = dit_workspace_create(model, s->be, s->ws_batch, s->max_length, false, &s->ws, err,
+    st = dit_workspace_create(model, s->be, s->ws_batch, s->max_length, DIT_WS_INFERENCE, &s->ws, err,
                               err_size);
     if (st == NCTMC_OK)
         st = alloc_buffers(s, err, err_size);
@@ -197,16 +197,16 @@ NCTMC_API void nctmc_sampler_free(nctmc_sampler *s)
             s->be->ops->free(s->be, dev[k]);
     dit_workspace_free(s->ws);
     /* a copy: the context, and its allocator, may go with ctx_release */
-    nctmc_allocator alloc = nctmc_mem_copy(s->be->alloc);
-    nctmc_mem_free(&alloc, s->h_tokens);
-    nctmc_mem_free(&alloc, s->h_times);
-    nctmc_mem_free(&alloc, s->h_labels);
-    nctmc_mem_free(&alloc, s->h_proposal);
-    nctmc_mem_free(&alloc, s->h_prob);
-    nctmc_mem_free(&alloc, s->h_done);
+    nctmc_allocator alloc = mem_copy(s->be->alloc);
+    mem_free(&alloc, s->h_tokens);
+    mem_free(&alloc, s->h_times);
+    mem_free(&alloc, s->h_labels);
+    mem_free(&alloc, s->h_proposal);
+    mem_free(&alloc, s->h_prob);
+    mem_free(&alloc, s->h_done);
     model_release(s->model);
     ctx_release(s->ctx);
-    nctmc_mem_free(&alloc, s);
+    mem_free(&alloc, s);
 }
 
 NCTMC_API void nctmc_sampler_cancel(nctmc_sampler *sampler)
@@ -291,7 +291,7 @@ static nctmc_status sync_backend(nctmc_sampler *s, const char *what)
 {
     nctmc_status st = s->be->ops->synchronize(s->be);
     if (st != NCTMC_OK)
-        return nctmc_fail(s->last_error, sizeof s->last_error, st, "nctmc_sample: %s: %s",
+        return fail_format(s->last_error, sizeof s->last_error, st, "nctmc_sample: %s: %s",
                           what, s->be->error);
     return NCTMC_OK;
 }
@@ -347,7 +347,7 @@ static nctmc_status check_cancel(nctmc_sampler *s, const sample_run *run, const 
     if (!atomic_exchange_explicit(&s->cancel, 0, memory_order_acquire))
         return NCTMC_OK;
     memcpy(run->p->tokens_out, s->h_tokens, (size_t)run->n_rows * sizeof(int32_t));
-    return nctmc_fail(s->last_error, sizeof s->last_error, NCTMC_ERR_CANCELLED,
+    return fail_format(s->last_error, sizeof s->last_error, NCTMC_ERR_CANCELLED,
                       "nctmc_sample: cancelled by nctmc_sampler_cancel() %s", where);
 }
 
@@ -360,7 +360,7 @@ static nctmc_status notify(nctmc_sampler *s, const sample_run *run, int32_t step
     if (p->callback &&
         !p->callback(step, p->n_steps, s->h_tokens, run->batch, run->length, p->user_data)) {
         memcpy(p->tokens_out, s->h_tokens, (size_t)run->n_rows * sizeof(int32_t));
-        return nctmc_fail(s->last_error, sizeof s->last_error, NCTMC_ERR_CANCELLED,
+        return fail_format(s->last_error, sizeof s->last_error, NCTMC_ERR_CANCELLED,
                           "nctmc_sample: cancelled by the callback after step %d", step);
     }
     char where[32];
@@ -518,8 +518,8 @@ NCTMC_API nctmc_status nctmc_sample(nctmc_sampler *sampler, const nctmc_sample_p
     if (st == NCTMC_OK)
         sampler->last_error[0] = '\0';
     else if (st == NCTMC_ERR_CANCELLED)
-        nctmc_log(sampler->ctx, NCTMC_LOG_INFO, "%s", sampler->last_error);
+        ctx_log(sampler->ctx, NCTMC_LOG_INFO, "%s", sampler->last_error);
     else
-        nctmc_log(sampler->ctx, NCTMC_LOG_ERROR, "%s", sampler->last_error);
+        ctx_log(sampler->ctx, NCTMC_LOG_ERROR, "%s", sampler->last_error);
     return st;
 }

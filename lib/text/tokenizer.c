@@ -14,13 +14,10 @@
 #include "tokenizer_bpe.h"
 #include "base/utf8.h"
 
-#define TOK_FAIL(tok, status, ...) \
-    nctmc_fail((tok)->last_error, sizeof (tok)->last_error, (status), __VA_ARGS__)
-
 nctmc_tokenizer *tokenizer_new(const nctmc_allocator *alloc, nctmc_tokenizer_kind kind,
                                int32_t vocab)
 {
-    nctmc_tokenizer *tok = nctmc_mem_calloc(alloc, 1, sizeof *tok);
+    nctmc_tokenizer *tok = mem_calloc(alloc, 1, sizeof *tok);
     if (tok) {
         tok->kind = kind;
         tok->vocab = vocab;
@@ -80,7 +77,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_create_chars(nctmc_context *ctx, const ch
     if (!out || (!corpus && n_bytes > 0))
         return ctx_report_fail(ctx, NCTMC_ERR_INVALID_ARGUMENT,
                         "nctmc_tokenizer_create_chars: out and corpus must not be NULL");
-    uint8_t *seen = nctmc_mem_calloc(ctx_alloc(ctx), (UTF8_MAX_CODE_POINT >> 3) + 1, 1);
+    uint8_t *seen = mem_calloc(ctx_alloc(ctx), (UTF8_MAX_CODE_POINT >> 3) + 1, 1);
     if (!seen)
         return ctx_report_fail(ctx, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     int32_t distinct = 0;
@@ -90,7 +87,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_create_chars(nctmc_context *ctx, const ch
         tok = tokenizer_new(ctx_alloc(ctx), NCTMC_TOKENIZER_CHARS, distinct);
         if (tok)
             tok->alphabet =
-                nctmc_mem_alloc(ctx_alloc(ctx), sizeof *tok->alphabet * (size_t)distinct);
+                mem_alloc(ctx_alloc(ctx), sizeof *tok->alphabet * (size_t)distinct);
         if (!tok || !tok->alphabet)
             st = ctx_report_fail(ctx, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -105,7 +102,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_create_chars(nctmc_context *ctx, const ch
         ctx_report_ok(ctx);
     }
     nctmc_tokenizer_free(tok);
-    nctmc_mem_free(ctx_alloc(ctx), seen);
+    mem_free(ctx_alloc(ctx), seen);
     return st;
 }
 
@@ -142,16 +139,16 @@ NCTMC_API void nctmc_tokenizer_free(nctmc_tokenizer *tok)
     if (!tok)
         return;
     nctmc_allocator alloc = tok->alloc;
-    nctmc_mem_free(&alloc, tok->alphabet);
-    nctmc_mem_free(&alloc, tok->mask_text);
+    mem_free(&alloc, tok->alphabet);
+    mem_free(&alloc, tok->mask_text);
     bpe_model_free(tok->bpe);
-    nctmc_mem_free(&alloc, tok);
+    mem_free(&alloc, tok);
 }
 
 nctmc_status tokenizer_clone(const nctmc_allocator *alloc, const nctmc_tokenizer *src,
                              nctmc_tokenizer **out)
 {
-    nctmc_tokenizer *tok = nctmc_mem_alloc(alloc, sizeof *tok);
+    nctmc_tokenizer *tok = mem_alloc(alloc, sizeof *tok);
     if (!tok)
         return NCTMC_ERR_OUT_OF_MEMORY;
     *tok = *src;
@@ -166,7 +163,7 @@ nctmc_status tokenizer_clone(const nctmc_allocator *alloc, const nctmc_tokenizer
     }
     if (src->alphabet) {
         size_t bytes = sizeof *tok->alphabet * (size_t)src->vocab;
-        tok->alphabet = nctmc_mem_alloc(alloc, bytes);
+        tok->alphabet = mem_alloc(alloc, bytes);
         if (!tok->alphabet) {
             nctmc_tokenizer_free(tok);
             return NCTMC_ERR_OUT_OF_MEMORY;
@@ -174,7 +171,7 @@ nctmc_status tokenizer_clone(const nctmc_allocator *alloc, const nctmc_tokenizer
         memcpy(tok->alphabet, src->alphabet, bytes);
     }
     if (src->mask_text) {
-        tok->mask_text = nctmc_mem_alloc(alloc, src->mask_len + 1);
+        tok->mask_text = mem_alloc(alloc, src->mask_len + 1);
         if (!tok->mask_text) {
             nctmc_tokenizer_free(tok);
             return NCTMC_ERR_OUT_OF_MEMORY;
@@ -210,7 +207,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_image_shape(const nctmc_tokenizer *tok, i
     if (!tok)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (tok->kind != NCTMC_TOKENIZER_IMAGE)
-        return TOK_FAIL((nctmc_tokenizer *)tok, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO((nctmc_tokenizer *)tok, NCTMC_ERR_INVALID_ARGUMENT,
                         "nctmc_tokenizer_image_shape: not an image tokenizer");
     if (width)
         *width = tok->width;
@@ -229,12 +226,12 @@ NCTMC_API const char *nctmc_tokenizer_last_error(const nctmc_tokenizer *tok)
 nctmc_status tokenizer_bad_token(nctmc_tokenizer *tok, size_t i, int32_t token)
 {
     if (token == tok->vocab)
-        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
                         "token %zu = %d is outside the vocabulary [0, %d): it is the mask "
                         "token of a masked or mixture model "
                         "(nctmc_tokenizer_set_mask_placeholder() renders it)",
                         i, token, tok->vocab);
-    return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+    return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
                     "token %zu = %d is outside the vocabulary [0, %d)", i, token, tok->vocab);
 }
 
@@ -243,20 +240,20 @@ nctmc_status tokenizer_bad_token(nctmc_tokenizer *tok, size_t i, int32_t token)
 static nctmc_status check_placeholder(nctmc_tokenizer *tok, const char *text, size_t len)
 {
     if (len > TOKENIZER_MAX_PLACEHOLDER)
-        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
                         "nctmc_tokenizer_set_mask_placeholder: the placeholder is longer "
                         "than %d bytes",
                         TOKENIZER_MAX_PLACEHOLDER);
     size_t bad = utf8_first_invalid((const uint8_t *)text, len);
     if (bad < len)
-        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
                         "nctmc_tokenizer_set_mask_placeholder: invalid UTF-8 at byte offset "
                         "%zu",
                         bad);
     uint32_t cp;
     if (tok->kind == NCTMC_TOKENIZER_IMAGE &&
         (len == 0 || utf8_decode((const uint8_t *)text, len, &cp) != len || text[0] == '\n'))
-        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
                         "nctmc_tokenizer_set_mask_placeholder: an image tokenizer's "
                         "placeholder must be exactly one character (not a newline): it "
                         "stands for one pixel");
@@ -276,13 +273,13 @@ NCTMC_API nctmc_status nctmc_tokenizer_set_mask_placeholder(nctmc_tokenizer *tok
         nctmc_status st = check_placeholder(tok, text, len);
         if (st != NCTMC_OK)
             return st;
-        copy = nctmc_mem_alloc(&tok->alloc, len + 1);
+        copy = mem_alloc(&tok->alloc, len + 1);
         if (!copy)
-            return TOK_FAIL(tok, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+            return FAIL_INTO(tok, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
         memcpy(copy, text, len);
         copy[len] = '\0';
     }
-    nctmc_mem_free(&tok->alloc, tok->mask_text);
+    mem_free(&tok->alloc, tok->mask_text);
     tok->mask_text = copy;
     tok->mask_len = len;
     tok->last_error[0] = '\0';
@@ -320,7 +317,7 @@ nctmc_status tokenizer_put_mask(nctmc_tokenizer *tok, char *text, size_t *len)
 {
     size_t at = *len;
     if (!checked_add(at, tok->mask_len, len))
-        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT, "decoded text is too long");
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "decoded text is too long");
     if (text)
         memcpy(text + at, tok->mask_text, tok->mask_len);
     return NCTMC_OK;
@@ -355,11 +352,11 @@ nctmc_status tokenizer_encode_chars(nctmc_tokenizer *tok, const uint8_t *text, s
         uint32_t cp;
         size_t len = utf8_decode(text + at, n - at, &cp);
         if (len == 0)
-            return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT, "invalid UTF-8 at byte offset %zu",
+            return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "invalid UTF-8 at byte offset %zu",
                             at);
         int32_t id = tokenizer_char_index(tok, cp);
         if (id < 0)
-            return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+            return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
                             "character U+%04X at byte offset %zu is not in the alphabet",
                             (unsigned)cp, at);
         if (tokens)
@@ -386,7 +383,7 @@ nctmc_status tokenizer_decode_chars(nctmc_tokenizer *tok, const int32_t *tokens,
         uint32_t cp = tok->alphabet[tokens[i]];
         /* n tokens give at most 4n bytes: overflow needs n > SIZE_MAX / 4 */
         if (!checked_add(len, utf8_length(cp), &len))
-            return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT, "decoded text is too long");
+            return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "decoded text is too long");
         if (text)
             utf8_encode(cp, (uint8_t *)text + len - utf8_length(cp));
     }
@@ -405,7 +402,7 @@ static nctmc_status encode_any(nctmc_tokenizer *tok, const uint8_t *text, size_t
     case NCTMC_TOKENIZER_IMAGE: return tokenizer_encode_image(tok, text, n, tokens, n_tokens);
     case NCTMC_TOKENIZER_BPE: return tokenizer_encode_bpe(tok, text, n, tokens, n_tokens);
     }
-    return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT, "unknown tokenizer kind");
+    return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "unknown tokenizer kind");
 }
 
 static nctmc_status decode_any(nctmc_tokenizer *tok, const int32_t *tokens, size_t n,
@@ -417,7 +414,7 @@ static nctmc_status decode_any(nctmc_tokenizer *tok, const int32_t *tokens, size
     case NCTMC_TOKENIZER_IMAGE: return tokenizer_decode_image(tok, tokens, n, text, n_bytes);
     case NCTMC_TOKENIZER_BPE: return tokenizer_decode_bpe(tok, tokens, n, text, n_bytes);
     }
-    return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT, "unknown tokenizer kind");
+    return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "unknown tokenizer kind");
 }
 
 /* Encoding runs twice — count and validate, then write — so nothing is
@@ -442,7 +439,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_encode(nctmc_tokenizer *tok, const char *
     if (!tok)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!n_tokens || (!text && n_bytes > 0) || (!tokens && capacity > 0))
-        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
                         "nctmc_tokenizer_encode: n_tokens, text (unless empty) and tokens "
                         "(unless capacity is 0) must not be NULL");
     *n_tokens = 0;
@@ -464,7 +461,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_encode(nctmc_tokenizer *tok, const char *
         return NCTMC_OK;
     }
     if (capacity < count)
-        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
                         "the text needs %zu tokens, the buffer holds %zu", count, capacity);
     st = encode_any(tok, (const uint8_t *)text, n_bytes, tokens, &count);
     if (st == NCTMC_OK)
@@ -479,7 +476,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_decode(nctmc_tokenizer *tok, const int32_
     if (!tok)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!n_bytes || (!tokens && n_tokens > 0) || (!text && capacity > 0))
-        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
                         "nctmc_tokenizer_decode: n_bytes, tokens (unless n_tokens is 0) and "
                         "text (unless capacity is 0) must not be NULL");
     *n_bytes = 0;
@@ -493,7 +490,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_decode(nctmc_tokenizer *tok, const int32_
         return NCTMC_OK;
     }
     if (capacity <= len)
-        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
                         "the text needs %zu bytes and a NUL, the buffer holds %zu", len,
                         capacity);
     st = decode_any(tok, tokens, n_tokens, text, &len);
@@ -512,7 +509,7 @@ nctmc_status tokenizer_check_model(const nctmc_tokenizer *tok, const nctmc_model
     int32_t data = cfg->process == NCTMC_PROCESS_UNIFORM ? cfg->vocab_size
                                                          : cfg->vocab_size - 1;
     if (tok->vocab != data)
-        return nctmc_fail(err, err_size, status,
+        return fail_format(err, err_size, status,
                           "the tokenizer has %d tokens, the model (S = %d, %s process) has %d "
                           "data tokens%s",
                           tok->vocab, cfg->vocab_size,
@@ -525,7 +522,7 @@ nctmc_status tokenizer_check_model(const nctmc_tokenizer *tok, const nctmc_model
      * reader of the picture run past the tokens, a longer one draw garbage */
     if (tok->kind == NCTMC_TOKENIZER_IMAGE &&
         (int64_t)tok->width * tok->height != (int64_t)cfg->seq_len)
-        return nctmc_fail(err, err_size, status,
+        return fail_format(err, err_size, status,
                           "the image tokenizer is %d x %d = %lld pixels, the model's sequences "
                           "are %d tokens: they must be equal",
                           tok->width, tok->height, (long long)tok->width * tok->height,
@@ -544,7 +541,7 @@ NCTMC_API nctmc_status nctmc_model_set_tokenizer(nctmc_model *model, const nctmc
         if (st != NCTMC_OK)
             return st;
         if (tokenizer_clone(&model->ctx->alloc, tok, &copy) != NCTMC_OK)
-            return nctmc_fail(model->last_error, sizeof model->last_error,
+            return fail_format(model->last_error, sizeof model->last_error,
                               NCTMC_ERR_OUT_OF_MEMORY, "out of memory copying the tokenizer");
     }
     nctmc_tokenizer_free(model->tokenizer);

@@ -85,9 +85,9 @@ static nctmc_status index_build(const nctmc_allocator *alloc, const bpe_parts *p
 {
     uint32_t size = table_size(p->n_tokens);
     ix->mask = size - 1;
-    ix->slots = nctmc_mem_alloc(alloc, sizeof *ix->slots * size);
+    ix->slots = mem_alloc(alloc, sizeof *ix->slots * size);
     if (!ix->slots)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     memset(ix->slots, 0xff, sizeof *ix->slots * size);
     for (int32_t id = 0; id < p->n_tokens; id++) {
         if (p->special[id])
@@ -96,7 +96,7 @@ static nctmc_status index_build(const nctmc_allocator *alloc, const bpe_parts *p
         size_t n = p->offsets[id + 1] - p->offsets[id];
         int32_t other = index_find(ix, p, s, n);
         if (other >= 0)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "BPE: tokens %d and %d have the same bytes", other, id);
         uint32_t i = hash_bytes(s, n) & ix->mask;
         while (ix->slots[i] >= 0)
@@ -109,15 +109,15 @@ static nctmc_status index_build(const nctmc_allocator *alloc, const bpe_parts *p
 static nctmc_status check_tokens(const bpe_parts *p, char *err, size_t err_size)
 {
     if (p->n_tokens < 1 || p->n_tokens > BPE_MAX_TOKENS || p->offsets[0] != 0)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "BPE: %d tokens is not in [1, %d]", p->n_tokens, BPE_MAX_TOKENS);
     if (p->n_merges < 0 || p->n_merges > BPE_MAX_TOKENS)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "BPE: %d merges is not in [0, %d]", p->n_merges, BPE_MAX_TOKENS);
     for (int32_t id = 0; id < p->n_tokens; id++) {
         uint32_t len = p->offsets[id + 1] - p->offsets[id];
         if (p->offsets[id + 1] < p->offsets[id] || len == 0 || len > BPE_MAX_TOKEN_BYTES)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "BPE: token %d has %u bytes (1 .. %d allowed)", id, len,
                               BPE_MAX_TOKEN_BYTES);
     }
@@ -140,11 +140,11 @@ static nctmc_status build_merges(bpe_model *m, const bpe_parts *p, const byte_in
     for (int32_t r = 0; r < p->n_merges; r++) {
         int32_t a = p->merges[2 * r], b = p->merges[2 * r + 1];
         if (a < 0 || a >= p->n_tokens || b < 0 || b >= p->n_tokens)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "BPE: merge %d names token %d, outside [0, %d)", r,
                               (a < 0 || a >= p->n_tokens) ? a : b, p->n_tokens);
         if (p->special[a] || p->special[b])
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "BPE: merge %d uses the added token %d", r,
                               p->special[a] ? a : b);
         size_t la = p->offsets[a + 1] - p->offsets[a], lb = p->offsets[b + 1] - p->offsets[b];
@@ -152,12 +152,12 @@ static nctmc_status build_merges(bpe_model *m, const bpe_parts *p, const byte_in
         memcpy(joined + la, p->bytes + p->offsets[b], lb);
         int32_t result = index_find(ix, p, joined, la + lb);
         if (result < 0)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "BPE: merge %d (%d %d) makes a token the vocabulary lacks", r,
                               a, b);
         uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
         if (find_merge(m, a, b))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "BPE: merge %d (%d %d) is listed twice", r, a, b);
         put_merge(m, key, r, result);
     }
@@ -171,9 +171,9 @@ static nctmc_status build_specials(bpe_model *m, char *err, size_t err_size)
     m->n_specials = 0;
     for (int32_t id = 0; id < m->n_tokens; id++)
         m->n_specials += m->special[id];
-    m->specials = nctmc_mem_alloc(&m->alloc, sizeof *m->specials * (size_t)(m->n_specials + 1));
+    m->specials = mem_alloc(&m->alloc, sizeof *m->specials * (size_t)(m->n_specials + 1));
     if (!m->specials)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     int32_t k = 0;
     for (int32_t id = 0; id < m->n_tokens; id++) {
         if (!m->special[id])
@@ -198,14 +198,14 @@ static nctmc_status copy_parts(bpe_model *m, const bpe_parts *p, char *err, size
     size_t n = (size_t)p->n_tokens, n_bytes = p->offsets[n];
     m->n_tokens = p->n_tokens;
     m->n_merges = p->n_merges;
-    m->offsets = nctmc_mem_alloc(&m->alloc, sizeof *m->offsets * (n + 1));
-    m->bytes = nctmc_mem_alloc(&m->alloc, n_bytes);
-    m->special = nctmc_mem_alloc(&m->alloc, n);
-    m->merges = nctmc_mem_alloc(&m->alloc, sizeof *m->merges * 2 * (size_t)p->n_merges);
+    m->offsets = mem_alloc(&m->alloc, sizeof *m->offsets * (n + 1));
+    m->bytes = mem_alloc(&m->alloc, n_bytes);
+    m->special = mem_alloc(&m->alloc, n);
+    m->merges = mem_alloc(&m->alloc, sizeof *m->merges * 2 * (size_t)p->n_merges);
     m->table_mask = table_size(p->n_merges) - 1;
-    m->table = nctmc_mem_alloc(&m->alloc, sizeof *m->table * ((size_t)m->table_mask + 1));
+    m->table = mem_alloc(&m->alloc, sizeof *m->table * ((size_t)m->table_mask + 1));
     if (!m->offsets || !m->bytes || !m->special || !m->merges || !m->table)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     memcpy(m->offsets, p->offsets, sizeof *m->offsets * (n + 1));
     memcpy(m->bytes, p->bytes, n_bytes);
     memcpy(m->special, p->special, n);
@@ -222,10 +222,10 @@ nctmc_status bpe_model_build(const nctmc_allocator *alloc, const bpe_parts *part
     nctmc_status st = check_tokens(parts, err, err_size);
     if (st != NCTMC_OK)
         return st;
-    bpe_model *m = nctmc_mem_calloc(alloc, 1, sizeof *m);
+    bpe_model *m = mem_calloc(alloc, 1, sizeof *m);
     if (!m)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
-    m->alloc = nctmc_mem_copy(alloc);
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    m->alloc = mem_copy(alloc);
     byte_index ix = {NULL, 0};
     st = copy_parts(m, parts, err, err_size);
     if (st == NCTMC_OK)
@@ -239,7 +239,7 @@ nctmc_status bpe_model_build(const nctmc_allocator *alloc, const bpe_parts *part
             uint8_t byte = (uint8_t)b;
             m->byte_token[b] = index_find(&ix, parts, &byte, 1);
         }
-    nctmc_mem_free(alloc, ix.slots);
+    mem_free(alloc, ix.slots);
     if (st != NCTMC_OK) {
         bpe_model_free(m);
         return st;
@@ -287,9 +287,9 @@ static void work_free(const nctmc_allocator *alloc, bpe_work *w)
 {
     if (!w)
         return;
-    nctmc_mem_free(alloc, w->sym);
-    nctmc_mem_free(alloc, w->heap);
-    nctmc_mem_free(alloc, w);
+    mem_free(alloc, w->sym);
+    mem_free(alloc, w->heap);
+    mem_free(alloc, w);
 }
 
 void bpe_model_free(bpe_model *m)
@@ -297,20 +297,20 @@ void bpe_model_free(bpe_model *m)
     if (!m)
         return;
     nctmc_allocator a = m->alloc;
-    nctmc_mem_free(&a, m->offsets);
-    nctmc_mem_free(&a, m->bytes);
-    nctmc_mem_free(&a, m->special);
-    nctmc_mem_free(&a, m->merges);
-    nctmc_mem_free(&a, m->table);
-    nctmc_mem_free(&a, m->specials);
-    nctmc_mem_free(&a, m->cache);
+    mem_free(&a, m->offsets);
+    mem_free(&a, m->bytes);
+    mem_free(&a, m->special);
+    mem_free(&a, m->merges);
+    mem_free(&a, m->table);
+    mem_free(&a, m->specials);
+    mem_free(&a, m->cache);
     work_free(&a, m->work);
-    nctmc_mem_free(&a, m);
+    mem_free(&a, m);
 }
 
 static void *dup_block(const nctmc_allocator *alloc, const void *src, size_t bytes)
 {
-    void *p = nctmc_mem_alloc(alloc, bytes);
+    void *p = mem_alloc(alloc, bytes);
     if (p && bytes)
         memcpy(p, src, bytes);
     return p;
@@ -318,11 +318,11 @@ static void *dup_block(const nctmc_allocator *alloc, const void *src, size_t byt
 
 bpe_model *bpe_model_clone(const nctmc_allocator *alloc, const bpe_model *src)
 {
-    bpe_model *m = nctmc_mem_alloc(alloc, sizeof *m);
+    bpe_model *m = mem_alloc(alloc, sizeof *m);
     if (!m)
         return NULL;
     *m = *src;
-    m->alloc = nctmc_mem_copy(alloc);
+    m->alloc = mem_copy(alloc);
     m->cache = NULL;
     m->work = NULL;
     size_t n = (size_t)src->n_tokens;
@@ -343,7 +343,7 @@ bpe_model *bpe_model_clone(const nctmc_allocator *alloc, const bpe_model *src)
 static bool work_reserve(bpe_model *m, size_t len)
 {
     if (!m->work) {
-        m->work = nctmc_mem_calloc(&m->alloc, 1, sizeof *m->work);
+        m->work = mem_calloc(&m->alloc, 1, sizeof *m->work);
         if (!m->work)
             return false;
     }
@@ -356,15 +356,15 @@ static bool work_reserve(bpe_model *m, size_t len)
     size_t heap_bytes;
     if (!checked_mul(cap, 3 * sizeof *w->heap, &heap_bytes))
         return false;
-    bpe_symbol *sym = nctmc_mem_alloc(&m->alloc, sizeof *sym * cap);
-    heap_item *heap = nctmc_mem_alloc(&m->alloc, heap_bytes);
+    bpe_symbol *sym = mem_alloc(&m->alloc, sizeof *sym * cap);
+    heap_item *heap = mem_alloc(&m->alloc, heap_bytes);
     if (!sym || !heap) {
-        nctmc_mem_free(&m->alloc, sym);
-        nctmc_mem_free(&m->alloc, heap);
+        mem_free(&m->alloc, sym);
+        mem_free(&m->alloc, heap);
         return false;
     }
-    nctmc_mem_free(&m->alloc, w->sym);
-    nctmc_mem_free(&m->alloc, w->heap);
+    mem_free(&m->alloc, w->sym);
+    mem_free(&m->alloc, w->heap);
     w->sym = sym;
     w->heap = heap;
     w->cap = cap;
@@ -507,15 +507,15 @@ static nctmc_status encode_word(bpe_model *m, const uint8_t *word, size_t len, s
     }
     for (size_t i = 0; i < len; i++)
         if (m->byte_token[word[i]] < 0)
-            return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+            return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                               "byte 0x%02x at byte offset %zu has no token in this vocabulary",
                               word[i], start + i);
     if (len > (size_t)INT32_MAX)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "a pre-token of %zu bytes (at byte offset %zu) is too long", len,
                           start);
     if (!work_reserve(m, len))
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of memory merging a pre-token of %zu bytes", len);
     merge_word(m, m->work, word, len);
     for (int32_t i = 0; i >= 0; i = m->work->sym[i].next)
@@ -569,8 +569,8 @@ static nctmc_status encode_piece(bpe_model *m, const uint8_t *text, size_t at, s
 nctmc_status bpe_encode(bpe_model *m, const uint8_t *text, size_t n, int32_t *tokens,
                         size_t *starts, size_t *n_tokens, char *err, size_t err_size)
 {
-    if (!m->cache && !(m->cache = nctmc_mem_calloc(&m->alloc, 1, sizeof *m->cache)))
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+    if (!m->cache && !(m->cache = mem_calloc(&m->alloc, 1, sizeof *m->cache)))
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of memory for the word cache");
     emitter e = {tokens, starts, 0};
     for (size_t at = 0; at < n;) {

@@ -10,9 +10,6 @@
 #include "tokenizer.h"
 #include "tokenizer_bpe_io.h"
 
-#define TOK_FAIL(tok, status, ...) \
-    nctmc_fail((tok)->last_error, sizeof (tok)->last_error, (status), __VA_ARGS__)
-
 /* Wraps a built model in a handle (taking it over). */
 static nctmc_status wrap(nctmc_context *ctx, bpe_model *m, nctmc_tokenizer **out)
 {
@@ -68,10 +65,10 @@ NCTMC_API nctmc_status nctmc_tokenizer_pad_vocab(nctmc_tokenizer *tok, int32_t v
     if (!tok)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (tok->kind != NCTMC_TOKENIZER_BPE)
-        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
                         "nctmc_tokenizer_pad_vocab: only a BPE tokenizer is padded");
     if (vocab_size < tok->bpe->n_tokens || vocab_size > BPE_MAX_TOKENS)
-        return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
                         "nctmc_tokenizer_pad_vocab: %d is not in [%d, %d] (the tokenizer "
                         "has %d tokens)",
                         vocab_size, tok->bpe->n_tokens, BPE_MAX_TOKENS, tok->bpe->n_tokens);
@@ -107,7 +104,7 @@ nctmc_status tokenizer_decode_bpe(nctmc_tokenizer *tok, const int32_t *tokens, s
         size_t piece;
         const uint8_t *bytes = bpe_token_bytes(m, id, &piece);
         if (!checked_add(len, piece, &len))
-            return TOK_FAIL(tok, NCTMC_ERR_INVALID_ARGUMENT, "decoded text is too long");
+            return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "decoded text is too long");
         if (text)
             memcpy(text + len - piece, bytes, piece);
     }

@@ -56,19 +56,19 @@ bool bpe_to_texts(const bpe_model *m, const nctmc_allocator *alloc, char **token
     *added = NULL;
     bool ok = *tokens && *merges;
     if (ok && m->n_specials > 0) {
-        int32_t *ids = nctmc_mem_alloc(alloc, sizeof *ids * (size_t)m->n_specials);
+        int32_t *ids = mem_alloc(alloc, sizeof *ids * (size_t)m->n_specials);
         int32_t k = 0;
         for (int32_t id = 0; ids && id < m->n_tokens; id++)
             if (m->special[id])
                 ids[k++] = id;
         *added = ids ? ids_text(ids, (size_t)k, alloc) : NULL;
-        nctmc_mem_free(alloc, ids);
+        mem_free(alloc, ids);
         ok = *added != NULL;
     }
     if (!ok) {
-        nctmc_mem_free(alloc, *tokens);
-        nctmc_mem_free(alloc, *merges);
-        nctmc_mem_free(alloc, *added);
+        mem_free(alloc, *tokens);
+        mem_free(alloc, *merges);
+        mem_free(alloc, *added);
         *tokens = *merges = *added = NULL;
     }
     return ok;
@@ -101,14 +101,14 @@ static nctmc_status parse_tokens(const char *s, int32_t n, uint32_t *offsets, ui
         while (*s && *s != ' ') {
             int hi = hex_value(s[0]), lo = hi < 0 ? -1 : hex_value(s[1]);
             if (hi < 0 || lo < 0)
-                return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                                   "tokenizer: bpe_tokens entry %d is not lowercase hex bytes",
                                   id);
             bytes[at++] = (uint8_t)(hi << 4 | lo);
             s += 2;
         }
         if (at == offsets[id] || (*s == ' ' && id + 1 == n))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "tokenizer: bpe_tokens entry %d is empty", id);
         if (*s == ' ')
             s++;
@@ -128,7 +128,7 @@ static nctmc_status parse_ids(const char *s, const char *what, int32_t *ids, siz
             v = v * 10 + (*s++ - '0');
         bool sep_ok = i + 1 < n ? *s == ' ' : *s == '\0';
         if (s == start || (start[0] == '0' && s - start > 1) || !sep_ok || v >= limit)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "tokenizer: %s entry %zu is not a token id below %d", what, i,
                               limit);
         ids[i] = (int32_t)v;
@@ -150,11 +150,11 @@ typedef struct flat_parts {
 
 static void flat_parts_free(flat_parts *f)
 {
-    nctmc_mem_free(f->alloc, f->offsets);
-    nctmc_mem_free(f->alloc, f->bytes);
-    nctmc_mem_free(f->alloc, f->special);
-    nctmc_mem_free(f->alloc, f->merges);
-    nctmc_mem_free(f->alloc, f->added);
+    mem_free(f->alloc, f->offsets);
+    mem_free(f->alloc, f->bytes);
+    mem_free(f->alloc, f->special);
+    mem_free(f->alloc, f->merges);
+    mem_free(f->alloc, f->added);
 }
 
 static nctmc_status mark_added(flat_parts *f, const char *added, int32_t n, char *err,
@@ -162,15 +162,15 @@ static nctmc_status mark_added(flat_parts *f, const char *added, int32_t n, char
 {
     size_t n_added = count_items(added);
     if (n_added == 0 || n_added > (size_t)n)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "tokenizer: bpe_added lists %zu ids for %d tokens", n_added, n);
-    f->added = nctmc_mem_alloc(f->alloc, sizeof *f->added * n_added);
+    f->added = mem_alloc(f->alloc, sizeof *f->added * n_added);
     if (!f->added)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     nctmc_status st = parse_ids(added, "bpe_added", f->added, n_added, n, err, err_size);
     for (size_t i = 0; st == NCTMC_OK && i < n_added; i++) {
         if (i > 0 && f->added[i] <= f->added[i - 1])
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "tokenizer: bpe_added is not increasing");
         f->special[f->added[i]] = 1;
     }
@@ -183,18 +183,18 @@ nctmc_status bpe_from_texts(const nctmc_allocator *alloc, const char *tokens,
 {
     size_t n = count_items(tokens), n_ids = count_items(merges), len = strlen(tokens);
     if (n == 0 || n > BPE_MAX_TOKENS || n_ids % 2 != 0 || n_ids / 2 > BPE_MAX_TOKENS)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "tokenizer: bpe_tokens lists %zu tokens and bpe_merges %zu ids "
                           "(1 .. %d tokens, id pairs)",
                           n, n_ids, BPE_MAX_TOKENS);
     flat_parts f = {.alloc = alloc};
-    f.offsets = nctmc_mem_alloc(alloc, sizeof *f.offsets * (n + 1));
-    f.bytes = nctmc_mem_alloc(alloc, len / 2 + 1);
-    f.special = nctmc_mem_calloc(alloc, n, 1);
-    f.merges = nctmc_mem_alloc(alloc, sizeof *f.merges * (n_ids + 1));
+    f.offsets = mem_alloc(alloc, sizeof *f.offsets * (n + 1));
+    f.bytes = mem_alloc(alloc, len / 2 + 1);
+    f.special = mem_calloc(alloc, n, 1);
+    f.merges = mem_alloc(alloc, sizeof *f.merges * (n_ids + 1));
     nctmc_status st = NCTMC_OK;
     if (!f.offsets || !f.bytes || !f.special || !f.merges)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     if (st == NCTMC_OK)
         st = parse_tokens(tokens, (int32_t)n, f.offsets, f.bytes, err, err_size);
     if (st == NCTMC_OK)
@@ -207,7 +207,7 @@ nctmc_status bpe_from_texts(const nctmc_allocator *alloc, const char *tokens,
         char why[NCTMC_ERROR_SIZE];
         st = bpe_model_build(alloc, &parts, out, why, sizeof why);
         if (st != NCTMC_OK)
-            nctmc_fail(err, err_size, st, "tokenizer: %s", why);
+            fail_format(err, err_size, st, "tokenizer: %s", why);
     }
     flat_parts_free(&f);
     return st;

@@ -46,9 +46,9 @@ typedef struct bpe_source {
 static void source_free(bpe_source *s)
 {
     json_buf_free(&s->pool);
-    nctmc_mem_free(s->alloc, s->vocab);
-    nctmc_mem_free(s->alloc, s->added);
-    nctmc_mem_free(s->alloc, s->merges);
+    mem_free(s->alloc, s->vocab);
+    mem_free(s->alloc, s->added);
+    mem_free(s->alloc, s->merges);
 }
 
 /* Room for one more element of size `elem` in *array (doubling). */
@@ -59,7 +59,7 @@ static bool grow(const nctmc_allocator *alloc, void **array, size_t *cap, size_t
     size_t new_cap = *cap ? 2 * *cap : 1024;
     if (new_cap > SIZE_MAX / elem)
         return false;
-    void *p = nctmc_mem_realloc(alloc, *array, *cap * elem, new_cap * elem);
+    void *p = mem_realloc(alloc, *array, *cap * elem, new_cap * elem);
     if (!p)
         return false;
     *array = p;
@@ -88,7 +88,7 @@ static int quoted(size_t len)
 
 static nctmc_status oom(char *err, size_t err_size)
 {
-    return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+    return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
 }
 
 static nctmc_status add_named(bpe_source *s, named_id **list, size_t *n, size_t *cap,
@@ -120,7 +120,7 @@ static nctmc_status add_merge_line(bpe_source *s, const char *line, size_t len, 
     const char *space = memchr(line, ' ', len);
     if (!space || space == line || space == line + len - 1 ||
         memchr(space + 1, ' ', len - (size_t)(space + 1 - line)))
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "merge %zu \"%.*s\" is not two tokens separated by one space",
                           number, quoted(len), line);
     return add_merge(s, line, (size_t)(space - line), space + 1,
@@ -161,7 +161,7 @@ static nctmc_status text_index_build(const bpe_source *s, text_index *ix, char *
     while (size < 2 * s->n_vocab)
         size <<= 1;
     ix->mask = size - 1;
-    ix->slots = nctmc_mem_alloc(s->alloc, sizeof *ix->slots * size);
+    ix->slots = mem_alloc(s->alloc, sizeof *ix->slots * size);
     if (!ix->slots)
         return oom(err, err_size);
     memset(ix->slots, 0xff, sizeof *ix->slots * size);
@@ -169,7 +169,7 @@ static nctmc_status text_index_build(const bpe_source *s, text_index *ix, char *
         const char *p = str_at(s, s->vocab[k].text);
         size_t n = s->vocab[k].text.len;
         if (text_find(ix, s, p, n) >= 0)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "the vocabulary lists \"%.*s\" twice", quoted(n), p);
         uint32_t i = hash_text(p, n) & ix->mask;
         while (ix->slots[i] >= 0)
@@ -193,12 +193,12 @@ typedef struct assembly {
 
 static void assembly_free(assembly *a)
 {
-    nctmc_mem_free(a->alloc, a->text);
-    nctmc_mem_free(a->alloc, a->special);
-    nctmc_mem_free(a->alloc, a->merges);
-    nctmc_mem_free(a->alloc, a->offsets);
-    nctmc_mem_free(a->alloc, a->bytes);
-    nctmc_mem_free(a->alloc, a->ix.slots);
+    mem_free(a->alloc, a->text);
+    mem_free(a->alloc, a->special);
+    mem_free(a->alloc, a->merges);
+    mem_free(a->alloc, a->offsets);
+    mem_free(a->alloc, a->bytes);
+    mem_free(a->alloc, a->ix.slots);
 }
 
 /* Gives each id its text: ids 0 .. n - 1 each exactly once, an added token
@@ -211,12 +211,12 @@ static nctmc_status assign_ids(const bpe_source *s, assembly *a, char *err, size
     for (size_t k = 0; k < s->n_added; k++)
         max = s->added[k].id > max ? s->added[k].id : max;
     if (max < 0 || max >= BPE_MAX_TOKENS)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "the vocabulary's largest id %lld is not in [0, %d)", (long long)max,
                           BPE_MAX_TOKENS);
     a->n = (int32_t)max + 1;
-    a->text = nctmc_mem_alloc(a->alloc, sizeof *a->text * (size_t)a->n);
-    a->special = nctmc_mem_calloc(a->alloc, (size_t)a->n, 1);
+    a->text = mem_alloc(a->alloc, sizeof *a->text * (size_t)a->n);
+    a->special = mem_calloc(a->alloc, (size_t)a->n, 1);
     if (!a->text || !a->special)
         return oom(err, err_size);
     for (int32_t i = 0; i < a->n; i++)
@@ -224,7 +224,7 @@ static nctmc_status assign_ids(const bpe_source *s, assembly *a, char *err, size
     for (size_t k = 0; k < s->n_vocab; k++) {
         named_id v = s->vocab[k];
         if (a->text[v.id].len != SIZE_MAX)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "id %lld is given to two tokens (\"%.*s\" and \"%.*s\")",
                               (long long)v.id, quoted(a->text[v.id].len),
                               str_at(s, a->text[v.id]), quoted(v.text.len), str_at(s, v.text));
@@ -237,7 +237,7 @@ static nctmc_status assign_ids(const bpe_source *s, assembly *a, char *err, size
             (have.len != SIZE_MAX &&
              (have.len != v.text.len ||
               memcmp(str_at(s, have), str_at(s, v.text), have.len) != 0)))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "added token \"%.*s\" has id %lld, which is another token's",
                               quoted(v.text.len), str_at(s, v.text), (long long)v.id);
         a->text[v.id] = v.text;
@@ -245,7 +245,7 @@ static nctmc_status assign_ids(const bpe_source *s, assembly *a, char *err, size
     }
     for (int32_t i = 0; i < a->n; i++)
         if (a->text[i].len == SIZE_MAX)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "no token has id %d: ids must be 0 .. %d, each once", i,
                               a->n - 1);
     return NCTMC_OK;
@@ -262,16 +262,16 @@ static nctmc_status resolve_merges(const bpe_source *s, assembly *a, char *err,
                                    size_t err_size)
 {
     if (s->n_merges > BPE_MAX_TOKENS)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "more than %d merges",
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT, "more than %d merges",
                           BPE_MAX_TOKENS);
-    a->merges = nctmc_mem_alloc(a->alloc, sizeof *a->merges * 2 * (s->n_merges + 1));
+    a->merges = mem_alloc(a->alloc, sizeof *a->merges * 2 * (s->n_merges + 1));
     if (!a->merges)
         return oom(err, err_size);
     for (size_t r = 0; r < 2 * s->n_merges; r++) {
         str_ref t = s->merges[r];
         a->merges[r] = vocab_id(s, a, str_at(s, t), t.len);
         if (a->merges[r] < 0)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "merge %zu names \"%.*s\", which is not in the vocabulary",
                               r / 2, quoted(t.len), str_at(s, t));
     }
@@ -300,7 +300,7 @@ static bool unmap_text(const char *p, size_t n, uint8_t *out, size_t *out_len)
  * byte symbol nor the result of a merge can only be one. */
 static nctmc_status infer_added(const bpe_source *s, assembly *a, char *err, size_t err_size)
 {
-    uint8_t *reachable = nctmc_mem_calloc(a->alloc, (size_t)a->n, 1);
+    uint8_t *reachable = mem_calloc(a->alloc, (size_t)a->n, 1);
     json_buf joined = {.alloc = a->alloc};
     if (!reachable)
         return oom(err, err_size);
@@ -324,7 +324,7 @@ static nctmc_status infer_added(const bpe_source *s, assembly *a, char *err, siz
         a->special[i] = !reachable[i];
     bool failed = joined.failed;
     json_buf_free(&joined);
-    nctmc_mem_free(a->alloc, reachable);
+    mem_free(a->alloc, reachable);
     return failed ? oom(err, err_size) : NCTMC_OK;
 }
 
@@ -336,9 +336,9 @@ static nctmc_status token_bytes(const bpe_source *s, assembly *a, char *err, siz
     for (int32_t i = 0; i < a->n; i++)
         total += a->text[i].len; /* unmapping never makes text longer */
     if (total > UINT32_MAX)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "the tokens are too long");
-    a->offsets = nctmc_mem_alloc(a->alloc, sizeof *a->offsets * ((size_t)a->n + 1));
-    a->bytes = nctmc_mem_alloc(a->alloc, total + 1);
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT, "the tokens are too long");
+    a->offsets = mem_alloc(a->alloc, sizeof *a->offsets * ((size_t)a->n + 1));
+    a->bytes = mem_alloc(a->alloc, total + 1);
     if (!a->offsets || !a->bytes)
         return oom(err, err_size);
     size_t at = 0;
@@ -349,7 +349,7 @@ static nctmc_status token_bytes(const bpe_source *s, assembly *a, char *err, siz
         if (a->special[i])
             memcpy(a->bytes + at, p, len);
         else if (!unmap_text(p, len, a->bytes + at, &len))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "token %d \"%.*s\" is not byte-level text (a character "
                               "outside GPT-2's 256 byte symbols) and not an added token",
                               i, quoted(a->text[i].len), p);
@@ -403,7 +403,7 @@ static nctmc_status parse_bool(json_reader *r, const char *key, bool *out)
     else if (accept_word(r, "false"))
         *out = false;
     else
-        return nctmc_fail(r->err, r->err_size, NCTMC_ERR_FORMAT,
+        return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
                           "byte %zu: \"%s\" must be true or false", r->at, key);
     return NCTMC_OK;
 }
@@ -424,7 +424,7 @@ static nctmc_status parse_object(json_reader *r, member_fn fn, void *user)
             st = json_expect(r, ':', "':'");
         if (st == NCTMC_OK)
             st = fn(r, key, user);
-        nctmc_mem_free(r->alloc, key);
+        mem_free(r->alloc, key);
         if (st != NCTMC_OK)
             return st;
     } while (json_accept(r, ','));
@@ -441,7 +441,7 @@ static nctmc_status vocab_member(json_reader *r, const char *key, void *user)
     if (st != NCTMC_OK)
         return st;
     if (id >= BPE_MAX_TOKENS)
-        return nctmc_fail(r->err, r->err_size, NCTMC_ERR_FORMAT,
+        return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
                           "token \"%.40s\" has id %llu, more than %d", key,
                           (unsigned long long)id, BPE_MAX_TOKENS - 1);
     return add_named(s, &s->vocab, &s->n_vocab, &s->cap_vocab, key, strlen(key), (int64_t)id,
@@ -463,7 +463,7 @@ static nctmc_status parse_merge(json_reader *r, bpe_source *s)
         if (st == NCTMC_OK)
             st = json_expect(r, ']', "']' after a merge's two tokens");
         if (st == NCTMC_OK && (la == 0 || lb == 0))
-            st = nctmc_fail(r->err, r->err_size, NCTMC_ERR_FORMAT,
+            st = fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
                             "merge %zu names an empty token", s->n_merges);
         if (st == NCTMC_OK)
             st = add_merge(s, a, la, b, lb, r->err, r->err_size);
@@ -472,8 +472,8 @@ static nctmc_status parse_merge(json_reader *r, bpe_source *s)
         if (st == NCTMC_OK)
             st = add_merge_line(s, a, la, s->n_merges, r->err, r->err_size);
     }
-    nctmc_mem_free(r->alloc, a);
-    nctmc_mem_free(r->alloc, b);
+    mem_free(r->alloc, a);
+    mem_free(r->alloc, b);
     return st;
 }
 
@@ -508,7 +508,7 @@ static nctmc_status component_member(json_reader *r, const char *key, void *user
         nctmc_status st = json_parse_string(r, &type, NULL);
         if (st == NCTMC_OK)
             snprintf(c->type, sizeof c->type, "%s", type);
-        nctmc_mem_free(r->alloc, type);
+        mem_free(r->alloc, type);
         return st;
     }
     if (strcmp(key, "add_prefix_space") == 0)
@@ -561,18 +561,18 @@ static nctmc_status parse_added_token(json_reader *r, bpe_source *s)
     nctmc_status st = parse_object(r, added_member, &t);
     if (st == NCTMC_OK && (!t.have_id || !t.have_content || t.len == 0 ||
                            t.id >= BPE_MAX_TOKENS))
-        st = nctmc_fail(r->err, r->err_size, NCTMC_ERR_FORMAT,
+        st = fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
                         "added token %zu needs an id below %d and non-empty content",
                         s->n_added, BPE_MAX_TOKENS);
     if (st == NCTMC_OK && (t.single_word || t.lstrip || t.rstrip))
-        st = nctmc_fail(r->err, r->err_size, NCTMC_ERR_FORMAT,
+        st = fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
                         "added token \"%.40s\": single_word, lstrip and rstrip are not "
                         "supported",
                         t.content);
     if (st == NCTMC_OK)
         st = add_named(s, &s->added, &s->n_added, &s->cap_added, t.content, t.len,
                        (int64_t)t.id, r->err, r->err_size);
-    nctmc_mem_free(r->alloc, t.content);
+    mem_free(r->alloc, t.content);
     return st;
 }
 
@@ -604,7 +604,7 @@ static nctmc_status must_be_plain(json_reader *r, const char *key)
     if (accept_word(r, "\"\"") &&
         (strcmp(key, "continuing_subword_prefix") == 0 || strcmp(key, "end_of_word_suffix") == 0))
         return NCTMC_OK;
-    return nctmc_fail(r->err, r->err_size, NCTMC_ERR_FORMAT,
+    return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
                       "model.%s: only GPT-2's setting (null, \"\" or false) is supported", key);
 }
 
@@ -616,7 +616,7 @@ static nctmc_status model_member(json_reader *r, const char *key, void *user)
         nctmc_status st = json_parse_string(r, &type, NULL);
         if (st == NCTMC_OK)
             snprintf(m->type, sizeof m->type, "%s", type);
-        nctmc_mem_free(r->alloc, type);
+        mem_free(r->alloc, type);
         return st;
     }
     if (strcmp(key, "vocab") == 0 && !m->have_vocab) {
@@ -682,7 +682,7 @@ static nctmc_status check_pipeline(const hf_file *f, char *err, size_t err_size)
     else if (f->post.present && strcmp(f->post.type, "ByteLevel") != 0)
         why = "the post_processor must be ByteLevel or null";
     if (why)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "%s", why);
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT, "%s", why);
     return NCTMC_OK;
 }
 
@@ -695,7 +695,7 @@ static nctmc_status parse_json_file(const nctmc_allocator *alloc, const uint8_t 
     if (st == NCTMC_OK) {
         json_skip_ws(&r);
         if (r.at != r.n)
-            st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
                             "byte %zu: text after the JSON object", r.at);
     }
     return st;
@@ -717,7 +717,7 @@ nctmc_status bpe_load_hf_json(const nctmc_allocator *alloc, const char *path, bp
     if (st == NCTMC_OK)
         st = source_assemble(&src, out, err, err_size);
     source_free(&src);
-    nctmc_mem_free(alloc, data);
+    mem_free(alloc, data);
     return st;
 }
 
@@ -727,7 +727,7 @@ static nctmc_status parse_merges_txt(bpe_source *s, const uint8_t *data, size_t 
                                      char *err, size_t err_size)
 {
     if (memchr(data, '\0', size))
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "merges.txt holds a NUL byte");
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT, "merges.txt holds a NUL byte");
     size_t number = 0;
     for (size_t at = 0; at < size; number++) {
         const uint8_t *nl = memchr(data + at, '\n', size - at);
@@ -759,19 +759,19 @@ nctmc_status bpe_load_gpt2(const nctmc_allocator *alloc, const char *vocab_path,
     if (st == NCTMC_OK)
         st = parse_json_file(alloc, vocab, n_vocab, vocab_member, &src, why, sizeof why);
     if (st != NCTMC_OK) {
-        nctmc_fail(err, err_size, st, "\"%.200s\": %s", vocab_path, why);
+        fail_format(err, err_size, st, "\"%.200s\": %s", vocab_path, why);
     } else {
         st = file_read_all(alloc, merges_path, BPE_FILE_MAX, &merges, &n_merges, why,
                            sizeof why);
         if (st == NCTMC_OK)
             st = parse_merges_txt(&src, merges, n_merges, why, sizeof why);
         if (st != NCTMC_OK)
-            nctmc_fail(err, err_size, st, "\"%.200s\": %s", merges_path, why);
+            fail_format(err, err_size, st, "\"%.200s\": %s", merges_path, why);
     }
     if (st == NCTMC_OK)
         st = source_assemble(&src, out, err, err_size);
     source_free(&src);
-    nctmc_mem_free(alloc, vocab);
-    nctmc_mem_free(alloc, merges);
+    mem_free(alloc, vocab);
+    mem_free(alloc, merges);
     return st;
 }

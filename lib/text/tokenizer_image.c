@@ -21,10 +21,6 @@ static const char ramp[] =
 #define RAMP_LEN 70
 _Static_assert(sizeof ramp == RAMP_LEN + 1, "the ramp has 70 characters");
 
-#define IMG_FAIL(tok, ...) \
-    nctmc_fail((tok)->last_error, sizeof (tok)->last_error, NCTMC_ERR_INVALID_ARGUMENT, \
-               __VA_ARGS__)
-
 int32_t tokenizer_image_pixel_chars(int32_t levels)
 {
     if (levels <= RAMP_LEN)
@@ -111,19 +107,19 @@ nctmc_status tokenizer_encode_image(nctmc_tokenizer *tok, const uint8_t *text, s
     while (at < n) {
         if (col == tok->width) {
             if (text[at] != '\n')
-                return IMG_FAIL(tok, "byte offset %zu: a row has more than %d pixels", at,
+                return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "byte offset %zu: a row has more than %d pixels", at,
                                 tok->width);
             at++;
             col = 0;
             continue;
         }
         if (text[at] == '\n')
-            return IMG_FAIL(tok, "byte offset %zu: a row ends after %d of %d pixels", at, col,
+            return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "byte offset %zu: a row ends after %d of %d pixels", at, col,
                             tok->width);
         int32_t level = n - at >= pc ? read_pixel(&pr, text + at, tok->levels, tok->pixel_chars)
                                      : -1;
         if (level < 0)
-            return IMG_FAIL(tok, "byte offset %zu: not a pixel of a %d-level picture", at,
+            return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "byte offset %zu: not a pixel of a %d-level picture", at,
                             tok->levels);
         if (tokens)
             tokens[count] = level;
@@ -132,7 +128,7 @@ nctmc_status tokenizer_encode_image(nctmc_tokenizer *tok, const uint8_t *text, s
         at += pc;
     }
     if (col != 0)
-        return IMG_FAIL(tok, "byte offset %zu: the text ends inside a row (every row ends "
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "byte offset %zu: the text ends inside a row (every row ends "
                              "with a newline)",
                         n);
     *n_tokens = count;
@@ -155,7 +151,7 @@ nctmc_status tokenizer_decode_image(nctmc_tokenizer *tok, const int32_t *tokens,
 {
     size_t w = (size_t)tok->width, pc = (size_t)tok->pixel_chars, bytes, n_masked = 0;
     if (n % w != 0)
-        return IMG_FAIL(tok, "%zu tokens are not whole rows of %d pixels", n, tok->width);
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "%zu tokens are not whole rows of %d pixels", n, tok->width);
     for (size_t i = 0; i < n; i++) {
         if (tokenizer_renders_mask(tok, tokens[i]))
             n_masked++;
@@ -168,7 +164,7 @@ nctmc_status tokenizer_decode_image(nctmc_tokenizer *tok, const int32_t *tokens,
     if (!checked_mul(n - n_masked, pc, &bytes) ||
         !checked_mul3(n_masked, pc, tok->mask_len, &mask_bytes) ||
         !checked_add(bytes, mask_bytes, &bytes) || !checked_add(bytes, n / w, &bytes))
-        return IMG_FAIL(tok, "the picture of %zu tokens is too large", n);
+        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "the picture of %zu tokens is too large", n);
     if (text) {
         char *out = text;
         for (size_t i = 0; i < n; i++) {

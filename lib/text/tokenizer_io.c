@@ -48,7 +48,7 @@ bool tokenizer_is_field(const char *key)
 
 static bool add_field(tokenizer_fields *f, const char *key, const char *value)
 {
-    char *copy = nctmc_mem_strdup(&f->alloc, value);
+    char *copy = mem_strdup(&f->alloc, value);
     if (!copy)
         return false;
     f->keys[f->n] = key;
@@ -66,7 +66,7 @@ static bool add_int_field(tokenizer_fields *f, const char *key, int32_t v)
 /* "61 62 63": each code point in lowercase hex, one space between. */
 static char *alphabet_text(const nctmc_tokenizer *tok)
 {
-    char *text = nctmc_mem_alloc(&tok->alloc, (size_t)tok->vocab * 7 + 1);
+    char *text = mem_alloc(&tok->alloc, (size_t)tok->vocab * 7 + 1);
     if (!text)
         return NULL;
     size_t at = 0;
@@ -86,7 +86,7 @@ nctmc_status tokenizer_to_fields(const nctmc_tokenizer *tok, tokenizer_fields *o
     if (ok && tok->kind == NCTMC_TOKENIZER_CHARS) {
         char *text = alphabet_text(tok);
         ok = text && add_field(out, "alphabet", text);
-        nctmc_mem_free(&tok->alloc, text);
+        mem_free(&tok->alloc, text);
     }
     if (ok && tok->kind == NCTMC_TOKENIZER_BPE) {
         char *tokens, *merges, *added;
@@ -94,9 +94,9 @@ nctmc_status tokenizer_to_fields(const nctmc_tokenizer *tok, tokenizer_fields *o
         ok = ok && add_field(out, "bpe_tokens", tokens) && add_field(out, "bpe_merges", merges) &&
              (!added || add_field(out, "bpe_added", added));
         if (tokens) {
-            nctmc_mem_free(&tok->alloc, tokens);
-            nctmc_mem_free(&tok->alloc, merges);
-            nctmc_mem_free(&tok->alloc, added);
+            mem_free(&tok->alloc, tokens);
+            mem_free(&tok->alloc, merges);
+            mem_free(&tok->alloc, added);
         }
     }
     if (ok && tok->kind == NCTMC_TOKENIZER_IMAGE)
@@ -105,7 +105,7 @@ nctmc_status tokenizer_to_fields(const nctmc_tokenizer *tok, tokenizer_fields *o
              add_int_field(out, "levels", tok->levels);
     if (!ok) {
         tokenizer_fields_free(out);
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                           "out of memory writing the tokenizer");
     }
     return NCTMC_OK;
@@ -114,7 +114,7 @@ nctmc_status tokenizer_to_fields(const nctmc_tokenizer *tok, tokenizer_fields *o
 void tokenizer_fields_free(tokenizer_fields *f)
 {
     for (int32_t i = 0; i < f->n; i++)
-        nctmc_mem_free(&f->alloc, f->values[i]);
+        mem_free(&f->alloc, f->values[i]);
     f->n = 0;
 }
 
@@ -126,9 +126,9 @@ static nctmc_status field_int(tokenizer_get_fn get, const void *src, const char 
     const char *text = get(src, key);
     int64_t v;
     if (!text)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "tokenizer: \"%s\" is missing", key);
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT, "tokenizer: \"%s\" is missing", key);
     if (!numtext_parse_i64(text, lo, hi, &v))
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "tokenizer: %s = \"%.40s\" is not an integer in [%lld, %lld]", key,
                           text, (long long)lo, (long long)hi);
     *out = (int32_t)v;
@@ -145,7 +145,7 @@ static nctmc_status only_fields(tokenizer_get_fn get, const void *src, const cha
         for (int32_t k = 0; k < n_allowed && !ok; k++)
             ok = strcmp(field_names[i], allowed[k]) == 0;
         if (!ok)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "tokenizer: \"%s\" does not belong to this kind", field_names[i]);
     }
     return NCTMC_OK;
@@ -180,14 +180,14 @@ static nctmc_status parse_alphabet(const char *s, uint32_t *alphabet, int32_t vo
         if (digits == 0 || digits > 6 || (digits > 1 && p[-digits] == '0') ||
             !utf8_valid_code_point(cp) || count >= vocab ||
             (count > 0 && cp <= alphabet[count - 1]))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "tokenizer: alphabet entry %d is not a code point above the one "
                               "before it",
                               count);
         alphabet[count++] = cp;
     }
     if (*p || count != vocab)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "tokenizer: the alphabet lists %d characters, vocab_size says %d",
                           count, vocab);
     return NCTMC_OK;
@@ -201,18 +201,18 @@ static nctmc_status chars_from_fields(const nctmc_allocator *alloc, tokenizer_ge
     nctmc_status st = only_fields(get, src, allowed, 3, err, err_size);
     const char *text = get(src, "alphabet");
     if (st == NCTMC_OK && !text)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "tokenizer: \"alphabet\" is missing");
+        st = fail_format(err, err_size, NCTMC_ERR_FORMAT, "tokenizer: \"alphabet\" is missing");
     if (st == NCTMC_OK && vocab > TOKENIZER_MAX_ALPHABET)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
                         "tokenizer: %d characters is more than %d", vocab,
                         TOKENIZER_MAX_ALPHABET);
     if (st != NCTMC_OK)
         return st;
     nctmc_tokenizer *tok = tokenizer_new(alloc, NCTMC_TOKENIZER_CHARS, vocab);
     if (tok)
-        tok->alphabet = nctmc_mem_alloc(alloc, sizeof *tok->alphabet * (size_t)vocab);
+        tok->alphabet = mem_alloc(alloc, sizeof *tok->alphabet * (size_t)vocab);
     if (!tok || !tok->alphabet)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     if (st == NCTMC_OK)
         st = parse_alphabet(text, tok->alphabet, vocab, err, err_size);
     if (st != NCTMC_OK) {
@@ -237,16 +237,16 @@ static nctmc_status image_from_fields(const nctmc_allocator *alloc, tokenizer_ge
     if (st == NCTMC_OK)
         st = field_int(get, src, "levels", 2, TOKENIZER_MAX_LEVELS, &levels, err, err_size);
     if (st == NCTMC_OK && (int64_t)w * h > TOKENIZER_MAX_PIXELS)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
                         "tokenizer: %d x %d pixels is more than %d", w, h, TOKENIZER_MAX_PIXELS);
     if (st == NCTMC_OK && levels != vocab)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
                         "tokenizer: %d levels but vocab_size %d", levels, vocab);
     if (st != NCTMC_OK)
         return st;
     nctmc_tokenizer *tok = tokenizer_new(alloc, NCTMC_TOKENIZER_IMAGE, vocab);
     if (!tok)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     tok->width = w;
     tok->height = h;
     tok->levels = levels;
@@ -266,17 +266,17 @@ static nctmc_status bpe_from_fields(const nctmc_allocator *alloc, tokenizer_get_
     nctmc_status st = only_fields(get, src, allowed, 5, err, err_size);
     const char *tokens = get(src, "bpe_tokens"), *merges = get(src, "bpe_merges");
     if (st == NCTMC_OK && (!tokens || !merges))
-        st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
                         "tokenizer: \"bpe_tokens\" or \"bpe_merges\" is missing");
     bpe_model *m = NULL;
     if (st == NCTMC_OK)
         st = bpe_from_texts(alloc, tokens, merges, get(src, "bpe_added"), &m, err, err_size);
     if (st == NCTMC_OK && m->n_tokens > vocab)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
                         "tokenizer: %d BPE tokens but vocab_size %d", m->n_tokens, vocab);
     nctmc_tokenizer *tok = NULL;
     if (st == NCTMC_OK && !(tok = tokenizer_new(alloc, NCTMC_TOKENIZER_BPE, vocab)))
-        st = nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     if (st != NCTMC_OK) {
         bpe_model_free(m);
         return st;
@@ -295,7 +295,7 @@ nctmc_status tokenizer_from_fields(const nctmc_allocator *alloc, tokenizer_get_f
     while (kind && k < N_KINDS && strcmp(kind, kind_names[k]) != 0)
         k++;
     if (!kind || k == N_KINDS)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "tokenizer: kind \"%.40s\" is not bytes, chars, image or bpe",
                           kind ? kind : "(missing)");
     int32_t vocab = 0;
@@ -311,10 +311,10 @@ nctmc_status tokenizer_from_fields(const nctmc_allocator *alloc, tokenizer_get_f
     static const char *const allowed[] = {"kind", "vocab_size"};
     st = only_fields(get, src, allowed, 2, err, err_size);
     if (st == NCTMC_OK && vocab != 256)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
                         "tokenizer: a byte tokenizer has 256 tokens, not %d", vocab);
     if (st == NCTMC_OK && !(*out = tokenizer_new(alloc, NCTMC_TOKENIZER_BYTES, 256)))
-        st = nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     return st;
 }
 
@@ -327,31 +327,31 @@ NCTMC_API nctmc_status nctmc_tokenizer_save(nctmc_tokenizer *tok, const char *pa
     char *err = tok->last_error;
     size_t err_size = sizeof tok->last_error;
     if (!path || !path[0])
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "nctmc_tokenizer_save: no path");
     tokenizer_fields f;
     nctmc_status st = tokenizer_to_fields(tok, &f, err, err_size);
     if (st != NCTMC_OK)
         return st;
-    atomic_file af;
-    st = atomic_file_begin(&af, &tok->alloc, path, err, err_size);
+    file_atomic af;
+    st = file_atomic_begin(&af, &tok->alloc, path, err, err_size);
     const char *header = tok->kind == NCTMC_TOKENIZER_BPE ? TOKENIZER_FILE_MAGIC_2 "\n"
                                                           : TOKENIZER_FILE_MAGIC "\n";
     if (st == NCTMC_OK)
-        st = atomic_file_write(&af, header, strlen(header), err, err_size);
+        st = file_atomic_write(&af, header, strlen(header), err, err_size);
     for (int32_t i = 0; i < f.n && st == NCTMC_OK; i++) {
-        st = atomic_file_write(&af, f.keys[i], strlen(f.keys[i]), err, err_size);
+        st = file_atomic_write(&af, f.keys[i], strlen(f.keys[i]), err, err_size);
         if (st == NCTMC_OK)
-            st = atomic_file_write(&af, " ", 1, err, err_size);
+            st = file_atomic_write(&af, " ", 1, err, err_size);
         if (st == NCTMC_OK)
-            st = atomic_file_write(&af, f.values[i], strlen(f.values[i]), err, err_size);
+            st = file_atomic_write(&af, f.values[i], strlen(f.values[i]), err, err_size);
         if (st == NCTMC_OK)
-            st = atomic_file_write(&af, "\n", 1, err, err_size);
+            st = file_atomic_write(&af, "\n", 1, err, err_size);
     }
     if (st == NCTMC_OK)
-        st = atomic_file_commit(&af, err, err_size);
+        st = file_atomic_commit(&af, err, err_size);
     else if (af.path)
-        atomic_file_abort(&af);
+        file_atomic_abort(&af);
     tokenizer_fields_free(&f);
     if (st == NCTMC_OK)
         tok->last_error[0] = '\0';
@@ -386,11 +386,11 @@ static nctmc_status parse_lines(char *text, size_t size, file_fields *ff, int *v
     if (size > magic_len && memcmp(text, TOKENIZER_FILE_MAGIC_2 "\n", magic_len + 1) == 0)
         *version = 2;
     if (*version == 0)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "not a tokenizer file (it must begin \"" TOKENIZER_FILE_MAGIC
                           "\" or \"" TOKENIZER_FILE_MAGIC_2 "\")");
     if (memchr(text, '\0', size) || text[size - 1] != '\n')
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "a tokenizer file is text ending with a newline");
     ff->n = 0;
     for (char *line = text + magic_len + 1; line < text + size;) {
@@ -398,11 +398,11 @@ static nctmc_status parse_lines(char *text, size_t size, file_fields *ff, int *v
         *end = '\0';
         char *space = strchr(line, ' ');
         if (!space || space == line || ff->n == TOKENIZER_MAX_FIELDS)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "tokenizer file: line \"%.40s\" is not \"key value\"", line);
         *space = '\0';
         if (!tokenizer_is_field(line) || file_fields_get(ff, line))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "tokenizer file: key \"%.40s\" is unknown or repeated", line);
         ff->keys[ff->n] = line;
         ff->values[ff->n++] = space + 1;
@@ -432,14 +432,14 @@ NCTMC_API nctmc_status nctmc_tokenizer_load(nctmc_context *ctx, const char *path
     if (st == NCTMC_OK)
         st = tokenizer_from_fields(alloc, file_fields_get, &ff, out, err, sizeof err);
     if (st == NCTMC_OK && ((*out)->kind == NCTMC_TOKENIZER_BPE) != (version == 2)) {
-        st = nctmc_fail(err, sizeof err, NCTMC_ERR_FORMAT,
+        st = fail_format(err, sizeof err, NCTMC_ERR_FORMAT,
                         "a tokenizer file of version %d cannot hold a %s tokenizer (version "
                         "1: bytes, chars, image; version 2: bpe)",
                         version, kind_names[(*out)->kind]);
         nctmc_tokenizer_free(*out);
         *out = NULL;
     }
-    nctmc_mem_free(alloc, data);
+    mem_free(alloc, data);
     if (st != NCTMC_OK)
         return ctx_report_fail(ctx, st, "tokenizer \"%.300s\": %s", path, err);
     ctx_report_ok(ctx);

@@ -15,9 +15,6 @@
 #include "math/time_sampling.h"
 #include "trainer.h"
 
-#define TRAINER_FAIL(t, status, ...) \
-    nctmc_fail((t)->last_error, sizeof (t)->last_error, (status), __VA_ARGS__)
-
 NCTMC_API nctmc_status nctmc_trainer_params_init_sized(nctmc_trainer_params *params,
                                                       size_t size)
 {
@@ -55,7 +52,7 @@ nctmc_status trainer_params_read(const nctmc_trainer_params *given, nctmc_traine
                                  char *err, size_t err_size)
 {
     if (!given)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "trainer params are NULL");
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "trainer params are NULL");
     nctmc_trainer_params_init(p);
     return abi_read(given, p, sizeof *p, &abi_trainer_params, err, err_size);
 }
@@ -69,7 +66,7 @@ static bool in_range(double x, double lo, double hi)
 nctmc_status trainer_params_validate(const nctmc_trainer_params *p, int32_t model_seq_len,
                                      char *err, size_t err_size)
 {
-#define BAD(...) nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+#define BAD(...) fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, __VA_ARGS__)
     if (p->batch_size < 1 || p->batch_size > 65536)
         return BAD("batch_size %d is outside [1, 65536]", p->batch_size);
     if (p->seq_len < 0 || p->seq_len > model_seq_len)
@@ -125,15 +122,15 @@ NCTMC_API void nctmc_trainer_free(nctmc_trainer *t)
             be->ops->free(be, slabs[k]);
     dit_workspace_free(t->ws);
     /* a copy: the context, and its allocator, may go with model_release */
-    nctmc_allocator alloc = nctmc_mem_copy(be->alloc);
-    nctmc_mem_free(&alloc, t->host_x0);
-    nctmc_mem_free(&alloc, t->host_xt);
-    nctmc_mem_free(&alloc, t->host_labels);
-    nctmc_mem_free(&alloc, t->host_times);
-    nctmc_mem_free(&alloc, t->host_weights);
-    nctmc_mem_free(&alloc, t->host_rate_h);
+    nctmc_allocator alloc = mem_copy(be->alloc);
+    mem_free(&alloc, t->host_x0);
+    mem_free(&alloc, t->host_xt);
+    mem_free(&alloc, t->host_labels);
+    mem_free(&alloc, t->host_times);
+    mem_free(&alloc, t->host_weights);
+    mem_free(&alloc, t->host_rate_h);
     model_release(t->model);
-    nctmc_mem_free(&alloc, t);
+    mem_free(&alloc, t);
 }
 
 static nctmc_status allocate_buffers(nctmc_trainer *t)
@@ -153,13 +150,13 @@ static nctmc_status allocate_buffers(nctmc_trainer *t)
             return NCTMC_ERR_OUT_OF_MEMORY;
     }
     size_t B = (size_t)t->params.batch_size, N = B * (size_t)t->seq_len;
-    t->host_x0 = nctmc_mem_alloc(be->alloc, N * sizeof(int32_t));
-    t->host_xt = nctmc_mem_alloc(be->alloc, N * sizeof(int32_t));
-    t->host_times = nctmc_mem_alloc(be->alloc, B * sizeof(float));
-    t->host_weights = nctmc_mem_alloc(be->alloc, B * sizeof(float));
-    t->host_rate_h = nctmc_mem_alloc(be->alloc, N * sizeof(float));
+    t->host_x0 = mem_alloc(be->alloc, N * sizeof(int32_t));
+    t->host_xt = mem_alloc(be->alloc, N * sizeof(int32_t));
+    t->host_times = mem_alloc(be->alloc, B * sizeof(float));
+    t->host_weights = mem_alloc(be->alloc, B * sizeof(float));
+    t->host_rate_h = mem_alloc(be->alloc, N * sizeof(float));
     if (t->model->dims.n_labels > 0)
-        t->host_labels = nctmc_mem_alloc(be->alloc, B * sizeof(int32_t));
+        t->host_labels = mem_alloc(be->alloc, B * sizeof(int32_t));
     if (!t->host_x0 || !t->host_xt || !t->host_times || !t->host_weights || !t->host_rate_h ||
         (t->model->dims.n_labels > 0 && !t->host_labels))
         return NCTMC_ERR_OUT_OF_MEMORY;
@@ -177,10 +174,10 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     char *err = model->last_error;
     size_t err_size = sizeof model->last_error;
     if (!out)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "nctmc_trainer_create: out is NULL");
     if (model->weight_type != NCTMC_WEIGHT_F32)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "nctmc_trainer_create: the model holds reduced-precision (%s) "
                           "weights, which are for sampling only; train the float model",
                           model->weight_type == NCTMC_WEIGHT_BF16 ? "bf16" : "int8");
@@ -196,9 +193,9 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     st = model_make_writable(model, err, err_size);
     if (st != NCTMC_OK)
         return st;
-    nctmc_trainer *t = nctmc_mem_calloc(model->ctx->backend->alloc, 1, sizeof *t);
+    nctmc_trainer *t = mem_calloc(model->ctx->backend->alloc, 1, sizeof *t);
     if (!t)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     /* the trainer keeps its model alive (in any order of *_free) */
     model_retain(model);
     t->model = model;
@@ -210,7 +207,7 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     st = allocate_buffers(t);
     if (st != NCTMC_OK) {
         nctmc_trainer_free(t);
-        return nctmc_fail(err, err_size, st, "out of memory allocating the trainer's slabs");
+        return fail_format(err, err_size, st, "out of memory allocating the trainer's slabs");
     }
     st = dit_workspace_create(model, t->be, params->batch_size, t->seq_len,
                               params->activation_recompute ? DIT_WS_TRAINING_RECOMPUTE
@@ -224,18 +221,18 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
      * every early average towards zero). */
     if (t->ema) {
         size_t bytes = trainer_slab_bytes(t);
-        float *host = nctmc_mem_alloc(t->be->alloc, bytes);
+        float *host = mem_alloc(t->be->alloc, bytes);
         if (!host) {
             nctmc_trainer_free(t);
-            return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+            return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
         }
         t->be->ops->download(t->be, host, model->weights, bytes);
         t->be->ops->upload(t->be, t->ema, host, bytes);
-        nctmc_mem_free(t->be->alloc, host);
+        mem_free(t->be->alloc, host);
     }
     st = t->be->ops->synchronize(t->be);
     if (st != NCTMC_OK) {
-        nctmc_fail(err, err_size, st, "creating the trainer: %s", t->be->error);
+        fail_format(err, err_size, st, "creating the trainer: %s", t->be->error);
         nctmc_trainer_free(t);
         return st;
     }
@@ -387,15 +384,15 @@ static nctmc_status check_batch_tokens(nctmc_trainer *t, const int32_t *tokens,
     size_t N = (size_t)t->params.batch_size * (size_t)t->seq_len;
     for (size_t r = 0; r < N; r++)
         if (tokens[r] < 0 || tokens[r] >= n_data)
-            return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT,
+            return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
                                 "token %zu is %d, outside the data tokens [0, %d)", r, tokens[r],
                                 n_data);
     if (labels && m->config.n_classes == 0)
-        return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
                             "labels were given but the model has no classes");
     for (int32_t b = 0; labels && b < t->params.batch_size; b++)
         if (labels[b] < 0 || labels[b] >= m->config.n_classes)
-            return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT,
+            return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
                                 "label %d of sequence %d is outside [0, %d)", labels[b], b,
                                 m->config.n_classes);
     return NCTMC_OK;
@@ -415,7 +412,7 @@ static nctmc_status check_room(nctmc_trainer *t, int64_t sequences)
 {
     const nctmc_trainer_state *s = &t->state;
     if (s->step >= TRAINER_COUNTER_MAX || s->data_position > TRAINER_COUNTER_MAX - sequences)
-        return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
                             "the run is at its limit (step %lld, data position %lld; at most "
                             "%lld each): no further step",
                             (long long)s->step, (long long)s->data_position,
@@ -458,7 +455,7 @@ static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
         t->state.n_skipped++;
     st = t->be->ops->synchronize(t->be);
     if (st != NCTMC_OK)
-        return TRAINER_FAIL(t, st, "training step: %s", t->be->error);
+        return FAIL_INTO(t, st, "training step: %s", t->be->error);
     if (stats) {
         nctmc_train_stats full;
         nctmc_train_stats_init(&full);
@@ -472,7 +469,7 @@ static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
         abi_write(stats, &full, &abi_train_stats);
     }
     if (skip)
-        return TRAINER_FAIL(t, NCTMC_ERR_NON_FINITE,
+        return FAIL_INTO(t, NCTMC_ERR_NON_FINITE,
                             "step %lld: loss %g, gradient norm %g; step skipped, weights "
                             "unchanged",
                             (long long)t->state.step, loss, grad_norm);
@@ -486,7 +483,7 @@ NCTMC_API nctmc_status nctmc_trainer_step(nctmc_trainer *t, const int32_t *token
     if (!t)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!tokens)
-        return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT, "tokens is NULL");
+        return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT, "tokens is NULL");
     nctmc_status st = check_stats(t, stats);
     if (st == NCTMC_OK)
         st = check_room(t, 0);
@@ -508,25 +505,25 @@ static nctmc_status check_dataset(nctmc_trainer *t, const nctmc_dataset_info *in
     const nctmc_model *m = t->model;
     int32_t n_data = fp_n_data(&m->fp);
     if (info->vocab_size != n_data)
-        return TRAINER_FAIL(t, NCTMC_ERR_FORMAT,
+        return FAIL_INTO(t, NCTMC_ERR_FORMAT,
                             "the dataset's vocabulary is %d tokens, the model's data tokens "
                             "are %d",
                             info->vocab_size, n_data);
     if (info->seq_len > 0 && info->seq_len != t->seq_len)
-        return TRAINER_FAIL(t, NCTMC_ERR_FORMAT,
+        return FAIL_INTO(t, NCTMC_ERR_FORMAT,
                             "the dataset's sequences have %d tokens, the trainer's %d",
                             info->seq_len, t->seq_len);
     if (info->seq_len == 0 && info->n_tokens < t->seq_len)
-        return TRAINER_FAIL(t, NCTMC_ERR_FORMAT,
+        return FAIL_INTO(t, NCTMC_ERR_FORMAT,
                             "the dataset's stream has %lld tokens, fewer than one sequence "
                             "of %d",
                             (long long)info->n_tokens, t->seq_len);
     if (info->seq_len > 0 && info->n_sequences < 1)
-        return TRAINER_FAIL(t, NCTMC_ERR_FORMAT, "the dataset holds no sequence");
+        return FAIL_INTO(t, NCTMC_ERR_FORMAT, "the dataset holds no sequence");
     /* An unconditional model may train on labelled data (labels unused); a
      * conditional one needs the same classes. */
     if (m->config.n_classes > 0 && info->n_classes != m->config.n_classes)
-        return TRAINER_FAIL(t, NCTMC_ERR_FORMAT, "the dataset has %d classes, the model %d",
+        return FAIL_INTO(t, NCTMC_ERR_FORMAT, "the dataset has %d classes, the model %d",
                             info->n_classes, m->config.n_classes);
     return NCTMC_OK;
 }
@@ -557,7 +554,7 @@ static nctmc_status stage_dataset_batch(nctmc_trainer *t, nctmc_dataset *ds,
         if (st == NCTMC_OK && t->host_labels)
             st = nctmc_dataset_read_label(ds, index, &t->host_labels[b]);
         if (st != NCTMC_OK)
-            return TRAINER_FAIL(t, st, "reading the dataset: %s", nctmc_dataset_last_error(ds));
+            return FAIL_INTO(t, st, "reading the dataset: %s", nctmc_dataset_last_error(ds));
     }
     return NCTMC_OK;
 }
@@ -568,7 +565,7 @@ NCTMC_API nctmc_status nctmc_trainer_step_dataset(nctmc_trainer *t, nctmc_datase
     if (!t)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!ds)
-        return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT, "dataset is NULL");
+        return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT, "dataset is NULL");
     nctmc_status st = check_stats(t, stats);
     if (st == NCTMC_OK)
         st = check_room(t, t->params.batch_size);
@@ -578,7 +575,7 @@ NCTMC_API nctmc_status nctmc_trainer_step_dataset(nctmc_trainer *t, nctmc_datase
     nctmc_dataset_info_init(&info);
     st = nctmc_dataset_get_info(ds, &info);
     if (st != NCTMC_OK)
-        return TRAINER_FAIL(t, st, "dataset: %s", nctmc_dataset_last_error(ds));
+        return FAIL_INTO(t, st, "dataset: %s", nctmc_dataset_last_error(ds));
     st = check_dataset(t, &info);
     if (st == NCTMC_OK)
         st = stage_dataset_batch(t, ds, &info);
@@ -597,7 +594,7 @@ NCTMC_API nctmc_status nctmc_trainer_get_state(const nctmc_trainer *t,
         return NCTMC_ERR_INVALID_ARGUMENT;
     nctmc_trainer *w = (nctmc_trainer *)t;
     if (!state)
-        return TRAINER_FAIL(w, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
                             "nctmc_trainer_get_state: state is NULL");
     nctmc_status st = abi_check_output(state, &abi_trainer_state, w->last_error,
                                        sizeof w->last_error);
@@ -613,7 +610,7 @@ NCTMC_API nctmc_status nctmc_trainer_get_params(const nctmc_trainer *t,
         return NCTMC_ERR_INVALID_ARGUMENT;
     nctmc_trainer *w = (nctmc_trainer *)t;
     if (!params)
-        return TRAINER_FAIL(w, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
                             "nctmc_trainer_get_params: params is NULL");
     nctmc_status st = abi_check_output(params, &abi_trainer_params, w->last_error,
                                        sizeof w->last_error);
@@ -642,26 +639,26 @@ NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *t, nctmc_model 
     if (!t)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!dst)
-        return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT, "destination model is NULL");
+        return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT, "destination model is NULL");
     if (dst->weight_type != NCTMC_WEIGHT_F32)
-        return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
                             "the destination model holds reduced-precision weights; copy "
                             "into a float model and convert it (nctmc_model_convert)");
     if (!same_architecture(t->model, dst))
-        return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
                             "the destination model's configuration differs from the "
                             "trainer's");
     if (ema && !t->ema)
-        return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT,
+        return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
                             "this trainer keeps no EMA (ema_decay is 0)");
     char why[NCTMC_ERROR_SIZE];
     nctmc_status made = model_make_writable(dst, why, sizeof why);
     if (made != NCTMC_OK)
-        return TRAINER_FAIL(t, made, "the destination model: %s", why);
+        return FAIL_INTO(t, made, "the destination model: %s", why);
     size_t bytes = trainer_slab_bytes(t);
-    float *host = nctmc_mem_alloc(t->be->alloc, bytes);
+    float *host = mem_alloc(t->be->alloc, bytes);
     if (!host)
-        return TRAINER_FAIL(t, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return FAIL_INTO(t, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     t->be->ops->download(t->be, host, ema ? t->ema : t->model->weights, bytes);
     nctmc_status st = t->be->ops->synchronize(t->be);
     nctmc_backend *dst_be = dst->ctx->backend;
@@ -669,9 +666,9 @@ NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *t, nctmc_model 
         dst_be->ops->upload(dst_be, dst->weights, host, bytes);
         st = dst_be->ops->synchronize(dst_be);
     }
-    nctmc_mem_free(t->be->alloc, host);
+    mem_free(t->be->alloc, host);
     if (st != NCTMC_OK)
-        return TRAINER_FAIL(t, st, "copying weights: %s / %s", t->be->error, dst_be->error);
+        return FAIL_INTO(t, st, "copying weights: %s / %s", t->be->error, dst_be->error);
     t->last_error[0] = '\0';
     return NCTMC_OK;
 }

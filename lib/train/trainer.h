@@ -27,7 +27,7 @@ struct nctmc_trainer {
     float *host_weights;        /* [B] importance weights of the times */
     float *host_rate_h;         /* [B * L] for the mean log rate */
     nctmc_trainer_state state;
-    char last_error[512];
+    char last_error[NCTMC_ERROR_SIZE];
 };
 
 /* Reads a caller's trainer parameters of any struct_size into *p (this

@@ -19,9 +19,6 @@
 #include "base/numtext.h"
 #include "trainer.h"
 
-#define TRAINER_FAIL(t, status, ...) \
-    nctmc_fail((t)->last_error, sizeof (t)->last_error, (status), __VA_ARGS__)
-
 #define META_VALUE_MAX NUMTEXT_MAX
 /* The model's sequence length, as model_io.c stores the configuration. */
 #define KEY_MODEL_SEQ_LEN "nctmc.config.seq_len"
@@ -134,10 +131,10 @@ typedef struct save_buffers {
 static void save_buffers_free(const nctmc_trainer *t, save_buffers *b)
 {
     for (int k = 0; k < N_SAVED_SLABS; k++)
-        nctmc_mem_free(t->be->alloc, b->slab[k]);
-    nctmc_mem_free(t->be->alloc, b->ema);
-    nctmc_mem_free(t->be->alloc, b->refs);
-    nctmc_mem_free(t->be->alloc, b->names);
+        mem_free(t->be->alloc, b->slab[k]);
+    mem_free(t->be->alloc, b->ema);
+    mem_free(t->be->alloc, b->refs);
+    mem_free(t->be->alloc, b->names);
 }
 
 static nctmc_status download_slabs(nctmc_trainer *t, save_buffers *b)
@@ -145,13 +142,13 @@ static nctmc_status download_slabs(nctmc_trainer *t, save_buffers *b)
     size_t bytes = trainer_slab_bytes(t);
     const float *src[N_SAVED_SLABS] = {t->model->weights, t->adam_m, t->adam_v};
     for (int k = 0; k < N_SAVED_SLABS; k++) {
-        b->slab[k] = nctmc_mem_alloc(t->be->alloc, bytes);
+        b->slab[k] = mem_alloc(t->be->alloc, bytes);
         if (!b->slab[k])
             return NCTMC_ERR_OUT_OF_MEMORY;
         t->be->ops->download(t->be, b->slab[k], src[k], bytes);
     }
     if (t->ema) {
-        b->ema = nctmc_mem_alloc(t->be->alloc, bytes);
+        b->ema = mem_alloc(t->be->alloc, bytes);
         if (!b->ema)
             return NCTMC_ERR_OUT_OF_MEMORY;
         t->be->ops->download(t->be, b->ema, t->ema, bytes);
@@ -182,14 +179,14 @@ static nctmc_status build_tensor_refs(nctmc_trainer *t, save_buffers *b)
 {
     const nctmc_model *m = t->model;
     size_t n = (size_t)m->n_tensors * N_SAVED_SLABS;
-    b->refs = nctmc_mem_calloc(t->be->alloc, n, sizeof *b->refs);
-    b->names = nctmc_mem_calloc(t->be->alloc, n, sizeof *b->names);
+    b->refs = mem_calloc(t->be->alloc, n, sizeof *b->refs);
+    b->names = mem_calloc(t->be->alloc, n, sizeof *b->names);
     if (!b->refs || !b->names)
         return NCTMC_ERR_OUT_OF_MEMORY;
     for (int k = 0; k < N_SAVED_SLABS; k++) {
         for (int32_t i = 0; i < m->n_tensors; i++) {
             size_t r = (size_t)k * (size_t)m->n_tensors + (size_t)i;
-            const dit_tensor *tensor = &m->tensors[i];
+            const model_tensor *tensor = &m->tensors[i];
             snprintf(b->names[r], TENSOR_NAME_MAX, "%s%s", slab_prefix[k], tensor->name);
             b->refs[r].name = b->names[r];
             b->refs[r].data = b->slab[k] + tensor->offset;
@@ -215,7 +212,7 @@ NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *t, const char *path)
     if (!t)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!path || !*path)
-        return TRAINER_FAIL(t, NCTMC_ERR_INVALID_ARGUMENT, "checkpoint path is empty");
+        return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT, "checkpoint path is empty");
     save_buffers b;
     memset(&b, 0, sizeof b);
     nctmc_status st = download_slabs(t, &b);
@@ -223,12 +220,12 @@ NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *t, const char *path)
         st = build_tensor_refs(t, &b);
     if (st != NCTMC_OK) {
         save_buffers_free(t, &b);
-        return TRAINER_FAIL(t, st, "preparing the checkpoint: %s",
+        return FAIL_INTO(t, st, "preparing the checkpoint: %s",
                             st == NCTMC_ERR_OUT_OF_MEMORY ? "out of memory" : t->be->error);
     }
     if (!slabs_loadable(t, &b)) {
         save_buffers_free(t, &b);
-        return TRAINER_FAIL(t, NCTMC_ERR_NON_FINITE,
+        return FAIL_INTO(t, NCTMC_ERR_NON_FINITE,
                             "not saved: the weights or optimizer state hold non-finite values "
                             "(the run diverged); \"%.300s\" is untouched",
                             path);
@@ -257,21 +254,21 @@ static nctmc_status read_trainer_meta(const st_file *file, nctmc_trainer_params 
         if (!text && f->optional)
             continue; /* the default nctmc_trainer_params_init() left */
         if (!text)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "not a trainer checkpoint: metadata \"%s\" is missing", f->key);
         if (!parse_field(f, text, field_ptr(f, p, s)))
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "metadata \"%s\" = \"%.40s\" is not a valid value", f->key, text);
     }
     s->seed = p->seed;
     if (s->step < 0 || s->optimizer_steps < 0 || s->optimizer_steps > s->step ||
         s->data_position < 0 || s->n_skipped < 0 || s->n_skipped > s->step)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "the checkpoint's training state is inconsistent");
     /* a trainer never goes past the limit, so a larger value is no state a
      * run reached, and resuming from it would overflow */
     if (s->step > TRAINER_COUNTER_MAX || s->data_position > TRAINER_COUNTER_MAX)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "the checkpoint's step %lld or data position %lld is past the "
                           "limit %lld",
                           (long long)s->step, (long long)s->data_position,
@@ -289,11 +286,11 @@ static nctmc_status check_saved_params(const st_file *file, const nctmc_trainer_
     int64_t model_seq_len = 0;
     const char *text = st_file_meta(file, KEY_MODEL_SEQ_LEN);
     if (!text || !numtext_parse_i64(text, 1, INT32_MAX, &model_seq_len))
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                           "metadata \"" KEY_MODEL_SEQ_LEN "\" is missing or invalid");
     char why[NCTMC_ERROR_SIZE];
     if (trainer_params_validate(p, (int32_t)model_seq_len, why, sizeof why) != NCTMC_OK)
-        return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT, "the saved trainer parameters: %s",
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT, "the saved trainer parameters: %s",
                           why);
     return NCTMC_OK;
 }
@@ -304,18 +301,18 @@ static nctmc_status read_slab(const nctmc_model *m, const st_file *file, const c
 {
     char name[TENSOR_NAME_MAX];
     for (int32_t i = 0; i < m->n_tensors; i++) {
-        const dit_tensor *tensor = &m->tensors[i];
+        const model_tensor *tensor = &m->tensors[i];
         snprintf(name, sizeof name, "%s%s", prefix, tensor->name);
         nctmc_status st = st_file_read_f32(file, name, tensor->n_dims, tensor->shape,
                                            host + tensor->offset, err, err_size);
         if (st == NCTMC_ERR_NOT_FOUND)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "not a trainer checkpoint: tensor \"%s\" is missing", name);
         if (st != NCTMC_OK)
             return st;
         for (int64_t e = 0; e < tensor->n_elements; e++)
             if (!isfinite(host[tensor->offset + (size_t)e]))
-                return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+                return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                                   "tensor \"%s\" holds a non-finite value", name);
     }
     return NCTMC_OK;
@@ -328,7 +325,7 @@ static nctmc_status check_second_moment(const nctmc_model *m, const float *v, ch
 {
     for (size_t e = 0; e < m->slab_floats; e++)
         if (v[e] < 0.0f)
-            return nctmc_fail(err, err_size, NCTMC_ERR_FORMAT,
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                               "the second AdamW moment holds a negative value");
     return NCTMC_OK;
 }
@@ -339,9 +336,9 @@ static nctmc_status restore_slabs(nctmc_trainer *t, const st_file *file, char *e
 {
     const nctmc_model *m = t->model;
     size_t bytes = trainer_slab_bytes(t);
-    float *host = nctmc_mem_calloc(t->be->alloc, m->slab_floats, sizeof(float));
+    float *host = mem_calloc(t->be->alloc, m->slab_floats, sizeof(float));
     if (!host)
-        return nctmc_fail(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     struct {
         const char *prefix;
         float *dst;
@@ -357,9 +354,9 @@ static nctmc_status restore_slabs(nctmc_trainer *t, const st_file *file, char *e
         if (st == NCTMC_OK)
             t->be->ops->upload(t->be, parts[k].dst, host, bytes);
     }
-    nctmc_mem_free(t->be->alloc, host);
+    mem_free(t->be->alloc, host);
     if (st == NCTMC_OK && t->be->ops->synchronize(t->be) != NCTMC_OK)
-        st = nctmc_fail(err, err_size, NCTMC_ERR_BACKEND, "restoring the trainer: %s",
+        st = fail_format(err, err_size, NCTMC_ERR_BACKEND, "restoring the trainer: %s",
                         t->be->error);
     return st;
 }
@@ -371,7 +368,7 @@ static nctmc_status check_override(const nctmc_trainer_params *given,
                                    size_t err_size)
 {
     if (given->batch_size != saved->batch_size || given->seq_len != saved->seq_len)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "resuming needs the saved batch_size %d and seq_len %d (given %d, "
                           "%d)",
                           saved->batch_size, saved->seq_len, given->batch_size,
@@ -407,7 +404,7 @@ static nctmc_status resume_from_file(nctmc_context *ctx, const st_file *file,
     nctmc_trainer *t = NULL;
     st = nctmc_trainer_create(model, &params, &t);
     if (st != NCTMC_OK) {
-        nctmc_fail(err, err_size, st, "%s", model->last_error);
+        fail_format(err, err_size, st, "%s", model->last_error);
         nctmc_model_free(model);
         return st;
     }
@@ -438,7 +435,7 @@ NCTMC_API nctmc_status nctmc_trainer_resume(nctmc_context *ctx, const char *path
     char *err = ctx->last_error;
     size_t err_size = sizeof ctx->last_error;
     if (!path || !model_out || !trainer_out)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "nctmc_trainer_resume: path, model_out and trainer_out must not be "
                           "NULL");
     st_file *file = NULL;
@@ -459,7 +456,7 @@ NCTMC_API nctmc_status nctmc_trainer_inspect(nctmc_context *ctx, const char *pat
     char *err = ctx->last_error;
     size_t err_size = sizeof ctx->last_error;
     if (!path)
-        return nctmc_fail(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                           "nctmc_trainer_inspect: path is NULL");
     nctmc_status st = NCTMC_OK;
     if (params)
@@ -475,7 +472,7 @@ NCTMC_API nctmc_status nctmc_trainer_inspect(nctmc_context *ctx, const char *pat
     nctmc_trainer_params p;
     nctmc_trainer_state s;
     if (!st_file_meta(file, KEY_STEP))
-        st = nctmc_fail(err, err_size, NCTMC_ERR_NOT_FOUND,
+        st = fail_format(err, err_size, NCTMC_ERR_NOT_FOUND,
                         "\"%.300s\" holds no training state (a model-only checkpoint)", path);
     if (st == NCTMC_OK)
         st = st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size);
