@@ -1,10 +1,10 @@
 /*
  * model_quant.c — reduced-precision (bf16, int8) linear weights: the
- * rounding, the packed storage of a converted model and
- * nctmc_model_convert(). Only the linear layers that carry nearly all of a
- * model's multiply-adds are reduced; the rest (embeddings, norms, adaLN,
- * the time MLP, the exit-rate head, biases) is small and stays float, in
- * the model's slab as usual.
+ * rounding and the packed storage of a converted model. Only the linear
+ * layers that carry nearly all of a model's multiply-adds are reduced; the
+ * rest (embeddings, norms, adaLN, the time MLP, the exit-rate head, biases)
+ * is small and stays float, in the model's slab as usual. Building a
+ * reduced copy of a float model is model_convert.c.
  */
 #include "model_quant.h"
 
@@ -15,8 +15,6 @@
 #include "base/alloc.h"
 #include "text/tokenizer.h"
 
-/* Each tensor's data and scales start on a 64-byte boundary. */
-#define PACK_ALIGN 64
 /* The slab's own per-tensor alignment (model_tensors.c). */
 #define SLAB_ALIGN_FLOATS 16
 
@@ -95,13 +93,7 @@ float quant_int8_row(const float *w, int64_t n, int8_t *q)
 
 static size_t align_up(size_t n)
 {
-    return (n + PACK_ALIGN - 1) / PACK_ALIGN * PACK_ALIGN;
-}
-
-/* Output rows of a [out, in] tensor. */
-static int64_t rows_of(const model_tensor *t)
-{
-    return t->shape[0];
+    return (n + QUANT_PACK_ALIGN - 1) / QUANT_PACK_ALIGN * QUANT_PACK_ALIGN;
 }
 
 quant_place quant_place_of(const nctmc_model *m, int32_t k)
@@ -114,7 +106,7 @@ quant_place quant_place_of(const nctmc_model *m, int32_t k)
     q.data_bytes = (size_t)t->n_elements * (p->type == NCTMC_WEIGHT_BF16 ? 2u : 1u);
     if (p->scales) {
         q.scale_offset = (size_t)((const unsigned char *)p->scales - base);
-        q.scale_bytes = sizeof(float) * (size_t)rows_of(t);
+        q.scale_bytes = sizeof(float) * (size_t)quant_rows_of(t);
     }
     return q;
 }
@@ -138,7 +130,7 @@ static void plan_layout(nctmc_model *m, nctmc_weight_type type, size_t *data_at,
         bytes += align_up((size_t)t->n_elements * (type == NCTMC_WEIGHT_BF16 ? 2u : 1u));
         if (type == NCTMC_WEIGHT_INT8) {
             scale_at[k] = bytes;
-            bytes += align_up(sizeof(float) * (size_t)rows_of(t));
+            bytes += align_up(sizeof(float) * (size_t)quant_rows_of(t));
         }
     }
     m->slab_floats = floats;
@@ -235,15 +227,16 @@ static void dequantise(const nctmc_model *m, int32_t k, const void *data, const 
         dst[e] = scale[e / cols] * (float)src[e];
 }
 
-nctmc_status quant_read_tensor(const nctmc_model *m, int32_t k, float *dst)
+nctmc_status quant_read_tensor(const nctmc_model *m, int32_t k, float *dst, char *err,
+                               size_t err_size)
 {
     quant_place q = quant_place_of(m, k);
     size_t bytes = q.scale_bytes ? q.scale_offset + q.scale_bytes - q.data_offset
                                  : q.data_bytes;
-    unsigned char *host = mem_alloc_aligned(&m->ctx->alloc, bytes, PACK_ALIGN);
+    unsigned char *host = mem_alloc_aligned(&m->ctx->alloc, bytes, QUANT_PACK_ALIGN);
     if (!host)
-        return model_fail(m, NCTMC_ERR_OUT_OF_MEMORY, "out of memory reading \"%s\"",
-                                 m->tensors[k].name);
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                           "out of memory reading \"%s\"", m->tensors[k].name);
     nctmc_backend *be = m->ctx->backend;
     be->ops->download(be, host, (const unsigned char *)m->packed_data + q.data_offset, bytes);
     nctmc_status st = be->ops->synchronize(be);
@@ -254,111 +247,8 @@ nctmc_status quant_read_tensor(const nctmc_model *m, int32_t k, float *dst)
                    dst);
     mem_free(&m->ctx->alloc, host);
     if (st != NCTMC_OK)
-        return model_fail(m, st, "reading \"%s\": %s", m->tensors[k].name, be->error);
-    return NCTMC_OK;
-}
-
-/* ---- conversion ---------------------------------------------------------- */
-
-/* Reduces float tensor k (host src) into the host packed storage. */
-static void reduce_tensor(const nctmc_model *dst, int32_t k, const float *src,
-                          unsigned char *host)
-{
-    const model_tensor *t = &dst->tensors[k];
-    quant_place q = quant_place_of(dst, k);
-    if (dst->packed[k].type == NCTMC_WEIGHT_BF16) {
-        uint16_t *out = (uint16_t *)(host + q.data_offset);
-        for (int64_t e = 0; e < t->n_elements; e++)
-            out[e] = quant_bf16_round(src[e]);
-        return;
-    }
-    int8_t *out = (int8_t *)(host + q.data_offset);
-    float *scale = (float *)(host + q.scale_offset);
-    int64_t cols = t->shape[1];
-    for (int64_t r = 0; r < rows_of(t); r++)
-        scale[r] = quant_int8_row(src + r * cols, cols, out + r * cols);
-}
-
-/* Host buffers of a conversion. */
-typedef struct convert_buffers {
-    float *src;             /* the float model's slab */
-    float *slab;            /* the reduced model's slab */
-    unsigned char *packed;  /* its packed storage */
-} convert_buffers;
-
-static nctmc_status fill_converted(const nctmc_model *src, nctmc_model *dst,
-                                   convert_buffers *b, char *err, size_t err_size)
-{
-    const nctmc_allocator *alloc = &src->ctx->alloc;
-    b->src = mem_calloc(alloc, src->slab_floats, sizeof(float));
-    b->slab = mem_calloc(alloc, dst->slab_floats + 1, sizeof(float));
-    b->packed = mem_alloc_aligned(alloc, dst->packed_bytes + PACK_ALIGN, PACK_ALIGN);
-    if (!b->src || !b->slab || !b->packed)
-        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "out of memory converting the weights");
-    memset(b->packed, 0, dst->packed_bytes);
-    nctmc_backend *be = src->ctx->backend;
-    be->ops->download(be, b->src, src->weights, sizeof(float) * src->slab_floats);
-    nctmc_status st = be->ops->synchronize(be);
-    if (st != NCTMC_OK)
-        return fail_format(err, err_size, st, "reading the weights: %s", be->error);
-    for (int32_t k = 0; k < dst->n_tensors; k++) {
-        const float *w = b->src + src->tensors[k].offset;
-        if (quant_is_packed(dst, k))
-            reduce_tensor(dst, k, w, b->packed);
-        else
-            memcpy(b->slab + dst->tensors[k].offset, w,
-                   sizeof(float) * (size_t)dst->tensors[k].n_elements);
-    }
-    be->ops->upload(be, dst->weights, b->slab, sizeof(float) * dst->slab_floats);
-    be->ops->upload(be, dst->packed_data, b->packed, dst->packed_bytes);
-    st = be->ops->synchronize(be);
-    if (st != NCTMC_OK)
-        return fail_format(err, err_size, st, "uploading the weights: %s", be->error);
-    if (src->tokenizer)
-        st = tokenizer_clone(&dst->ctx->alloc, src->tokenizer, &dst->tokenizer);
-    if (st != NCTMC_OK)
-        return fail_format(err, err_size, st, "out of memory copying the tokenizer");
-    return NCTMC_OK;
-}
-
-NCTMC_API nctmc_status nctmc_model_convert(const nctmc_model *model, nctmc_weight_type to,
-                                           nctmc_model **out)
-{
-    if (out)
-        *out = NULL;
-    if (!model)
-        return NCTMC_ERR_INVALID_ARGUMENT;
-    if (!out)
-        return model_fail(model, NCTMC_ERR_INVALID_ARGUMENT,
-                                 "nctmc_model_convert: out is NULL");
-    if (to != NCTMC_WEIGHT_BF16 && to != NCTMC_WEIGHT_INT8)
-        return model_fail(model, NCTMC_ERR_INVALID_ARGUMENT,
-                                 "nctmc_model_convert: weight type %d is not "
-                                 "NCTMC_WEIGHT_BF16 or NCTMC_WEIGHT_INT8",
-                                 (int)to);
-    if (model->weight_type != NCTMC_WEIGHT_F32)
-        return model_fail(model, NCTMC_ERR_INVALID_ARGUMENT,
-                                 "nctmc_model_convert: the model already holds %s weights; "
-                                 "convert its float original",
-                                 quant_type_name(model->weight_type));
-    char err[NCTMC_ERROR_SIZE];
-    nctmc_model *dst = NULL;
-    nctmc_status st = model_create_as(model->ctx, &model->config, to, &dst);
-    if (st != NCTMC_OK)
-        return model_fail(model, st, "nctmc_model_convert: %s",
-                                 model->ctx->last_error);
-    convert_buffers b = {NULL, NULL, NULL};
-    st = fill_converted(model, dst, &b, err, sizeof err);
-    const nctmc_allocator *alloc = &model->ctx->alloc;
-    mem_free(alloc, b.src);
-    mem_free(alloc, b.slab);
-    mem_free(alloc, b.packed);
-    if (st != NCTMC_OK) {
-        nctmc_model_free(dst);
-        return model_fail(model, st, "nctmc_model_convert: %s", err);
-    }
-    *out = dst;
+        return fail_format(err, err_size, st, "reading \"%s\": %s", m->tensors[k].name,
+                           be->error);
     return NCTMC_OK;
 }
 

@@ -13,6 +13,10 @@
 /* The largest int8 magnitude stored (symmetric: -128 is never used). */
 #define QUANT_INT8_MAX 127
 
+/* Each tensor's data and scales start on a 64-byte boundary of the packed
+ * storage. */
+#define QUANT_PACK_ALIGN 64
+
 /* Whether a tensor of the table is a linear weight that a reduced model
  * holds in its reduced type: the blocks' attention qkv and output and MLP
  * weights, and the output projection. */
@@ -44,6 +48,12 @@ typedef struct quant_place {
 } quant_place;
 quant_place quant_place_of(const nctmc_model *m, int32_t k);
 
+/* Output rows of a linear weight's [out, in] tensor (one int8 scale each). */
+static inline int64_t quant_rows_of(const model_tensor *t)
+{
+    return t->shape[0];
+}
+
 /* Called by model creation for a reduced type, after the tensor table is
  * built and before the slab is allocated: takes the reduced tensors out of
  * the slab, allocates the packed storage (zeros) and the packed array. */
@@ -57,9 +67,9 @@ void quant_model_bind(nctmc_model *m);
 /* Frees the packed storage (model destruction). */
 void quant_model_free(nctmc_model *m);
 
-/* The dequantised values of packed tensor k into host dst (errors go to
- * the model, as a const call's do). */
-nctmc_status quant_read_tensor(const nctmc_model *m, int32_t k, float *dst);
+/* The dequantised values of packed tensor k into host dst. */
+nctmc_status quant_read_tensor(const nctmc_model *m, int32_t k, float *dst, char *err,
+                               size_t err_size);
 
 /* ---- checkpoints (model_quant_io.c) ------------------------------------- */
 

@@ -1,7 +1,9 @@
 /*
- * tokenizer.c — the tokenizer handle: creation, the byte and character
- * codecs, the encode/decode buffer protocol shared by every kind, and the
- * tokenizer a model carries.
+ * tokenizer.c — the public tokenizer calls: creation of the byte, character
+ * and image kinds, the byte and character codecs, the mask placeholder, and
+ * the encode/decode buffer protocol shared by every kind, which hands each
+ * kind to its codec (tokenizer_bpe_api.c, tokenizer_image.c). The handle's
+ * memory and the errors every codec reports are tokenizer_handle.c.
  */
 #include "tokenizer.h"
 
@@ -10,22 +12,8 @@
 
 #include "base/checked.h"
 #include "core/ctx_report.h"
-#include "model/model.h"
 #include "tokenizer_bpe.h"
 #include "base/utf8.h"
-
-nctmc_tokenizer *tokenizer_new(const nctmc_allocator *alloc, nctmc_tokenizer_kind kind,
-                               int32_t vocab)
-{
-    nctmc_tokenizer *tok = mem_calloc(alloc, 1, sizeof *tok);
-    if (tok) {
-        tok->kind = kind;
-        tok->vocab = vocab;
-        if (alloc)
-            tok->alloc = *alloc;
-    }
-    return tok;
-}
 
 /* The allocator of whatever is made with ctx, which may be NULL. */
 static const nctmc_allocator *ctx_alloc(const nctmc_context *ctx)
@@ -134,63 +122,6 @@ NCTMC_API nctmc_status nctmc_tokenizer_create_image(nctmc_context *ctx, int32_t 
     return NCTMC_OK;
 }
 
-NCTMC_API void nctmc_tokenizer_free(nctmc_tokenizer *tok)
-{
-    if (!tok)
-        return;
-    nctmc_allocator alloc = tok->alloc;
-    mem_free(&alloc, tok->alphabet);
-    mem_free(&alloc, tok->mask_text);
-    bpe_model_free(tok->bpe);
-    mem_free(&alloc, tok);
-}
-
-nctmc_status tokenizer_clone(const nctmc_allocator *alloc, const nctmc_tokenizer *src,
-                             nctmc_tokenizer **out)
-{
-    nctmc_tokenizer *tok = mem_alloc(alloc, sizeof *tok);
-    if (!tok)
-        return NCTMC_ERR_OUT_OF_MEMORY;
-    *tok = *src;
-    tok->last_error[0] = '\0';
-    tok->alphabet = NULL;
-    tok->mask_text = NULL;
-    tok->bpe = NULL;
-    tok->alloc = alloc ? *alloc : (nctmc_allocator){NULL, NULL, NULL};
-    if (src->bpe && !(tok->bpe = bpe_model_clone(alloc, src->bpe))) {
-        nctmc_tokenizer_free(tok);
-        return NCTMC_ERR_OUT_OF_MEMORY;
-    }
-    if (src->alphabet) {
-        size_t bytes = sizeof *tok->alphabet * (size_t)src->vocab;
-        tok->alphabet = mem_alloc(alloc, bytes);
-        if (!tok->alphabet) {
-            nctmc_tokenizer_free(tok);
-            return NCTMC_ERR_OUT_OF_MEMORY;
-        }
-        memcpy(tok->alphabet, src->alphabet, bytes);
-    }
-    if (src->mask_text) {
-        tok->mask_text = mem_alloc(alloc, src->mask_len + 1);
-        if (!tok->mask_text) {
-            nctmc_tokenizer_free(tok);
-            return NCTMC_ERR_OUT_OF_MEMORY;
-        }
-        memcpy(tok->mask_text, src->mask_text, src->mask_len + 1);
-    }
-    *out = tok;
-    return NCTMC_OK;
-}
-
-NCTMC_API nctmc_status nctmc_tokenizer_clone(const nctmc_tokenizer *tok, nctmc_tokenizer **out)
-{
-    if (out)
-        *out = NULL;
-    if (!tok || !out)
-        return NCTMC_ERR_INVALID_ARGUMENT;
-    return tokenizer_clone(&tok->alloc, tok, out);
-}
-
 NCTMC_API nctmc_tokenizer_kind nctmc_tokenizer_get_kind(const nctmc_tokenizer *tok)
 {
     return tok ? tok->kind : NCTMC_TOKENIZER_BYTES;
@@ -221,18 +152,6 @@ NCTMC_API nctmc_status nctmc_tokenizer_image_shape(const nctmc_tokenizer *tok, i
 NCTMC_API const char *nctmc_tokenizer_last_error(const nctmc_tokenizer *tok)
 {
     return tok ? tok->last_error : "";
-}
-
-nctmc_status tokenizer_bad_token(nctmc_tokenizer *tok, size_t i, int32_t token)
-{
-    if (token == tok->vocab)
-        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                        "token %zu = %d is outside the vocabulary [0, %d): it is the mask "
-                        "token of a masked or mixture model "
-                        "(nctmc_tokenizer_set_mask_placeholder() renders it)",
-                        i, token, tok->vocab);
-    return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                    "token %zu = %d is outside the vocabulary [0, %d)", i, token, tok->vocab);
 }
 
 /* An image pixel is one character (repeated to the pixel's width): rows
@@ -310,16 +229,6 @@ static nctmc_status encode_bytes(const uint8_t *text, size_t n, int32_t *tokens,
         for (size_t i = 0; i < n; i++)
             tokens[i] = text[i];
     *n_tokens = n;
-    return NCTMC_OK;
-}
-
-nctmc_status tokenizer_put_mask(nctmc_tokenizer *tok, char *text, size_t *len)
-{
-    size_t at = *len;
-    if (!checked_add(at, tok->mask_len, len))
-        return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "decoded text is too long");
-    if (text)
-        memcpy(text + at, tok->mask_text, tok->mask_len);
     return NCTMC_OK;
 }
 
@@ -528,29 +437,4 @@ nctmc_status tokenizer_check_model(const nctmc_tokenizer *tok, const nctmc_model
                           tok->width, tok->height, (long long)tok->width * tok->height,
                           cfg->seq_len);
     return NCTMC_OK;
-}
-
-NCTMC_API nctmc_status nctmc_model_set_tokenizer(nctmc_model *model, const nctmc_tokenizer *tok)
-{
-    if (!model)
-        return NCTMC_ERR_INVALID_ARGUMENT;
-    nctmc_tokenizer *copy = NULL;
-    if (tok) {
-        nctmc_status st = tokenizer_check_model(tok, &model->config, NCTMC_ERR_INVALID_ARGUMENT,
-                                                model->last_error, sizeof model->last_error);
-        if (st != NCTMC_OK)
-            return st;
-        if (tokenizer_clone(&model->ctx->alloc, tok, &copy) != NCTMC_OK)
-            return fail_format(model->last_error, sizeof model->last_error,
-                              NCTMC_ERR_OUT_OF_MEMORY, "out of memory copying the tokenizer");
-    }
-    nctmc_tokenizer_free(model->tokenizer);
-    model->tokenizer = copy;
-    model_clear_error(model);
-    return NCTMC_OK;
-}
-
-NCTMC_API const nctmc_tokenizer *nctmc_model_get_tokenizer(const nctmc_model *model)
-{
-    return model ? model->tokenizer : NULL;
 }
