@@ -114,7 +114,7 @@ nctmc_backend *cpu_backend_create(int n_threads, char *err, size_t err_size)
 }
 
 nctmc_backend *cpu_backend_create_with(int n_threads, const nctmc_allocator *alloc,
-                                             char *err, size_t err_size)
+                                       char *err, size_t err_size)
 {
     if (n_threads < 0) {
         snprintf(err, err_size, "n_threads must be >= 0 (0 = all cores), got %d", n_threads);

@@ -162,7 +162,7 @@ static bool start_libraries(cuda_backend *cb, char *err, size_t err_size)
 }
 
 extern "C" nctmc_backend *cuda_backend_create(int device, bool bf16, char *err,
-                                                    size_t err_size, bool *no_device)
+                                              size_t err_size, bool *no_device)
 {
     *no_device = false;
     int count = 0;

@@ -43,7 +43,7 @@ typedef enum nctmc_cuda_attention {
  * does.
  */
 nctmc_backend *cuda_backend_create(int device, bool bf16, char *err, size_t err_size,
-                                         bool *no_device);
+                                   bool *no_device);
 
 /* Switches the attention implementation (tests). */
 void cuda_backend_set_attention(nctmc_backend *be, nctmc_cuda_attention mode);

@@ -355,7 +355,7 @@ nctmc_backend *cpu_backend_create(int n_threads, char *err, size_t err_size);
  * bookkeeping from `alloc` (alloc.h; NULL = the C library), which must
  * outlive the backend. */
 nctmc_backend *cpu_backend_create_with(int n_threads, const struct nctmc_allocator *alloc,
-                                             char *err, size_t err_size);
+                                       char *err, size_t err_size);
 
 /*
  * Backend modules: a backend built as a separate shared object

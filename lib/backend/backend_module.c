@@ -134,7 +134,7 @@ static nctmc_status open_checked(const char *path, const char *where,
 }
 
 nctmc_status cuda_module_load(const nctmc_backend_module **out, char *err,
-                                    size_t err_size)
+                              size_t err_size)
 {
     *out = NULL;
     if (!loader_available()) {

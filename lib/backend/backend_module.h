@@ -33,7 +33,7 @@
  * or a backend interface other than this core's (NCTMC_BACKEND_ABI_VERSION).
  */
 nctmc_status cuda_module_load(const nctmc_backend_module **out, char *err,
-                                    size_t err_size);
+                              size_t err_size);
 
 /* Whether the NVIDIA driver's library (libcuda.so.1) can be loaded: a
  * cheap test, before loading the module and CUDA's libraries (hundreds of

@@ -69,9 +69,9 @@ nctmc_status abi_init(void *p, size_t size, const void *defaults, const abi_stru
 static nctmc_status too_small(size_t size, const abi_struct *d, char *err, size_t err_size)
 {
     return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                      "%s.struct_size is %zu, below the %zu bytes of its first published "
-                      "layout (fill the struct with %s_init())",
-                      d->name, size, d->first_size, d->name);
+                       "%s.struct_size is %zu, below the %zu bytes of its first published "
+                       "layout (fill the struct with %s_init())",
+                       d->name, size, d->first_size, d->name);
 }
 
 /* A caller newer than the library may pass fields it does not know only as
@@ -82,11 +82,11 @@ static nctmc_status check_unknown_tail(const unsigned char *caller, size_t size,
     for (size_t k = d->known_size; k < size; k++)
         if (caller[k] != 0)
             return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
-                              "%s is %zu bytes with a non-zero byte at offset %zu, but "
-                              "libnctmc %s knows only its first %zu bytes: the program was "
-                              "built with a newer nctmc.h and uses a field this library "
-                              "lacks (link a newer libnctmc, or leave the new fields 0)",
-                              d->name, size, k, nctmc_version(), d->known_size);
+                               "%s is %zu bytes with a non-zero byte at offset %zu, but "
+                               "libnctmc %s knows only its first %zu bytes: the program was "
+                               "built with a newer nctmc.h and uses a field this library "
+                               "lacks (link a newer libnctmc, or leave the new fields 0)",
+                               d->name, size, k, nctmc_version(), d->known_size);
     return NCTMC_OK;
 }
 

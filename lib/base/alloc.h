@@ -67,7 +67,7 @@ static inline nctmc_allocator mem_copy(const nctmc_allocator *a)
  * that returns memory not aligned as asked counts as failing (the memory is
  * handed back). */
 static inline void *mem_alloc_aligned(const nctmc_allocator *a, size_t size,
-                                            size_t alignment)
+                                      size_t alignment)
 {
     if (size == 0)
         size = 1;
@@ -122,7 +122,7 @@ static inline void mem_free(const nctmc_allocator *a, void *p)
  * NULL and p is untouched. A hook has no realloc, hence the explicit old
  * size: allocate, copy, free. */
 static inline void *mem_realloc(const nctmc_allocator *a, void *p, size_t old_size,
-                                      size_t new_size)
+                                size_t new_size)
 {
     if (!mem_is_hooked(a))
         return realloc(p, new_size ? new_size : 1);

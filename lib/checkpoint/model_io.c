@@ -184,7 +184,7 @@ static nctmc_status build_meta(const nctmc_model *m, const st_meta *extra, int32
             continue;
         if (!format_config_field(&config_fields[k], &m->config, sm->values[k]))
             return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "cannot save: %s is not finite", config_fields[k].key);
+                               "cannot save: %s is not finite", config_fields[k].key);
         sm->items[sm->n++] = (st_meta){config_fields[k].key, sm->values[k]};
     }
     for (int32_t k = 0; k < sm->tokenizer.n; k++) {
@@ -210,7 +210,7 @@ static nctmc_status host_weights_of(const nctmc_model *m, float **owned, char *e
     float *host = mem_alloc(&m->ctx->alloc, sizeof(float) * m->slab_floats);
     if (!host)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "out of memory copying the weights");
+                           "out of memory copying the weights");
     nctmc_backend *be = m->ctx->backend;
     be->ops->download(be, host, m->weights, sizeof(float) * m->slab_floats);
     nctmc_status st = be->ops->synchronize(be);
@@ -236,9 +236,9 @@ static nctmc_status check_finite_weights(const nctmc_model *m, const float *host
         for (int64_t e = 0; e < t->n_elements; e++)
             if (!isfinite(host[t->offset + (size_t)e]))
                 return fail_format(err, err_size, NCTMC_ERR_NON_FINITE,
-                                  "not saved: tensor \"%s\" element %lld is not finite (the "
-                                  "loader would refuse the file)",
-                                  t->name, (long long)e);
+                                   "not saved: tensor \"%s\" element %lld is not finite (the "
+                                   "loader would refuse the file)",
+                                   t->name, (long long)e);
     }
     return NCTMC_OK;
 }
@@ -281,7 +281,7 @@ nctmc_status model_io_save(const nctmc_model *model, const char *path,
 {
     if (!model || !path || !path[0] || n_extra_meta < 0 || (n_extra_meta > 0 && !extra_meta))
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "model_io_save: bad arguments");
+                           "model_io_save: bad arguments");
     save_meta sm;
     nctmc_status st = build_meta(model, extra_meta, n_extra_meta, &sm, err, err_size);
     float *owned = NULL;
@@ -357,8 +357,8 @@ static nctmc_status check_known_keys(const st_file *file, int format, char *err,
         const char *key = st_file_meta_key(file, i);
         if (!known_key(key, format))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "unknown metadata key \"%.64s\" (checkpoint format %d)", key,
-                              format);
+                               "unknown metadata key \"%.64s\" (checkpoint format %d)", key,
+                               format);
     }
     return NCTMC_OK;
 }
@@ -374,8 +374,8 @@ static nctmc_status read_weight_type(const st_file *file, int format,
     nctmc_weight_type t = quant_type_from_name(text);
     if (t != NCTMC_WEIGHT_BF16 && t != NCTMC_WEIGHT_INT8)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "metadata " QUANT_META_KEY " = \"%.40s\" is not bf16 or int8",
-                          text ? text : "(missing)");
+                           "metadata " QUANT_META_KEY " = \"%.40s\" is not bf16 or int8",
+                           text ? text : "(missing)");
     *weight_type = t;
     return NCTMC_OK;
 }
@@ -388,15 +388,15 @@ static nctmc_status read_config(const st_file *file, nctmc_model_config *cfg, mo
     const char *version = st_file_meta(file, KEY_FORMAT);
     if (!version)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "not an nctmc checkpoint (no \"" KEY_FORMAT "\" metadata)");
+                           "not an nctmc checkpoint (no \"" KEY_FORMAT "\" metadata)");
     int format = strcmp(version, "1") == 0   ? 1
                  : strcmp(version, "2") == 0 ? 2
                  : strcmp(version, "3") == 0 ? FORMAT_REDUCED
                                              : 0;
     if (format == 0)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "checkpoint format \"%.32s\" is not one this library reads (1, 2, 3)",
-                          version);
+                           "checkpoint format \"%.32s\" is not one this library reads (1, 2, 3)",
+                           version);
     nctmc_status st = check_known_keys(file, format, err, err_size);
     if (st == NCTMC_OK)
         st = read_weight_type(file, format, weight_type, err, err_size);
@@ -414,11 +414,11 @@ static nctmc_status read_config(const st_file *file, nctmc_model_config *cfg, mo
         const char *text = st_file_meta(file, config_fields[k].key);
         if (!text)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT, "metadata \"%s\" is missing",
-                              config_fields[k].key);
+                               config_fields[k].key);
         if (!parse_config_field(&config_fields[k], text, cfg))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "metadata %s = \"%.40s\" is not a valid value",
-                              config_fields[k].key, text);
+                               "metadata %s = \"%.40s\" is not a valid value",
+                               config_fields[k].key, text);
     }
     char why[NCTMC_ERROR_SIZE];
     if (model_config_validate(cfg, dims, why, sizeof why) != NCTMC_OK)
@@ -478,20 +478,20 @@ static nctmc_status check_tensor_set(const st_file *file, const model_tensor *ta
     int32_t standard_present = 0;
     if (weight_type != NCTMC_WEIGHT_F32 && prefix[0])
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "a checkpoint of %s weights is for sampling only, not a trainer's",
-                          quant_type_name(weight_type));
+                           "a checkpoint of %s weights is for sampling only, not a trainer's",
+                           quant_type_name(weight_type));
     for (int32_t k = 0; k < n; k++) {
         snprintf(name, sizeof name, "%s%s", prefix, table[k].name);
         int32_t idx = st_file_find_tensor(file, name);
         st_tensor_desc d;
         if (idx < 0 || !st_file_tensor_desc(file, idx, &d))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%s\" is missing",
-                              name);
+                               name);
         const char *dtype = quant_stored_dtype(&table[k], weight_type);
         if (strcmp(d.dtype, dtype) != 0 || !same_shape(&d, &table[k]))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "tensor \"%s\" is not %s of the shape the configuration implies",
-                              name, dtype);
+                               "tensor \"%s\" is not %s of the shape the configuration implies",
+                               name, dtype);
         if (prefix[0] == '\0' || st_file_find_tensor(file, table[k].name) >= 0)
             standard_present++;
     }
@@ -510,8 +510,8 @@ static nctmc_status check_tensor_set(const st_file *file, const model_tensor *ta
     }
     if (others != standard_present)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "the file holds %d tensors that are not this model's", others -
-                          standard_present);
+                           "the file holds %d tensors that are not this model's", others -
+                           standard_present);
     return NCTMC_OK;
 }
 
@@ -532,8 +532,8 @@ static nctmc_status read_weights(const st_file *file, const nctmc_model *m, cons
         for (int64_t e = 0; e < t->n_elements; e++)
             if (!isfinite(host[t->offset + (size_t)e]))
                 return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                                  "tensor \"%s\": element %lld is not finite", name,
-                                  (long long)e);
+                                   "tensor \"%s\": element %lld is not finite", name,
+                                   (long long)e);
     }
     return NCTMC_OK;
 }
@@ -585,7 +585,7 @@ static nctmc_status fill_model(nctmc_model *m, const st_file *file, const char *
     float *host = mem_calloc(&m->ctx->alloc, m->slab_floats, sizeof(float));
     if (!host)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "out of memory reading the weights");
+                           "out of memory reading the weights");
     nctmc_status st = read_weights(file, m, prefix, host, err, err_size);
     if (st == NCTMC_OK)
         st = upload_weights(m, host, err, err_size);
@@ -625,7 +625,7 @@ nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
 {
     if (!ctx || !file || !out)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "model_io_create: bad arguments");
+                           "model_io_create: bad arguments");
     *out = NULL;
     const char *prefix = weight_prefix ? weight_prefix : "";
     /* only the standard names are mapped (a trainer's raw weights are

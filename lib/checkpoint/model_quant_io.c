@@ -35,7 +35,7 @@ nctmc_status quant_save_refs(const nctmc_model *m, st_tensor_ref *refs,
     qs->names = mem_calloc(qs->alloc, (size_t)n_scales + 1, sizeof *qs->names);
     if (!qs->host || !qs->names)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "out of memory copying the weights");
+                           "out of memory copying the weights");
     nctmc_backend *be = m->ctx->backend;
     be->ops->download(be, qs->host, m->packed_data, m->packed_bytes);
     nctmc_status st = be->ops->synchronize(be);
@@ -94,11 +94,11 @@ nctmc_status quant_check_scales(const st_file *file, const model_tensor *table, 
         st_tensor_desc d;
         if (idx < 0 || !st_file_tensor_desc(file, idx, &d))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%s\" is missing",
-                              name);
+                               name);
         if (strcmp(d.dtype, "F32") != 0 || d.n_dims != 1 || d.shape[0] != table[k].shape[0])
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "tensor \"%s\" is not F32 of shape [%lld]", name,
-                              (long long)table[k].shape[0]);
+                               "tensor \"%s\" is not F32 of shape [%lld]", name,
+                               (long long)table[k].shape[0]);
         (*n_found)++;
     }
     return NCTMC_OK;
@@ -115,10 +115,10 @@ static nctmc_status check_values(const nctmc_model *m, int32_t k, const void *da
                       : ((const int8_t *)data)[e] >= -QUANT_INT8_MAX;
         if (!ok)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              m->weight_type == NCTMC_WEIGHT_BF16
-                                  ? "tensor \"%s\": element %lld is not finite"
-                                  : "tensor \"%s\": element %lld is -128 (outside -127..127)",
-                              t->name, (long long)e);
+                               m->weight_type == NCTMC_WEIGHT_BF16
+                               ? "tensor \"%s\": element %lld is not finite"
+                               : "tensor \"%s\": element %lld is -128 (outside -127..127)",
+                               t->name, (long long)e);
     }
     return NCTMC_OK;
 }
@@ -135,8 +135,8 @@ static nctmc_status read_scales(const st_file *file, const nctmc_model *m, int32
     for (int64_t r = 0; r < t->shape[0]; r++)
         if (!(isfinite(dst[r]) && dst[r] > 0.0f))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "tensor \"%s\": scale %lld is %g, not finite and > 0", name,
-                              (long long)r, (double)dst[r]);
+                               "tensor \"%s\": scale %lld is %g, not finite and > 0", name,
+                               (long long)r, (double)dst[r]);
     return NCTMC_OK;
 }
 
@@ -169,7 +169,7 @@ nctmc_status quant_fill_model(nctmc_model *m, const st_file *file, char *err, si
     unsigned char *host = mem_alloc_aligned(&m->ctx->alloc, m->packed_bytes + 64, 64);
     if (!host)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "out of memory reading the weights");
+                           "out of memory reading the weights");
     memset(host, 0, m->packed_bytes);
     nctmc_status st = read_packed(file, m, host, err, err_size);
     if (st == NCTMC_OK) {

@@ -260,7 +260,7 @@ NCTMC_API nctmc_status nctmc_context_create(const nctmc_context_params *params,
     ctx->log_user_data = params->log_user_data;
     ctx->log_level = params->log_level;
     ctx_log(ctx, NCTMC_LOG_INFO, "libnctmc %s: backend %s with %d threads", nctmc_version(),
-              ctx->backend->name, ctx->backend->n_threads);
+            ctx->backend->name, ctx->backend->n_threads);
     *out = ctx;
     return NCTMC_OK;
 }

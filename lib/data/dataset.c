@@ -220,25 +220,25 @@ static nctmc_status check_header(const shard_header *h, char *err, size_t err_si
 {
     if (h->version != SHARD_VERSION)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT, "shard version %u is not %u",
-                          h->version, SHARD_VERSION);
+                           h->version, SHARD_VERSION);
     if (h->vocab_size < 1 || h->vocab_size > INT32_MAX || h->seq_len > INT32_MAX ||
         h->n_classes > INT32_MAX)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "vocab_size %u, seq_len %u or n_classes %u is out of range",
-                          h->vocab_size, h->seq_len, h->n_classes);
+                           "vocab_size %u, seq_len %u or n_classes %u is out of range",
+                           h->vocab_size, h->seq_len, h->n_classes);
     if (h->token_bytes != shard_token_width(h->vocab_size))
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "%u bytes per token for a vocabulary of %u (expected %u)",
-                          h->token_bytes, h->vocab_size, shard_token_width(h->vocab_size));
+                           "%u bytes per token for a vocabulary of %u (expected %u)",
+                           h->token_bytes, h->vocab_size, shard_token_width(h->vocab_size));
     if (h->n_tokens < 1 || h->n_tokens > (uint64_t)INT64_MAX || h->reserved != 0)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "token count %llu or reserved field %llu is invalid",
-                          (unsigned long long)h->n_tokens, (unsigned long long)h->reserved);
+                           "token count %llu or reserved field %llu is invalid",
+                           (unsigned long long)h->n_tokens, (unsigned long long)h->reserved);
     if ((h->seq_len > 0 && h->n_tokens % h->seq_len != 0) ||
         (h->n_classes > 0 && h->seq_len == 0))
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "%llu tokens, sequence length %u and %u classes do not fit together",
-                          (unsigned long long)h->n_tokens, h->seq_len, h->n_classes);
+                           "%llu tokens, sequence length %u and %u classes do not fit together",
+                           (unsigned long long)h->n_tokens, h->seq_len, h->n_classes);
     return NCTMC_OK;
 }
 
@@ -268,8 +268,8 @@ static nctmc_status check_tokens(const shard_header *h, const uint8_t *body, uin
         uint32_t v = get_token(body + i * h->token_bytes, h->token_bytes);
         if (v >= h->vocab_size)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "token %llu = %u is outside the vocabulary [0, %u)",
-                              (unsigned long long)i, v, h->vocab_size);
+                               "token %llu = %u is outside the vocabulary [0, %u)",
+                               (unsigned long long)i, v, h->vocab_size);
     }
     return NCTMC_OK;
 }
@@ -283,8 +283,8 @@ static nctmc_status check_labels(const shard_header *h, const uint8_t *body, cha
         uint32_t v = get_u32(labels + 4 * i);
         if (v >= h->n_classes)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "label %llu = %u is outside [0, %u)", (unsigned long long)i, v,
-                              h->n_classes);
+                               "label %llu = %u is outside [0, %u)", (unsigned long long)i, v,
+                               h->n_classes);
     }
     return NCTMC_OK;
 }
@@ -334,7 +334,7 @@ static nctmc_status load_body(const nctmc_allocator *alloc, int fd, uint64_t fil
     *body = mem_alloc(alloc, (size_t)bytes);
     if (!*body)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "cannot allocate %llu bytes for the shard", (unsigned long long)bytes);
+                           "cannot allocate %llu bytes for the shard", (unsigned long long)bytes);
     nctmc_status st = file_pread(fd, SHARD_HEADER_SIZE, *body, (size_t)bytes, path, err,
                                  err_size);
     if (st != NCTMC_OK) {
@@ -360,8 +360,8 @@ static nctmc_status read_shard(const nctmc_allocator *alloc, int fd, uint64_t fi
     uint8_t head[SHARD_HEADER_SIZE];
     if (file_size < SHARD_HEADER_SIZE)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "%llu bytes is too short for a token shard",
-                          (unsigned long long)file_size);
+                           "%llu bytes is too short for a token shard",
+                           (unsigned long long)file_size);
     nctmc_status st = file_pread(fd, 0, head, sizeof head, path, err, err_size);
     if (st != NCTMC_OK)
         return st;
@@ -371,9 +371,9 @@ static nctmc_status read_shard(const nctmc_allocator *alloc, int fd, uint64_t fi
     uint64_t bytes = 0;
     if (st == NCTMC_OK && (!body_size(h, &bytes) || bytes != file_size - SHARD_HEADER_SIZE))
         st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                        "the file has %llu bytes, its header implies %llu (truncated?)",
-                        (unsigned long long)file_size,
-                        (unsigned long long)(bytes + SHARD_HEADER_SIZE));
+                         "the file has %llu bytes, its header implies %llu (truncated?)",
+                         (unsigned long long)file_size,
+                         (unsigned long long)(bytes + SHARD_HEADER_SIZE));
     if (st == NCTMC_OK)
         st = load_body(alloc, fd, file_size, bytes, path, map, body, err, err_size);
     if (st != NCTMC_OK)
@@ -478,7 +478,7 @@ NCTMC_API nctmc_status nctmc_dataset_read_tokens(nctmc_dataset *ds, int64_t firs
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (first < 0 || count < 0 || first > ds->n_tokens || count > ds->n_tokens - first)
         return FAIL_INTO(ds, NCTMC_ERR_INVALID_ARGUMENT, "tokens [%lld, %lld + %lld) are outside [0, %lld)", (long long)first,
-                       (long long)first, (long long)count, (long long)ds->n_tokens);
+                         (long long)first, (long long)count, (long long)ds->n_tokens);
     if (!dst && count > 0)
         return FAIL_INTO(ds, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_dataset_read_tokens: dst is NULL");
     const uint8_t *p = ds->data + (size_t)first * ds->token_bytes;
@@ -497,7 +497,7 @@ NCTMC_API nctmc_status nctmc_dataset_read_label(nctmc_dataset *ds, int64_t index
         return FAIL_INTO(ds, NCTMC_ERR_INVALID_ARGUMENT, "the dataset has no labels");
     if (index < 0 || index >= ds->n_sequences || !label)
         return FAIL_INTO(ds, NCTMC_ERR_INVALID_ARGUMENT, "label index %lld is outside [0, %lld) or label is NULL",
-                       (long long)index, (long long)ds->n_sequences);
+                         (long long)index, (long long)ds->n_sequences);
     *label = (int32_t)get_u32(ds->labels + 4 * (size_t)index);
     ds->last_error[0] = '\0';
     return NCTMC_OK;

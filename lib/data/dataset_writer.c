@@ -70,16 +70,16 @@ NCTMC_API nctmc_status nctmc_dataset_writer_append(nctmc_dataset_writer *w,
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!w->open)
         return FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
-                      "nctmc_dataset_writer_append: the writer was committed or failed");
+                         "nctmc_dataset_writer_append: the writer was committed or failed");
     if (n < 0 || (n > 0 && !tokens))
         return FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
-                      "nctmc_dataset_writer_append: n = %lld must be >= 0, tokens not NULL",
-                      (long long)n);
+                         "nctmc_dataset_writer_append: n = %lld must be >= 0, tokens not NULL",
+                         (long long)n);
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= w->header.vocab_size)
             return FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_dataset_writer_append: token %lld = %d is outside [0, %u)",
-                          (long long)i, tokens[i], w->header.vocab_size);
+                             "nctmc_dataset_writer_append: token %lld = %d is outside [0, %u)",
+                             (long long)i, tokens[i], w->header.vocab_size);
     char err[NCTMC_ERROR_SIZE];
     nctmc_status st = shard_write_values(&w->file, tokens, n, w->header.token_bytes,
                                          &w->header.crc, err, sizeof err);
@@ -119,12 +119,12 @@ NCTMC_API nctmc_status nctmc_dataset_writer_commit(nctmc_dataset_writer *w,
         return st;
     if (!w->open)
         return FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
-                      "nctmc_dataset_writer_commit: the writer was committed or failed");
+                         "nctmc_dataset_writer_commit: the writer was committed or failed");
     if (w->n_tokens == 0 || (w->header.seq_len > 0 && w->n_tokens % w->header.seq_len != 0))
         st = FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
-                    "nctmc_dataset_writer_commit: %llu tokens are not a shard (at least one "
-                    "token, whole sequences of %u)",
-                    (unsigned long long)w->n_tokens, w->header.seq_len);
+                       "nctmc_dataset_writer_commit: %llu tokens are not a shard (at least one "
+                       "token, whole sequences of %u)",
+                       (unsigned long long)w->n_tokens, w->header.seq_len);
     char err[NCTMC_ERROR_SIZE];
     uint8_t head[SHARD_HEADER_SIZE];
     w->header.n_tokens = w->n_tokens;

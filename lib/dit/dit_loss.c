@@ -50,7 +50,7 @@ nctmc_status dit_loss(const nctmc_model *m, dit_workspace *ws, const dit_batch *
 {
     if (grads && !ws->training)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "gradients need a training workspace");
+                           "gradients need a training workspace");
     if (!b->x_0)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "the loss needs x_0");
     nctmc_backend *be = ws->be;

@@ -168,7 +168,7 @@ static nctmc_status size_workspace(const nctmc_model *m, nctmc_backend *be, int3
     if (!checked_mul3(z->B, (size_t)L * (size_t)L, (size_t)dm->H, &probe) ||
         !checked_mul(probe, (size_t)dm->D, &probe))
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "attention for batch %d x length %d overflows", B, L);
+                           "attention for batch %d x length %d overflows", B, L);
     z->att_saved = be->ops->attention_saved_floats(be, B, L, dm->H, dm->D);
     z->att_work = be->ops->attention_workspace_floats(be, B, L, dm->H, dm->D);
     /* the widest inner dimension of a reduced linear layer is mlp.2's, F */
@@ -183,11 +183,11 @@ static nctmc_status check_shape(const nctmc_model *m, int32_t B, int32_t L, char
 {
     if (B < 1)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "batch must be >= 1, got %d", B);
+                           "batch must be >= 1, got %d", B);
     if (L < 1 || L > m->dims.L)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "length must be in [1, %d] (the model's seq_len), got %d",
-                          m->dims.L, L);
+                           "length must be in [1, %d] (the model's seq_len), got %d",
+                           m->dims.L, L);
     return NCTMC_OK;
 }
 
@@ -201,11 +201,11 @@ static nctmc_status alloc_host_staging(dit_workspace *ws, const nctmc_model *m, 
             mem_alloc(ws->be->alloc, (size_t)ws->max_batch * sizeof(float));
         if (!ws->host_time_input)
             return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                              "out of host memory for the workspace");
+                               "out of host memory for the workspace");
     }
     if (!ws->host_labels || !ws->host_loss)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "out of host memory for the workspace");
+                           "out of host memory for the workspace");
     for (int32_t b = 0; b < ws->max_batch; b++)
         ws->host_labels[b] = m->config.n_classes;
     return NCTMC_OK;
@@ -218,7 +218,7 @@ nctmc_status dit_workspace_create(const nctmc_model *m, nctmc_backend *be, int32
     *out = NULL;
     if (mode != DIT_WS_INFERENCE && mode != DIT_WS_TRAINING && mode != DIT_WS_TRAINING_RECOMPUTE)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "workspace mode %d",
-                          (int)mode);
+                           (int)mode);
     bool training = mode != DIT_WS_INFERENCE;
     nctmc_status st = check_shape(m, B, L, err, err_size);
     if (st != NCTMC_OK)
@@ -249,12 +249,12 @@ nctmc_status dit_workspace_create(const nctmc_model *m, nctmc_backend *be, int32
         plan_workspace(&sizing, ws, &z);
         if (sizing.overflow)
             st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                            "workspace for batch %d x length %d overflows", B, L);
+                             "workspace for batch %d x length %d overflows", B, L);
     }
     if (st == NCTMC_OK && !(ws->arena = be->ops->alloc(be, sizing.bytes)))
         st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                        "cannot allocate a %zu-byte workspace on the %s backend",
-                        sizing.bytes, be->name);
+                         "cannot allocate a %zu-byte workspace on the %s backend",
+                         sizing.bytes, be->name);
     if (st == NCTMC_OK) {
         arena_plan placing = {ws->arena, 0, false};
         plan_workspace(&placing, ws, &z);
@@ -291,8 +291,8 @@ static nctmc_status check_tokens(const int32_t *tokens, size_t n, int32_t limit,
     for (size_t r = 0; r < n; r++)
         if (tokens[r] < 0 || tokens[r] >= limit)
             return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "%s[%zu] = %d is out of range %s [0, %d)", what, r, tokens[r],
-                              range, limit);
+                               "%s[%zu] = %d is out of range %s [0, %d)", what, r, tokens[r],
+                               range, limit);
     return NCTMC_OK;
 }
 
@@ -302,16 +302,16 @@ static nctmc_status check_times_labels(const nctmc_model *m, const dit_batch *b,
     for (int32_t i = 0; i < b->batch; i++)
         if (!(b->times[i] > 0.0f && b->times[i] < 1.0f))
             return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "times[%d] = %g must be in (0, 1)", i, (double)b->times[i]);
+                               "times[%d] = %g must be in (0, 1)", i, (double)b->times[i]);
     if (b->labels && m->config.n_classes == 0)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "labels were given but the model has no classes");
+                           "labels were given but the model has no classes");
     if (b->labels)
         for (int32_t i = 0; i < b->batch; i++)
             if (b->labels[i] < 0 || b->labels[i] > m->config.n_classes)
                 return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                                  "labels[%d] = %d is out of range [0, %d] (%d = null label)",
-                                  i, b->labels[i], m->config.n_classes, m->config.n_classes);
+                                   "labels[%d] = %d is out of range [0, %d] (%d = null label)",
+                                   i, b->labels[i], m->config.n_classes, m->config.n_classes);
     return NCTMC_OK;
 }
 
@@ -321,11 +321,11 @@ nctmc_status dit_batch_validate(const nctmc_model *m, const dit_workspace *ws,
     if (b->batch < 1 || b->batch > ws->max_batch || b->length < 1 ||
         b->length > ws->max_length)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "batch %d x length %d does not fit [1, %d] x [1, %d]", b->batch,
-                          b->length, ws->max_batch, ws->max_length);
+                           "batch %d x length %d does not fit [1, %d] x [1, %d]", b->batch,
+                           b->length, ws->max_batch, ws->max_length);
     if (!b->x_t || !b->times)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "tokens and times must not be NULL");
+                           "tokens and times must not be NULL");
     size_t n = (size_t)b->batch * (size_t)b->length;
     nctmc_status st = check_tokens(b->x_t, n, m->dims.S, "tokens", "of states", err, err_size);
     if (st == NCTMC_OK)

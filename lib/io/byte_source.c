@@ -90,8 +90,8 @@ nctmc_status byte_source_init_reader(byte_source *s, const nctmc_reader *reader,
         return st;
     if (s->reader.size < 0 || !s->reader.read_at)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_reader: size must be >= 0 (got %lld) and read_at set",
-                          (long long)s->reader.size);
+                           "nctmc_reader: size must be >= 0 (got %lld) and read_at set",
+                           (long long)s->reader.size);
     return NCTMC_OK;
 }
 
@@ -115,10 +115,10 @@ static nctmc_status read_failed(const byte_source *s, uint64_t offset, int64_t g
         snprintf(reason, sizeof reason, "error %d", s->errnum);
     if (reason[0])
         return fail_format(err, err_size, NCTMC_ERR_IO, "reading \"%.300s\": %s", s->name,
-                          reason);
+                           reason);
     return fail_format(err, err_size, NCTMC_ERR_IO,
-                      "reading \"%.300s\" at byte %llu failed (read_at returned %lld)", s->name,
-                      (unsigned long long)offset, (long long)got);
+                       "reading \"%.300s\" at byte %llu failed (read_at returned %lld)", s->name,
+                       (unsigned long long)offset, (long long)got);
 }
 
 nctmc_status byte_source_read(const byte_source *s, uint64_t offset, void *dst, size_t n,
@@ -127,8 +127,8 @@ nctmc_status byte_source_read(const byte_source *s, uint64_t offset, void *dst, 
     uint64_t size = byte_source_size(s);
     if (offset > size || (uint64_t)n > size - offset)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "\"%.300s\": %zu bytes at byte %llu lie past its %llu bytes", s->name,
-                          n, (unsigned long long)offset, (unsigned long long)size);
+                           "\"%.300s\": %zu bytes at byte %llu lie past its %llu bytes", s->name,
+                           n, (unsigned long long)offset, (unsigned long long)size);
     uint8_t *p = dst;
     while (n > 0) {
         size_t ask = n < SOURCE_CHUNK ? n : SOURCE_CHUNK;
@@ -137,14 +137,14 @@ nctmc_status byte_source_read(const byte_source *s, uint64_t offset, void *dst, 
             return read_failed(s, offset, got, err, err_size);
         if ((uint64_t)got > (uint64_t)ask)
             return fail_format(err, err_size, NCTMC_ERR_IO,
-                              "reading \"%.300s\": read_at returned %lld for a read of %zu "
-                              "bytes",
-                              s->name, (long long)got, ask);
+                               "reading \"%.300s\": read_at returned %lld for a read of %zu "
+                               "bytes",
+                               s->name, (long long)got, ask);
         if (got == 0)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "\"%.300s\" ends early (at byte %llu of the %llu it claims; was "
-                              "it truncated?)",
-                              s->name, (unsigned long long)offset, (unsigned long long)size);
+                               "\"%.300s\" ends early (at byte %llu of the %llu it claims; was "
+                               "it truncated?)",
+                               s->name, (unsigned long long)offset, (unsigned long long)size);
         p += got;
         n -= (size_t)got;
         offset += (uint64_t)got;

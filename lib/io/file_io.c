@@ -90,16 +90,16 @@ static nctmc_status resolve_target(const nctmc_allocator *alloc, const char *pat
         free(real); /* realpath()'s own malloc */
         if (!regular)
             return fail_format(err, err_size, NCTMC_ERR_IO,
-                              "\"%.300s\" is a symbolic link to something that is not a "
-                              "regular file; refusing to replace it",
-                              path);
+                               "\"%.300s\" is a symbolic link to something that is not a "
+                               "regular file; refusing to replace it",
+                               path);
         return *target ? NCTMC_OK
                        : fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     } else if (!S_ISREG(st.st_mode)) {
         return fail_format(err, err_size, NCTMC_ERR_IO,
-                          "\"%.300s\" exists and is not a regular file (a directory, FIFO, "
-                          "device or socket); refusing to replace it",
-                          path);
+                           "\"%.300s\" exists and is not a regular file (a directory, FIFO, "
+                           "device or socket); refusing to replace it",
+                           path);
     }
     *target = mem_strdup(alloc, path); /* absent (created) or a regular file */
     return *target ? NCTMC_OK
@@ -226,9 +226,9 @@ static nctmc_status create_temp_file(file_atomic *af, char *err, size_t err_size
         close(fd);
     }
     return fail_format(err, err_size, NCTMC_ERR_IO,
-                      "cannot create a temporary file next to \"%.300s\": it kept "
-                      "disappearing",
-                      af->path);
+                       "cannot create a temporary file next to \"%.300s\": it kept "
+                       "disappearing",
+                       af->path);
 }
 
 nctmc_status file_atomic_begin(file_atomic *af, const nctmc_allocator *alloc,
@@ -288,7 +288,7 @@ nctmc_status file_atomic_write_at(file_atomic *af, uint64_t offset, const void *
     while (n > 0) {
         if (offset > (uint64_t)INT64_MAX)
             return fail_format(err, err_size, NCTMC_ERR_IO, "writing \"%.300s\": offset too large",
-                              af->path);
+                               af->path);
         ssize_t w = pwrite(af->fd, p, n < IO_CHUNK ? n : IO_CHUNK, (off_t)offset);
         if (w < 0 && errno == EINTR)
             continue;
@@ -381,9 +381,9 @@ nctmc_status file_open_read(const char *path, int *fd, uint64_t *size, char *err
     if (!S_ISREG(st.st_mode)) {
         close(f);
         return fail_format(err, err_size, NCTMC_ERR_IO,
-                          "\"%.300s\" is not a regular file (a directory, FIFO, device or "
-                          "socket)",
-                          path);
+                           "\"%.300s\" is not a regular file (a directory, FIFO, device or "
+                           "socket)",
+                           path);
     }
     int flags = fcntl(f, F_GETFL);
     if (flags < 0 || fcntl(f, F_SETFL, flags & ~O_NONBLOCK) != 0) {
@@ -403,8 +403,8 @@ nctmc_status file_pread(int fd, uint64_t offset, void *buf, size_t n, const char
     while (n > 0) {
         if (offset > (uint64_t)INT64_MAX)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "\"%.300s\": offset %llu is past any file", path,
-                              (unsigned long long)offset);
+                               "\"%.300s\": offset %llu is past any file", path,
+                               (unsigned long long)offset);
         ssize_t r = pread(fd, p, n < IO_CHUNK ? n : IO_CHUNK, (off_t)offset);
         if (r < 0 && errno == EINTR)
             continue;
@@ -412,8 +412,8 @@ nctmc_status file_pread(int fd, uint64_t offset, void *buf, size_t n, const char
             return sys_fail(err, err_size, NCTMC_ERR_IO, errno, "reading \"%.300s\"", path);
         if (r == 0)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "\"%.300s\" ends early (at byte %llu; was it truncated?)", path,
-                              (unsigned long long)offset);
+                               "\"%.300s\" ends early (at byte %llu; was it truncated?)", path,
+                               (unsigned long long)offset);
         p += r;
         n -= (size_t)r;
         offset += (uint64_t)r;
@@ -432,16 +432,16 @@ nctmc_status file_read_all(const nctmc_allocator *alloc, const char *path, size_
     if (n > (uint64_t)max_bytes || n >= (uint64_t)SIZE_MAX) {
         close(fd);
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "\"%.300s\" has %llu bytes, more than the %zu this kind of file may "
-                          "have",
-                          path, (unsigned long long)n, max_bytes);
+                           "\"%.300s\" has %llu bytes, more than the %zu this kind of file may "
+                           "have",
+                           path, (unsigned long long)n, max_bytes);
     }
     uint8_t *buf = mem_alloc(alloc, (size_t)n + 1);
     if (!buf) {
         close(fd);
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "cannot allocate %llu bytes to read \"%.300s\"",
-                          (unsigned long long)n + 1, path);
+                           "cannot allocate %llu bytes to read \"%.300s\"",
+                           (unsigned long long)n + 1, path);
     }
     st = file_pread(fd, 0, buf, (size_t)n, path, err, err_size);
     close(fd);

@@ -46,13 +46,13 @@ nctmc_status file_map_open(int fd, uint64_t file_size, uint64_t offset, size_t s
      * has shrunk since would put mapped pages past its end */
     if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != file_size)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "the file changed size while it was being loaded (%llu bytes, "
-                          "then %llu)",
-                          (unsigned long long)file_size, (unsigned long long)sb.st_size);
+                           "the file changed size while it was being loaded (%llu bytes, "
+                           "then %llu)",
+                           (unsigned long long)file_size, (unsigned long long)sb.st_size);
     if (offset > file_size || size > file_size - offset)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "file_map_open: bytes [%llu, +%zu) lie outside the file",
-                          (unsigned long long)offset, size);
+                           "file_map_open: bytes [%llu, +%zu) lie outside the file",
+                           (unsigned long long)offset, size);
     long page = sysconf(_SC_PAGESIZE);
     if (page <= 0)
         return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED, "no page size");
@@ -62,7 +62,7 @@ nctmc_status file_map_open(int fd, uint64_t file_size, uint64_t offset, size_t s
     size_t length = (size_t)(offset - start) + (size > 0 ? size : 1);
     if (start + length > file_size)
         return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
-                          "nothing to map in an empty range at the end of the file");
+                           "nothing to map in an empty range at the end of the file");
     void *p = mmap(NULL, length, PROT_READ, MAP_SHARED, fd, (off_t)start);
     if (p == MAP_FAILED)
         return system_fail("cannot map the file", errno, err, err_size);
@@ -92,7 +92,7 @@ nctmc_status file_map_open(int fd, uint64_t file_size, uint64_t offset, size_t s
     (void)size;
     memset(out, 0, sizeof *out);
     return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
-                      "this platform has no memory-mapped files");
+                       "this platform has no memory-mapped files");
 }
 
 void file_map_close(file_map *map)

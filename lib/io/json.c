@@ -15,7 +15,7 @@
 static nctmc_status json_fail(json_reader *r, const char *what)
 {
     return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT, "JSON header, byte %zu: %s",
-                      r->at, what);
+                       r->at, what);
 }
 
 void json_skip_ws(json_reader *r)

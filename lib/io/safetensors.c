@@ -183,14 +183,14 @@ static nctmc_status check_meta(const st_meta *meta, int32_t n_meta, char *err, s
 {
     if (n_meta < 0 || (n_meta > 0 && !meta))
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "safetensors: bad metadata array (%d entries)", n_meta);
+                           "safetensors: bad metadata array (%d entries)", n_meta);
     for (int32_t i = 0; i < n_meta; i++) {
         if (!meta[i].key || !meta[i].value)
             return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "safetensors: metadata entry %d has a NULL key or value", i);
+                               "safetensors: metadata entry %d has a NULL key or value", i);
         if (!valid_text(meta[i].key) || !valid_text(meta[i].value))
             return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "safetensors: metadata \"%.64s\" is not valid UTF-8", meta[i].key);
+                               "safetensors: metadata \"%.64s\" is not valid UTF-8", meta[i].key);
     }
     return NCTMC_OK;
 }
@@ -199,19 +199,19 @@ static nctmc_status check_tensors(const st_tensor_ref *t, int32_t n, char *err, 
 {
     if (n < 0 || (n > 0 && !t))
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "safetensors: bad tensor array (%d entries)", n);
+                           "safetensors: bad tensor array (%d entries)", n);
     for (int32_t i = 0; i < n; i++) {
         uint64_t bytes = 0;
         if (!t[i].name || !t[i].name[0] || !valid_text(t[i].name) ||
             strcmp(t[i].name, ST_META_KEY) == 0)
             return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "safetensors: tensor %d has no usable name", i);
+                               "safetensors: tensor %d has no usable name", i);
         if (!tensor_bytes(&t[i], &bytes))
             return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "safetensors: tensor \"%.64s\" has a bad shape", t[i].name);
+                               "safetensors: tensor \"%.64s\" has a bad shape", t[i].name);
         if (bytes > 0 && !(t[i].dtype == ST_WRITE_F32 ? (const void *)t[i].data : t[i].raw))
             return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "safetensors: tensor \"%.64s\" has no data", t[i].name);
+                               "safetensors: tensor \"%.64s\" has no data", t[i].name);
     }
     return NCTMC_OK;
 }
@@ -233,14 +233,14 @@ static nctmc_status check_unique(const nctmc_allocator *alloc, const st_meta *me
     st = find_duplicate(alloc, names, n_meta, &dup);
     if (st == NCTMC_OK && dup)
         st = fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                        "safetensors: metadata key \"%.64s\" appears twice", dup);
+                         "safetensors: metadata key \"%.64s\" appears twice", dup);
     for (int32_t i = 0; st == NCTMC_OK && i < n; i++)
         names[i] = t[i].name;
     if (st == NCTMC_OK)
         st = find_duplicate(alloc, names, n, &dup);
     if (st == NCTMC_OK && dup)
         st = fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                        "safetensors: tensor \"%.64s\" appears twice", dup);
+                         "safetensors: tensor \"%.64s\" appears twice", dup);
     mem_free(alloc, (void *)names);
     if (st == NCTMC_ERR_OUT_OF_MEMORY)
         return fail_format(err, err_size, st, "out of memory");
@@ -293,7 +293,7 @@ static nctmc_status build_header(st_writer *w, json_buf *b, char *err, size_t er
             json_buf_printf(b, "%s%lld", k ? "," : "", (long long)t->shape[k]);
         if (offset > (uint64_t)INT64_MAX - bytes)
             return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "safetensors: the tensors' total size overflows");
+                               "safetensors: the tensors' total size overflows");
         json_buf_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offset,
                         (unsigned long long)(offset + bytes));
         offset += bytes;
@@ -303,10 +303,10 @@ static nctmc_status build_header(st_writer *w, json_buf *b, char *err, size_t er
         json_buf_puts(b, " ");
     if (b->failed)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "out of memory building a safetensors header");
+                           "out of memory building a safetensors header");
     if (b->len > ST_MAX_HEADER)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "safetensors: header of %zu bytes exceeds the format's limit", b->len);
+                           "safetensors: header of %zu bytes exceeds the format's limit", b->len);
     return NCTMC_OK;
 }
 
@@ -417,7 +417,7 @@ nctmc_status st_write_file(const char *path, const st_meta *meta, int32_t n_meta
 {
     if (!path || !path[0])
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "safetensors: no file name");
+                           "safetensors: no file name");
     st_writer w = {meta, n_meta, tensors, n_tensors, -1, 0, 0, NULL};
     return write_file(&w, path, err, err_size);
 }
@@ -439,7 +439,7 @@ nctmc_status st_write_file_checksummed_with(const nctmc_allocator *alloc, const 
     if (!path || !path[0] || !checksum_key || n_meta < 0 || n_meta == INT32_MAX ||
         (n_meta > 0 && !meta))
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "safetensors: bad arguments");
+                           "safetensors: bad arguments");
     /* the checksum is one more metadata entry, so names are checked as one */
     st_meta *all = mem_alloc(alloc, sizeof *all * ((size_t)n_meta + 1));
     if (!all)
@@ -474,7 +474,7 @@ static nctmc_status grow(void **items, int32_t *cap, int32_t count, size_t size,
 static nctmc_status header_fail(json_reader *r, const char *what, const char *name)
 {
     return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT, "header, byte %zu: %s \"%.64s\"",
-                      r->at, what, name);
+                       r->at, what, name);
 }
 
 /* "__metadata__": an object of strings, or null. */
@@ -528,7 +528,7 @@ static nctmc_status parse_int_array(json_reader *r, uint64_t *v, int32_t max, in
     do {
         if (*count >= max)
             return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
-                              "header, byte %zu: array longer than %d", r->at, max);
+                               "header, byte %zu: array longer than %d", r->at, max);
         st = json_parse_u64(r, &v[*count]);
         if (st != NCTMC_OK)
             return st;
@@ -639,7 +639,7 @@ static nctmc_status parse_header(json_reader *r, st_file *f)
 {
     if (r->n == 0 || r->s[0] != '{')
         return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
-                          "header does not start with '{': not a safetensors file");
+                           "header does not start with '{': not a safetensors file");
     r->at = 1;
     bool seen_meta = false;
     nctmc_status st = NCTMC_OK;
@@ -653,7 +653,7 @@ static nctmc_status parse_header(json_reader *r, st_file *f)
     json_skip_ws(r);
     if (st == NCTMC_OK && r->at != r->n)
         return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
-                          "header, byte %zu: data after the JSON object", r->at);
+                           "header, byte %zu: data after the JSON object", r->at);
     return st;
 }
 
@@ -666,15 +666,15 @@ static nctmc_status check_entry(const st_entry *e, char *err, size_t err_size)
         uint64_t d = (uint64_t)e->shape[k];
         if (d != 0 && n > (uint64_t)INT64_MAX / d)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "tensor \"%.64s\": shape overflows", e->name);
+                               "tensor \"%.64s\": shape overflows", e->name);
         n *= d;
     }
     if (e->end < e->begin || e->end - e->begin != n)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "tensor \"%.64s\": data_offsets [%llu, %llu] do not hold its %llu "
-                          "bytes",
-                          e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
-                          (unsigned long long)n);
+                           "tensor \"%.64s\": data_offsets [%llu, %llu] do not hold its %llu "
+                           "bytes",
+                           e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                           (unsigned long long)n);
     return NCTMC_OK;
 }
 
@@ -720,15 +720,15 @@ static nctmc_status check_ranges(const st_file *f, uint64_t data_size, char *err
         const st_entry *e = &f->tensors[idx[i]];
         if (e->begin != at)
             st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                            "tensor \"%.64s\" starts at data byte %llu, expected %llu (a gap "
-                            "or an overlap)",
-                            e->name, (unsigned long long)e->begin, (unsigned long long)at);
+                             "tensor \"%.64s\" starts at data byte %llu, expected %llu (a gap "
+                             "or an overlap)",
+                             e->name, (unsigned long long)e->begin, (unsigned long long)at);
         at = e->end;
     }
     if (st == NCTMC_OK && at != data_size)
         st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                        "the tensors cover %llu data bytes, the file has %llu",
-                        (unsigned long long)at, (unsigned long long)data_size);
+                         "the tensors cover %llu data bytes, the file has %llu",
+                         (unsigned long long)at, (unsigned long long)data_size);
     mem_free(f->alloc, idx);
     return st;
 }
@@ -746,7 +746,7 @@ static nctmc_status index_names(st_file *f, char *err, size_t err_size)
     for (int32_t i = 1; i < f->n_meta; i++)
         if (strcmp(f->meta[i - 1].key, f->meta[i].key) == 0)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "metadata key \"%.64s\" appears twice", f->meta[i].key);
+                               "metadata key \"%.64s\" appears twice", f->meta[i].key);
     size_t n = (size_t)(f->n_tensors > 0 ? f->n_tensors : 1);
     const char **names = mem_alloc(f->alloc, sizeof *names * n);
     f->by_name = mem_alloc(f->alloc, sizeof *f->by_name * n);
@@ -761,7 +761,7 @@ static nctmc_status index_names(st_file *f, char *err, size_t err_size)
     for (int32_t i = 1; i < f->n_tensors && st == NCTMC_OK; i++)
         if (strcmp(names[i - 1], names[i]) == 0)
             st = fail_format(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%.64s\" appears twice",
-                            names[i]);
+                             names[i]);
     /* names are unique now, so each entry's name has exactly one slot */
     for (int32_t e = 0; e < f->n_tensors && st == NCTMC_OK; e++) {
         const char *key = f->tensors[e].name;
@@ -780,16 +780,16 @@ static nctmc_status read_header(st_file *f, uint64_t file_size, char *err, size_
     uint8_t len_bytes[8];
     if (file_size < 8)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "%llu bytes is too short for a safetensors file",
-                          (unsigned long long)file_size);
+                           "%llu bytes is too short for a safetensors file",
+                           (unsigned long long)file_size);
     nctmc_status st = byte_source_read(&f->src, 0, len_bytes, 8, err, err_size);
     if (st != NCTMC_OK)
         return st;
     uint64_t n = u64_from_le(len_bytes);
     if (n < 2 || n > ST_MAX_HEADER || n > file_size - 8)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "header length %llu is impossible for a file of %llu bytes",
-                          (unsigned long long)n, (unsigned long long)file_size);
+                           "header length %llu is impossible for a file of %llu bytes",
+                           (unsigned long long)n, (unsigned long long)file_size);
     uint8_t *header = mem_alloc(f->alloc, (size_t)n);
     if (!header)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
@@ -859,7 +859,7 @@ nctmc_status st_open_file(const nctmc_allocator *alloc, const char *path, st_fil
 {
     if (!path || !out)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "st_read_file: path and out must not be NULL");
+                           "st_read_file: path and out must not be NULL");
     *out = NULL;
     st_file *f = st_file_new(alloc, path);
     if (!f)
@@ -878,7 +878,7 @@ nctmc_status st_open_memory(const nctmc_allocator *alloc, const void *data, size
 {
     if ((!data && size > 0) || !name || !out || (uint64_t)size > (uint64_t)INT64_MAX)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "st_open_memory: bad arguments");
+                           "st_open_memory: bad arguments");
     *out = NULL;
     st_file *f = st_file_new(alloc, name);
     if (!f)
@@ -892,7 +892,7 @@ nctmc_status st_open_reader(const nctmc_allocator *alloc, const nctmc_reader *re
 {
     if (!name || !out)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "st_open_reader: bad arguments");
+                           "st_open_reader: bad arguments");
     *out = NULL;
     st_file *f = st_file_new(alloc, name);
     if (!f)
@@ -1013,26 +1013,26 @@ nctmc_status st_file_read_f32(const st_file *f, const char *name, int32_t n_dims
 {
     if (!f || !name || n_dims < 0 || n_dims > ST_MAX_DIMS || (n_dims > 0 && !shape))
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "st_file_read_f32: bad arguments");
+                           "st_file_read_f32: bad arguments");
     int32_t k = st_file_find_tensor(f, name);
     if (k < 0)
         return fail_format(err, err_size, NCTMC_ERR_NOT_FOUND,
-                          "\"%.300s\" has no tensor \"%.64s\"", f->path, name);
+                           "\"%.300s\" has no tensor \"%.64s\"", f->path, name);
     const st_entry *e = &f->tensors[k];
     if (e->dtype != ST_F32)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "tensor \"%.64s\" is %s, expected F32", name, st_dtypes[e->dtype].name);
+                           "tensor \"%.64s\" is %s, expected F32", name, st_dtypes[e->dtype].name);
     if (!same_shape(e, n_dims, shape)) {
         char got[96], want[96];
         format_shape(got, sizeof got, e->n_dims, e->shape);
         format_shape(want, sizeof want, n_dims, shape);
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "tensor \"%.64s\" has shape %s, expected %s", name, got, want);
+                           "tensor \"%.64s\" has shape %s, expected %s", name, got, want);
     }
     size_t bytes = (size_t)(e->end - e->begin);
     if (bytes > 0 && !dst)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "st_file_read_f32: dst is NULL");
+                           "st_file_read_f32: dst is NULL");
     nctmc_status st = byte_source_read(&f->src, f->data_start + e->begin, dst, bytes, err,
                                        err_size);
     if (st == NCTMC_OK)
@@ -1048,26 +1048,26 @@ nctmc_status st_file_read_raw(const st_file *f, const char *name, const char *dt
     if (!f || !name || n_dims < 0 || n_dims > ST_MAX_DIMS || (n_dims > 0 && !shape) ||
         want < 0 || st_dtypes[want].size > 2)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "st_file_read_raw: bad arguments");
+                           "st_file_read_raw: bad arguments");
     int32_t k = st_file_find_tensor(f, name);
     if (k < 0)
         return fail_format(err, err_size, NCTMC_ERR_NOT_FOUND,
-                          "\"%.300s\" has no tensor \"%.64s\"", f->path, name);
+                           "\"%.300s\" has no tensor \"%.64s\"", f->path, name);
     const st_entry *e = &f->tensors[k];
     if (e->dtype != want)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%.64s\" is %s, expected %s",
-                          name, st_dtypes[e->dtype].name, st_dtypes[want].name);
+                           name, st_dtypes[e->dtype].name, st_dtypes[want].name);
     if (!same_shape(e, n_dims, shape)) {
         char got[96], wanted[96];
         format_shape(got, sizeof got, e->n_dims, e->shape);
         format_shape(wanted, sizeof wanted, n_dims, shape);
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "tensor \"%.64s\" has shape %s, expected %s", name, got, wanted);
+                           "tensor \"%.64s\" has shape %s, expected %s", name, got, wanted);
     }
     size_t bytes = (size_t)(e->end - e->begin);
     if (bytes > 0 && !dst)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "st_file_read_raw: dst is NULL");
+                           "st_file_read_raw: dst is NULL");
     nctmc_status st = byte_source_read(&f->src, f->data_start + e->begin, dst, bytes, err,
                                        err_size);
     if (st == NCTMC_OK && st_dtypes[want].size == 2) {
@@ -1130,16 +1130,16 @@ nctmc_status st_file_verify_checksum(const st_file *f, const char *key, char *er
     uint32_t want = 0, got = 0;
     if (!m)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT, "no \"%.64s\" checksum metadata",
-                          key ? key : "");
+                           key ? key : "");
     if (m->raw_len != 8 || !parse_hex8(m->value, &want))
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "checksum \"%.64s\" is not 8 lowercase hexadecimal digits", key);
+                           "checksum \"%.64s\" is not 8 lowercase hexadecimal digits", key);
     nctmc_status st = file_crc(f, 8 + (uint64_t)m->raw_offset, &got, err, err_size);
     if (st == NCTMC_OK && got != want)
         st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                        "checksum mismatch: the file's CRC-32 is %08x, it records %08x "
-                        "(corrupt file)",
-                        (unsigned)got, (unsigned)want);
+                         "checksum mismatch: the file's CRC-32 is %08x, it records %08x "
+                         "(corrupt file)",
+                         (unsigned)got, (unsigned)want);
     return st;
 }
 
@@ -1168,6 +1168,6 @@ nctmc_status st_file_read_bytes(const st_file *f, uint64_t offset, void *dst, si
 {
     if (!f || (n > 0 && !dst))
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "st_file_read_bytes: bad arguments");
+                           "st_file_read_bytes: bad arguments");
     return byte_source_read(&f->src, offset, dst, n, err, err_size);
 }

@@ -80,20 +80,20 @@ static nctmc_status upload_initial_weights(nctmc_model *m, model_weights_kind we
     size_t bytes;
     if (!checked_mul(m->slab_floats, sizeof(float), &bytes))
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "parameter slab of %zu floats overflows", m->slab_floats);
+                           "parameter slab of %zu floats overflows", m->slab_floats);
     nctmc_backend *be = m->ctx->backend;
     m->weights = be->ops->alloc(be, bytes);
     if (!m->weights)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "cannot allocate %zu bytes of weights on the %s backend", bytes,
-                          be->name);
+                           "cannot allocate %zu bytes of weights on the %s backend", bytes,
+                           be->name);
     if (weights == MODEL_WEIGHTS_ZERO)
         return NCTMC_OK; /* alloc gives zeros; the caller uploads every weight */
     float *host = mem_alloc(&m->ctx->alloc, bytes);
     if (!host)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "cannot allocate %zu bytes of host memory for initialisation",
-                          bytes);
+                           "cannot allocate %zu bytes of host memory for initialisation",
+                           bytes);
     model_init_weights(m, host);
     be->ops->upload(be, m->weights, host, bytes);
     mem_free(&m->ctx->alloc, host);
@@ -110,31 +110,31 @@ NCTMC_API nctmc_status nctmc_model_create(nctmc_context *ctx, const nctmc_model_
 }
 
 static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *config,
-                                 model_weights_kind weights, nctmc_weight_type weight_type,
-                                 nctmc_model **out);
+                                model_weights_kind weights, nctmc_weight_type weight_type,
+                                nctmc_model **out);
 
 nctmc_status model_create(nctmc_context *ctx, const nctmc_model_config *config,
-                              bool initialise, nctmc_model **out)
+                          bool initialise, nctmc_model **out)
 {
     return model_build(ctx, config, initialise ? MODEL_WEIGHTS_INIT : MODEL_WEIGHTS_ZERO,
-                        NCTMC_WEIGHT_F32, out);
+                       NCTMC_WEIGHT_F32, out);
 }
 
 nctmc_status model_create_ex(nctmc_context *ctx, const nctmc_model_config *config,
-                                 model_weights_kind weights, nctmc_model **out)
+                             model_weights_kind weights, nctmc_model **out)
 {
     return model_build(ctx, config, weights, NCTMC_WEIGHT_F32, out);
 }
 
 nctmc_status model_create_as(nctmc_context *ctx, const nctmc_model_config *config,
-                                 nctmc_weight_type weight_type, nctmc_model **out)
+                             nctmc_weight_type weight_type, nctmc_model **out)
 {
     return model_build(ctx, config, MODEL_WEIGHTS_ZERO, weight_type, out);
 }
 
 static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *config,
-                                 model_weights_kind weights, nctmc_weight_type weight_type,
-                                 nctmc_model **out)
+                                model_weights_kind weights, nctmc_weight_type weight_type,
+                                nctmc_model **out)
 {
     if (out)
         *out = NULL;
@@ -142,10 +142,10 @@ static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *co
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!out)
         return fail_format(ctx->last_error, sizeof ctx->last_error,
-                          NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_create: out is NULL");
+                           NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_create: out is NULL");
     if (!config)
         return fail_format(ctx->last_error, sizeof ctx->last_error,
-                          NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_create: config is NULL");
+                           NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_create: config is NULL");
     nctmc_model_config cfg;
     nctmc_model_config_init(&cfg);
     nctmc_status st = abi_read(config, &cfg, sizeof cfg, &abi_model_config, ctx->last_error,
@@ -163,7 +163,7 @@ static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *co
     }
     if (!m)
         return fail_format(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_OUT_OF_MEMORY,
-                          "out of memory");
+                           "out of memory");
     atomic_init(&m->refs, 1);
     ctx_retain(ctx);
     m->ctx = ctx;
@@ -171,17 +171,17 @@ static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *co
     m->dims = dims;
     m->fp = model_config_fp(config);
     st = model_tensor_table(&ctx->alloc, &dims, &m->tensors, &m->n_tensors, &m->slab_floats,
-                          &m->n_params);
+                            &m->n_params);
     if (st == NCTMC_OK) {
         m->view.blocks = mem_calloc(&ctx->alloc, (size_t)dims.n_layers,
-                                          sizeof(model_block_view));
+                                    sizeof(model_block_view));
         if (!m->view.blocks)
             st = NCTMC_ERR_OUT_OF_MEMORY;
     }
     if (st != NCTMC_OK) {
         nctmc_model_free(m);
         return fail_format(ctx->last_error, sizeof ctx->last_error, st,
-                          "out of memory building the tensor table");
+                           "out of memory building the tensor table");
     }
     if (weight_type != NCTMC_WEIGHT_F32)
         st = quant_model_setup(m, weight_type, ctx->last_error, sizeof ctx->last_error);
@@ -198,7 +198,7 @@ static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *co
      * fails after this point writes its own message. */
     ctx->last_error[0] = '\0';
     ctx_log(ctx, NCTMC_LOG_INFO, "model: %d layers, d=%d, %d heads, S=%d, L=%d, %lld params",
-              dims.n_layers, dims.d, dims.H, dims.S, dims.L, (long long)m->n_params);
+            dims.n_layers, dims.d, dims.H, dims.S, dims.L, (long long)m->n_params);
     *out = m;
     return NCTMC_OK;
 }

@@ -138,7 +138,7 @@ void model_release(const nctmc_model *model);
 /* Records the failure of a call that may run concurrently with other calls
  * on the same model (a const-model call): formats under error_mutex. */
 nctmc_status model_fail(const nctmc_model *model, nctmc_status status, const char *fmt,
-                               ...) NCTMC_PRINTF(3, 4);
+                        ...) NCTMC_PRINTF(3, 4);
 
 /* A successful call that has the model to itself (a non-const-model call)
  * clears its last error. */
@@ -153,23 +153,23 @@ typedef enum model_weights_kind {
 } model_weights_kind;
 
 nctmc_status model_create_ex(nctmc_context *ctx, const nctmc_model_config *config,
-                                 model_weights_kind weights, nctmc_model **out);
+                             model_weights_kind weights, nctmc_model **out);
 
 /* nctmc_model_create(), with the seeded initialisation only when
  * `initialise` (otherwise the weights are zero until the caller uploads
  * them). Errors go to ctx. */
 nctmc_status model_create(nctmc_context *ctx, const nctmc_model_config *config,
-                              bool initialise, nctmc_model **out);
+                          bool initialise, nctmc_model **out);
 
 /* The same for a model of the given weight type, never initialised (the
  * caller fills every weight). */
 nctmc_status model_create_as(nctmc_context *ctx, const nctmc_model_config *config,
-                                 nctmc_weight_type weight_type, nctmc_model **out);
+                             nctmc_weight_type weight_type, nctmc_model **out);
 
 /* Checks a configuration (a library-side struct, read with abi_read()) and
  * derives its sizes; on failure writes why. */
 nctmc_status model_config_validate(const nctmc_model_config *config, model_dims *dims,
-                                 char *err, size_t err_size);
+                                   char *err, size_t err_size);
 
 /* The forward process of a configuration. */
 nctmc_fp model_config_fp(const nctmc_model_config *config);
@@ -186,13 +186,13 @@ static inline bool model_config_denoiser(const nctmc_model_config *config)
  * *tensors comes from alloc (alloc.h; NULL = the C library); frees nothing
  * on failure. */
 nctmc_status model_tensor_table(const nctmc_allocator *alloc, const model_dims *dims,
-                              model_tensor **tensors, int32_t *n_tensors, size_t *slab_floats,
-                              int64_t *n_params);
+                                model_tensor **tensors, int32_t *n_tensors, size_t *slab_floats,
+                                int64_t *n_params);
 
 /* Points a view at a slab with the model's layout; blocks must have
  * n_layers entries (the view keeps the pointer). */
 void model_view_bind(const nctmc_model *model, float *slab, model_block_view *blocks,
-                   model_view *view);
+                     model_view *view);
 
 /* Index of the named tensor, or -1. */
 int32_t model_find_tensor(const nctmc_model *model, const char *name);

@@ -43,7 +43,7 @@ static nctmc_status out_of_range(char *err, size_t n, const char *field, long lo
                                  long long lo, long long hi)
 {
     return fail_format(err, n, NCTMC_ERR_INVALID_ARGUMENT,
-                      "config.%s = %lld is out of range [%lld, %lld]", field, value, lo, hi);
+                       "config.%s = %lld is out of range [%lld, %lld]", field, value, lo, hi);
 }
 
 #define CHECK_RANGE(field, lo, hi)                                                      \
@@ -58,35 +58,35 @@ static nctmc_status validate_process(const nctmc_model_config *cfg, char *err,
     if (cfg->process != NCTMC_PROCESS_UNIFORM && cfg->process != NCTMC_PROCESS_MASKED &&
         cfg->process != NCTMC_PROCESS_MIXTURE)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "config.process = %d is not an nctmc_process", (int)cfg->process);
+                           "config.process = %d is not an nctmc_process", (int)cfg->process);
     if (cfg->schedule != NCTMC_SCHEDULE_LINEAR && cfg->schedule != NCTMC_SCHEDULE_COSINE &&
         cfg->schedule != NCTMC_SCHEDULE_LOGLINEAR)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "config.schedule = %d is not an nctmc_schedule", (int)cfg->schedule);
+                           "config.schedule = %d is not an nctmc_schedule", (int)cfg->schedule);
     if (cfg->time_input != NCTMC_TIME_INPUT_T && cfg->time_input != NCTMC_TIME_INPUT_LOG_SNR)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "config.time_input = %d is not an nctmc_time_input",
-                          (int)cfg->time_input);
+                           "config.time_input = %d is not an nctmc_time_input",
+                           (int)cfg->time_input);
     if (cfg->exit_link != NCTMC_EXIT_LINK_SIGMA &&
         cfg->exit_link != NCTMC_EXIT_LINK_NOISE_POSTERIOR &&
         cfg->exit_link != NCTMC_EXIT_LINK_DENOISER)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "config.exit_link = %d is not an nctmc_exit_link", (int)cfg->exit_link);
+                           "config.exit_link = %d is not an nctmc_exit_link", (int)cfg->exit_link);
     if (cfg->process == NCTMC_PROCESS_MIXTURE &&
         !(cfg->mixture_uniform > 0.0f && cfg->mixture_uniform <= 1.0f))
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "config.mixture_uniform = %g must be in (0, 1]",
-                          (double)cfg->mixture_uniform);
+                           "config.mixture_uniform = %g must be in (0, 1]",
+                           (double)cfg->mixture_uniform);
     if (cfg->schedule == NCTMC_SCHEDULE_LOGLINEAR &&
         !(cfg->schedule_eps > 0.0f && cfg->schedule_eps < 1.0f))
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "config.schedule_eps = %g must be in (0, 1)",
-                          (double)cfg->schedule_eps);
+                           "config.schedule_eps = %g must be in (0, 1)",
+                           (double)cfg->schedule_eps);
     return NCTMC_OK;
 }
 
 nctmc_status model_config_validate(const nctmc_model_config *cfg, model_dims *dims, char *err,
-                                 size_t err_size)
+                                   size_t err_size)
 {
     if (!cfg)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "config is NULL");
@@ -100,12 +100,12 @@ nctmc_status model_config_validate(const nctmc_model_config *cfg, model_dims *di
     CHECK_RANGE(n_classes, 0, MAX_CLASSES);
     if (cfg->d_model % cfg->n_heads != 0)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "config.d_model = %d is not divisible by n_heads = %d",
-                          cfg->d_model, cfg->n_heads);
+                           "config.d_model = %d is not divisible by n_heads = %d",
+                           cfg->d_model, cfg->n_heads);
     if ((cfg->d_model / cfg->n_heads) % 2 != 0)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "head width d_model / n_heads = %d must be even (rotary pairs)",
-                          cfg->d_model / cfg->n_heads);
+                           "head width d_model / n_heads = %d must be even (rotary pairs)",
+                           cfg->d_model / cfg->n_heads);
     nctmc_status st = validate_process(cfg, err, err_size);
     if (st != NCTMC_OK)
         return st;

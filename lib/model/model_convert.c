@@ -46,7 +46,7 @@ static nctmc_status fill_converted(const nctmc_model *src, nctmc_model *dst,
                                   QUANT_PACK_ALIGN);
     if (!b->src || !b->slab || !b->packed)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "out of memory converting the weights");
+                           "out of memory converting the weights");
     memset(b->packed, 0, dst->packed_bytes);
     nctmc_backend *be = src->ctx->backend;
     be->ops->download(be, b->src, src->weights, sizeof(float) * src->slab_floats);
@@ -82,23 +82,23 @@ NCTMC_API nctmc_status nctmc_model_convert(const nctmc_model *model, nctmc_weigh
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!out)
         return model_fail(model, NCTMC_ERR_INVALID_ARGUMENT,
-                                 "nctmc_model_convert: out is NULL");
+                          "nctmc_model_convert: out is NULL");
     if (to != NCTMC_WEIGHT_BF16 && to != NCTMC_WEIGHT_INT8)
         return model_fail(model, NCTMC_ERR_INVALID_ARGUMENT,
-                                 "nctmc_model_convert: weight type %d is not "
-                                 "NCTMC_WEIGHT_BF16 or NCTMC_WEIGHT_INT8",
-                                 (int)to);
+                          "nctmc_model_convert: weight type %d is not "
+                          "NCTMC_WEIGHT_BF16 or NCTMC_WEIGHT_INT8",
+                          (int)to);
     if (model->weight_type != NCTMC_WEIGHT_F32)
         return model_fail(model, NCTMC_ERR_INVALID_ARGUMENT,
-                                 "nctmc_model_convert: the model already holds %s weights; "
-                                 "convert its float original",
-                                 quant_type_name(model->weight_type));
+                          "nctmc_model_convert: the model already holds %s weights; "
+                          "convert its float original",
+                          quant_type_name(model->weight_type));
     char err[NCTMC_ERROR_SIZE];
     nctmc_model *dst = NULL;
     nctmc_status st = model_create_as(model->ctx, &model->config, to, &dst);
     if (st != NCTMC_OK)
         return model_fail(model, st, "nctmc_model_convert: %s",
-                                 model->ctx->last_error);
+                          model->ctx->last_error);
     convert_buffers b = {NULL, NULL, NULL};
     st = fill_converted(model, dst, &b, err, sizeof err);
     const nctmc_allocator *alloc = &model->ctx->alloc;

@@ -59,27 +59,27 @@ static nctmc_status locate_tensors(const st_file *file, const nctmc_model *m,
         int32_t idx = st_file_find_tensor(file, t->name);
         if (idx < 0 || !st_file_tensor_offset(file, idx, &offsets[k]))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT, "tensor \"%s\" is missing",
-                              t->name);
+                               t->name);
         /* a float read in place must sit at a multiple of its size (the
          * map itself starts on a page) */
         if (offsets[k] % sizeof(float) != 0)
             return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
-                              "tensor \"%s\" starts at byte %llu, not a multiple of %zu",
-                              t->name, (unsigned long long)offsets[k], sizeof(float));
+                               "tensor \"%s\" starts at byte %llu, not a multiple of %zu",
+                               t->name, (unsigned long long)offsets[k], sizeof(float));
         uint64_t end = offsets[k] + (uint64_t)t->n_elements * sizeof(float);
         *lo = offsets[k] < *lo ? offsets[k] : *lo;
         *hi = end > *hi ? end : *hi;
     }
     if (m->n_tensors == 0 || *hi - *lo > (uint64_t)SIZE_MAX)
         return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
-                          "the tensors span more than this host can map");
+                           "the tensors span more than this host can map");
     return NCTMC_OK;
 }
 
 static nctmc_status not_finite(const char *name, int64_t element, char *err, size_t err_size)
 {
     return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                      "tensor \"%s\": element %lld is not finite", name, (long long)element);
+                       "tensor \"%s\": element %lld is not finite", name, (long long)element);
 }
 
 /* Every value finite, read through the file in pieces rather than through
@@ -162,7 +162,7 @@ nctmc_status model_map_create(nctmc_context *ctx, const st_file *file,
         return st;
     }
     ctx_log(ctx, NCTMC_LOG_INFO, "model: weights mapped from the file (%zu bytes%s)",
-              m->weights_map.size, check_values ? "" : ", values not checked");
+            m->weights_map.size, check_values ? "" : ", values not checked");
     *out = m;
     return NCTMC_OK;
 }
@@ -203,8 +203,8 @@ nctmc_status model_make_writable(nctmc_model *m, char *err, size_t err_size)
     if (!w) {
         mem_free(alloc, table);
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "cannot allocate %zu floats to copy the mapped weights into",
-                          slab_floats);
+                           "cannot allocate %zu floats to copy the mapped weights into",
+                           slab_floats);
     }
     nctmc_status st = copy_out(m, table, w, err, err_size);
     if (st != NCTMC_OK) {

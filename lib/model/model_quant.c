@@ -143,12 +143,12 @@ nctmc_status quant_model_setup(nctmc_model *m, nctmc_weight_type type, char *err
     nctmc_backend *be = m->ctx->backend;
     if (type != NCTMC_WEIGHT_BF16 && type != NCTMC_WEIGHT_INT8)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "weight type %d is not NCTMC_WEIGHT_BF16 or NCTMC_WEIGHT_INT8",
-                          (int)type);
+                           "weight type %d is not NCTMC_WEIGHT_BF16 or NCTMC_WEIGHT_INT8",
+                           (int)type);
     if (!be->ops->linear_forward_packed || !be->ops->linear_packed_scratch_bytes)
         return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
-                          "the %s backend cannot hold %s weights (the cpu backend can)",
-                          be->name, quant_type_name(type));
+                           "the %s backend cannot hold %s weights (the cpu backend can)",
+                           be->name, quant_type_name(type));
     size_t n = (size_t)m->n_tensors;
     size_t *at = mem_calloc(&m->ctx->alloc, 2 * n, sizeof *at);
     m->packed = mem_calloc(&m->ctx->alloc, n, sizeof *m->packed);
@@ -162,8 +162,8 @@ nctmc_status quant_model_setup(nctmc_model *m, nctmc_weight_type type, char *err
     if (!m->packed_data) {
         mem_free(&m->ctx->alloc, at);
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "cannot allocate %zu bytes of %s weights on the %s backend",
-                          m->packed_bytes, quant_type_name(type), be->name);
+                           "cannot allocate %zu bytes of %s weights on the %s backend",
+                           m->packed_bytes, quant_type_name(type), be->name);
     }
     unsigned char *base = m->packed_data;
     for (int32_t k = 0; k < m->n_tensors; k++) {

@@ -70,8 +70,8 @@ static void add_block(table_builder *tb, const model_dims *m, int32_t k)
 }
 
 nctmc_status model_tensor_table(const nctmc_allocator *alloc, const model_dims *m,
-                              model_tensor **tensors, int32_t *n_tensors, size_t *slab_floats,
-                              int64_t *n_params)
+                                model_tensor **tensors, int32_t *n_tensors, size_t *slab_floats,
+                                int64_t *n_params)
 {
     size_t capacity = TENSORS_FIXED + (size_t)m->n_layers * TENSORS_PER_BLOCK;
     table_builder tb = {mem_calloc(alloc, capacity, sizeof(model_tensor)), 0, 0, 0};
@@ -110,7 +110,7 @@ int32_t model_find_tensor(const nctmc_model *model, const char *name)
 
 /* The table's order is fixed above, so a view is bound by walking it. */
 void model_view_bind(const nctmc_model *model, float *slab, model_block_view *blocks,
-                   model_view *view)
+                     model_view *view)
 {
     const model_tensor *t = model->tensors;
     int32_t k = 0;

@@ -18,7 +18,7 @@ NCTMC_API nctmc_status nctmc_model_set_tokenizer(nctmc_model *model, const nctmc
             return st;
         if (tokenizer_clone(&model->ctx->alloc, tok, &copy) != NCTMC_OK)
             return fail_format(model->last_error, sizeof model->last_error,
-                              NCTMC_ERR_OUT_OF_MEMORY, "out of memory copying the tokenizer");
+                               NCTMC_ERR_OUT_OF_MEMORY, "out of memory copying the tokenizer");
     }
     nctmc_tokenizer_free(model->tokenizer);
     model->tokenizer = copy;

@@ -569,9 +569,9 @@ NCTMC_API nctmc_status nctmc_eval(nctmc_model *model, const nctmc_eval_params *p
     if (st == NCTMC_OK) {
         model_clear_error(model);
         ctx_log(model->ctx, NCTMC_LOG_INFO,
-                  "eval: %lld sequences, NELBO %.4f +- %.4f bits/token (prior %.3g)",
-                  (long long)p.n_sequences, result->nelbo_bits_per_token,
-                  result->std_error_bits, result->prior_bits_per_token);
+                "eval: %lld sequences, NELBO %.4f +- %.4f bits/token (prior %.3g)",
+                (long long)p.n_sequences, result->nelbo_bits_per_token,
+                result->std_error_bits, result->prior_bits_per_token);
     }
     eval_state_free(&e);
     return st;

@@ -35,14 +35,14 @@ static nctmc_status alloc_forward_outputs(nctmc_backend *be, const nctmc_forward
     if (!checked_mul(rows, sizeof(float), &o->log_rate_bytes) ||
         !checked_mul3(rows, (size_t)S, sizeof(float), &o->jump_bytes))
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "forward outputs for batch %d x length %d overflow", p->batch,
-                          p->length);
+                           "forward outputs for batch %d x length %d overflow", p->batch,
+                           p->length);
     if (p->log_rate && !(o->log_rate = be->ops->alloc(be, o->log_rate_bytes)))
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "cannot allocate %zu bytes for log_rate", o->log_rate_bytes);
+                           "cannot allocate %zu bytes for log_rate", o->log_rate_bytes);
     if (p->jump_logprobs && !(o->jump_logprobs = be->ops->alloc(be, o->jump_bytes)))
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "cannot allocate %zu bytes for jump_logprobs", o->jump_bytes);
+                           "cannot allocate %zu bytes for jump_logprobs", o->jump_bytes);
     return NCTMC_OK;
 }
 
@@ -67,7 +67,7 @@ static nctmc_status read_forward_params(const nctmc_forward_params *params,
         return st;
     if (!p->log_rate && !p->jump_logprobs)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "neither log_rate nor jump_logprobs is requested");
+                           "neither log_rate nor jump_logprobs is requested");
     return NCTMC_OK;
 }
 
@@ -136,11 +136,11 @@ NCTMC_API nctmc_status nctmc_model_forward_ex(const nctmc_model *model, nctmc_co
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!model)
         return fail_format(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_model_forward_ex: model is NULL");
+                           "nctmc_model_forward_ex: model is NULL");
     if (strcmp(ctx->backend->name, model->ctx->backend->name) != 0)
         return fail_format(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_INVALID_ARGUMENT,
-                          "the model lives on the %s backend, the context is %s",
-                          model->ctx->backend->name, ctx->backend->name);
+                           "the model lives on the %s backend, the context is %s",
+                           model->ctx->backend->name, ctx->backend->name);
     nctmc_forward_params p;
     nctmc_status st = read_forward_params(params, &p, ctx->last_error, sizeof ctx->last_error);
     if (st == NCTMC_OK)

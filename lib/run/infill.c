@@ -60,15 +60,15 @@ static nctmc_status check_ranges(const infill_job *job)
         const nctmc_text_range *r = &job->ranges[k];
         if (r->start > r->end || r->end > job->text_len)
             return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "%s: range %d [%zu, %zu) is not within the text of %zu bytes",
-                              FN, (int)k, r->start, r->end, job->text_len);
+                               "%s: range %d [%zu, %zu) is not within the text of %zu bytes",
+                               FN, (int)k, r->start, r->end, job->text_len);
         if (k > 0 && r->start < job->ranges[k - 1].end)
             return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "%s: range %d [%zu, %zu) %s range %d [%zu, %zu); ranges must be "
-                              "sorted and must not overlap",
-                              FN, (int)k, r->start, r->end,
-                              r->start < job->ranges[k - 1].start ? "starts before" : "overlaps",
-                              (int)(k - 1), job->ranges[k - 1].start, job->ranges[k - 1].end);
+                               "%s: range %d [%zu, %zu) %s range %d [%zu, %zu); ranges must be "
+                               "sorted and must not overlap",
+                               FN, (int)k, r->start, r->end,
+                               r->start < job->ranges[k - 1].start ? "starts before" : "overlaps",
+                               (int)(k - 1), job->ranges[k - 1].start, job->ranges[k - 1].end);
     }
     return NCTMC_OK;
 }
@@ -88,9 +88,9 @@ static nctmc_status read_sample_params(infill_job *job)
     if ((p->batch != 0 && p->batch != 1) || p->length != 0 || p->fixed_tokens != NULL ||
         p->fixed_mask != NULL || p->tokens_out != NULL)
         return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "%s: params->sample's batch, length, fixed_tokens, fixed_mask and "
-                          "tokens_out are set by the call: leave them at their defaults",
-                          FN);
+                           "%s: params->sample's batch, length, fixed_tokens, fixed_mask and "
+                           "tokens_out are set by the call: leave them at their defaults",
+                           FN);
     return NCTMC_OK;
 }
 
@@ -103,15 +103,15 @@ static nctmc_status check_chars(const infill_job *job, size_t start, size_t end)
         size_t len = utf8_decode(job->text + i, end - i, &cp);
         if (len == 0)
             return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "%s: the fixed text has invalid UTF-8 at byte %zu (a character "
-                              "tokenizer cannot keep part of a character: does a range "
-                              "start or end inside one?)",
-                              FN, i);
+                               "%s: the fixed text has invalid UTF-8 at byte %zu (a character "
+                               "tokenizer cannot keep part of a character: does a range "
+                               "start or end inside one?)",
+                               FN, i);
         if (tokenizer_char_index(job->tok, cp) < 0)
             return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "%s: the fixed text's character U+%04X at byte %zu is not in the "
-                              "tokenizer's alphabet",
-                              FN, (unsigned)cp, i);
+                               "%s: the fixed text's character U+%04X at byte %zu is not in the "
+                               "tokenizer's alphabet",
+                               FN, (unsigned)cp, i);
         i += len;
     }
     return NCTMC_OK;
@@ -130,8 +130,8 @@ static nctmc_status encode_piece(const infill_job *job, size_t start, size_t end
                                              end - start, tokens, tokens ? end - start : 0, n);
     if (st != NCTMC_OK)
         return fail_format(job->err, job->err_size, st,
-                          "%s: cannot encode the text at bytes [%zu, %zu): %s", FN, start, end,
-                          nctmc_tokenizer_last_error(job->tok));
+                           "%s: cannot encode the text at bytes [%zu, %zu): %s", FN, start, end,
+                           nctmc_tokenizer_last_error(job->tok));
     return NCTMC_OK;
 }
 
@@ -177,9 +177,9 @@ static nctmc_status plan(infill_job *job)
                                                 : NCTMC_INFILL_AUTO_TOKENS;
         if (want < 0 && want != NCTMC_INFILL_AUTO_TOKENS)
             return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "%s: range_tokens[%d] = %d; give a count >= 0 or "
-                              "NCTMC_INFILL_AUTO_TOKENS",
-                              FN, (int)k, (int)want);
+                               "%s: range_tokens[%d] = %d; give a count >= 0 or "
+                               "NCTMC_INFILL_AUTO_TOKENS",
+                               FN, (int)k, (int)want);
         n = (size_t)want;
         if (want == NCTMC_INFILL_AUTO_TOKENS && (st = auto_slots(job, k, &n)) != NCTMC_OK)
             return st;
@@ -194,10 +194,10 @@ static nctmc_status plan(infill_job *job)
     job->length = at;
     if (at < 1 || at > (size_t)job->s->max_length)
         return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "%s: the text and its ranges take %s%zu tokens; the sampler allows "
-                          "1 .. %d (its max_length; the model's seq_len at most)",
-                          FN, clamped ? "more than " : "", clamped ? at - 1 : at,
-                          (int)job->s->max_length);
+                           "%s: the text and its ranges take %s%zu tokens; the sampler allows "
+                           "1 .. %d (its max_length; the model's seq_len at most)",
+                           FN, clamped ? "more than " : "", clamped ? at - 1 : at,
+                           (int)job->s->max_length);
     return NCTMC_OK;
 }
 
@@ -244,7 +244,7 @@ static nctmc_status decode(infill_job *job, char *out, size_t out_cap, size_t *l
                                    out ? out + at : NULL, out ? out_cap - at : 0, &n_bytes);
         if (st != NCTMC_OK)
             return fail_format(job->err, job->err_size, st, "%s: cannot decode the result: %s",
-                              FN, nctmc_tokenizer_last_error(job->tok));
+                               FN, nctmc_tokenizer_last_error(job->tok));
         if (i % 2 == 1)
             where[i / 2] = (nctmc_text_range){at, at + n_bytes};
         at += n_bytes;
@@ -262,15 +262,15 @@ static nctmc_status finish(infill_job *job, char *out, size_t out_cap, size_t *o
         mem_calloc(&job->tok->alloc, (size_t)job->n_ranges, sizeof *where);
     if (where == NULL)
         return fail_format(job->err, job->err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "%s: out of memory", FN);
+                           "%s: out of memory", FN);
     size_t len = 0;
     nctmc_status st = decode(job, NULL, 0, &len, where);
     bool measured = st == NCTMC_OK;
     if (st == NCTMC_OK && out != NULL && len >= out_cap)
         st = fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                        "%s: out_cap %zu is too small for the %zu bytes of the new text and "
-                        "its NUL",
-                        FN, out_cap, len);
+                         "%s: out_cap %zu is too small for the %zu bytes of the new text and "
+                         "its NUL",
+                         FN, out_cap, len);
     else if (st == NCTMC_OK && out != NULL)
         st = decode(job, out, out_cap, &len, where);
     if (measured) {
@@ -291,10 +291,10 @@ static nctmc_status take_tokenizer(infill_job *job, const nctmc_tokenizer *tok)
         tok = nctmc_model_get_tokenizer(m);
     if (tok == NULL)
         return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "%s: the model has no tokenizer; pass one", FN);
+                           "%s: the model has no tokenizer; pass one", FN);
     if (tok->kind == NCTMC_TOKENIZER_IMAGE)
         return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "%s: an image tokenizer does not encode text", FN);
+                           "%s: an image tokenizer does not encode text", FN);
     nctmc_model_config cfg;
     nctmc_model_config_init(&cfg);
     nctmc_model_get_config(m, &cfg);
@@ -303,7 +303,7 @@ static nctmc_status take_tokenizer(infill_job *job, const nctmc_tokenizer *tok)
         tokenizer_check_model(tok, &cfg, NCTMC_ERR_INVALID_ARGUMENT, why, sizeof why);
     if (st != NCTMC_OK)
         return fail_format(job->err, job->err_size, st, "%s: the tokenizer does not fit the "
-                          "model: %s", FN, why);
+                           "model: %s", FN, why);
     st = tokenizer_clone(&job->s->ctx->alloc, tok, &job->tok);
     if (st == NCTMC_OK && job->tok->mask_text == NULL)
         st = nctmc_tokenizer_set_mask_placeholder(job->tok, "");
@@ -323,7 +323,7 @@ static nctmc_status check_args(const infill_job *job, const char *out, size_t ou
                                                              : NULL;
     if (bad != NULL)
         return fail_format(job->err, job->err_size, NCTMC_ERR_INVALID_ARGUMENT, "%s: %s", FN,
-                          bad);
+                           bad);
     return NCTMC_OK;
 }
 
@@ -335,7 +335,7 @@ static nctmc_status alloc_job(infill_job *job)
     job->piece_end = mem_calloc(a, 2 * n + 1, sizeof *job->piece_end);
     if (job->slots == NULL || job->piece_end == NULL)
         return fail_format(job->err, job->err_size, NCTMC_ERR_OUT_OF_MEMORY, "%s: out of memory",
-                          FN);
+                           FN);
     return NCTMC_OK;
 }
 
@@ -347,7 +347,7 @@ static nctmc_status alloc_sequence(infill_job *job)
     job->mask = mem_calloc(a, job->length, 1);
     if (job->fixed == NULL || job->tokens == NULL || job->mask == NULL)
         return fail_format(job->err, job->err_size, NCTMC_ERR_OUT_OF_MEMORY, "%s: out of memory",
-                          FN);
+                           FN);
     return NCTMC_OK;
 }
 

@@ -39,20 +39,20 @@ static nctmc_status check_sampler_params(const nctmc_model *m, const nctmc_sampl
 {
     if (strcmp(ctx->backend->name, m->ctx->backend->name) != 0)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "the model lives on the %s backend, the sampler's context is %s",
-                          m->ctx->backend->name, ctx->backend->name);
+                           "the model lives on the %s backend, the sampler's context is %s",
+                           m->ctx->backend->name, ctx->backend->name);
     if (!ctx->backend->ops->sample_step)
         return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
-                          "the %s backend has no sampling operation", ctx->backend->name);
+                           "the %s backend has no sampling operation", ctx->backend->name);
     if (p->max_batch < 1 || p->max_batch > SAMPLER_MAX_BATCH)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "max_batch = %d is out of range [1, %d]", p->max_batch,
-                          SAMPLER_MAX_BATCH);
+                           "max_batch = %d is out of range [1, %d]", p->max_batch,
+                           SAMPLER_MAX_BATCH);
     if (p->max_length < 0 || p->max_length > m->dims.L)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "max_length = %d is out of range [0, %d] (the model's seq_len; 0 = "
-                          "seq_len)",
-                          p->max_length, m->dims.L);
+                           "max_length = %d is out of range [0, %d] (the model's seq_len; 0 = "
+                           "seq_len)",
+                           p->max_length, m->dims.L);
     return NCTMC_OK;
 }
 
@@ -92,8 +92,8 @@ static nctmc_status alloc_buffers(nctmc_sampler *s, char *err, size_t err_size)
     s->h_done = host_alloc(s, (size_t)s->max_batch, sizeof(bool), &ok);
     if (!ok)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "cannot allocate the sampler's buffers for %d x %d tokens",
-                          s->max_batch, s->max_length);
+                           "cannot allocate the sampler's buffers for %d x %d tokens",
+                           s->max_batch, s->max_length);
     return NCTMC_OK;
 }
 
@@ -292,7 +292,7 @@ static nctmc_status sync_backend(nctmc_sampler *s, const char *what)
     nctmc_status st = s->be->ops->synchronize(s->be);
     if (st != NCTMC_OK)
         return fail_format(s->last_error, sizeof s->last_error, st, "nctmc_sample: %s: %s",
-                          what, s->be->error);
+                           what, s->be->error);
     return NCTMC_OK;
 }
 
@@ -348,7 +348,7 @@ static nctmc_status check_cancel(nctmc_sampler *s, const sample_run *run, const 
         return NCTMC_OK;
     memcpy(run->p->tokens_out, s->h_tokens, (size_t)run->n_rows * sizeof(int32_t));
     return fail_format(s->last_error, sizeof s->last_error, NCTMC_ERR_CANCELLED,
-                      "nctmc_sample: cancelled by nctmc_sampler_cancel() %s", where);
+                       "nctmc_sample: cancelled by nctmc_sampler_cancel() %s", where);
 }
 
 /* Calls the user's callback; false (stop) leaves the current tokens in
@@ -361,7 +361,7 @@ static nctmc_status notify(nctmc_sampler *s, const sample_run *run, int32_t step
         !p->callback(step, p->n_steps, s->h_tokens, run->batch, run->length, p->user_data)) {
         memcpy(p->tokens_out, s->h_tokens, (size_t)run->n_rows * sizeof(int32_t));
         return fail_format(s->last_error, sizeof s->last_error, NCTMC_ERR_CANCELLED,
-                          "nctmc_sample: cancelled by the callback after step %d", step);
+                           "nctmc_sample: cancelled by the callback after step %d", step);
     }
     char where[32];
     snprintf(where, sizeof where, "after step %d", step);

@@ -139,7 +139,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_image_shape(const nctmc_tokenizer *tok, i
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (tok->kind != NCTMC_TOKENIZER_IMAGE)
         return FAIL_INTO((nctmc_tokenizer *)tok, NCTMC_ERR_INVALID_ARGUMENT,
-                        "nctmc_tokenizer_image_shape: not an image tokenizer");
+                         "nctmc_tokenizer_image_shape: not an image tokenizer");
     if (width)
         *width = tok->width;
     if (height)
@@ -160,22 +160,22 @@ static nctmc_status check_placeholder(nctmc_tokenizer *tok, const char *text, si
 {
     if (len > TOKENIZER_MAX_PLACEHOLDER)
         return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                        "nctmc_tokenizer_set_mask_placeholder: the placeholder is longer "
-                        "than %d bytes",
-                        TOKENIZER_MAX_PLACEHOLDER);
+                         "nctmc_tokenizer_set_mask_placeholder: the placeholder is longer "
+                         "than %d bytes",
+                         TOKENIZER_MAX_PLACEHOLDER);
     size_t bad = utf8_first_invalid((const uint8_t *)text, len);
     if (bad < len)
         return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                        "nctmc_tokenizer_set_mask_placeholder: invalid UTF-8 at byte offset "
-                        "%zu",
-                        bad);
+                         "nctmc_tokenizer_set_mask_placeholder: invalid UTF-8 at byte offset "
+                         "%zu",
+                         bad);
     uint32_t cp;
     if (tok->kind == NCTMC_TOKENIZER_IMAGE &&
         (len == 0 || utf8_decode((const uint8_t *)text, len, &cp) != len || text[0] == '\n'))
         return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                        "nctmc_tokenizer_set_mask_placeholder: an image tokenizer's "
-                        "placeholder must be exactly one character (not a newline): it "
-                        "stands for one pixel");
+                         "nctmc_tokenizer_set_mask_placeholder: an image tokenizer's "
+                         "placeholder must be exactly one character (not a newline): it "
+                         "stands for one pixel");
     return NCTMC_OK;
 }
 
@@ -262,12 +262,12 @@ nctmc_status tokenizer_encode_chars(nctmc_tokenizer *tok, const uint8_t *text, s
         size_t len = utf8_decode(text + at, n - at, &cp);
         if (len == 0)
             return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "invalid UTF-8 at byte offset %zu",
-                            at);
+                             at);
         int32_t id = tokenizer_char_index(tok, cp);
         if (id < 0)
             return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                            "character U+%04X at byte offset %zu is not in the alphabet",
-                            (unsigned)cp, at);
+                             "character U+%04X at byte offset %zu is not in the alphabet",
+                             (unsigned)cp, at);
         if (tokens)
             tokens[count] = id;
         at += len;
@@ -349,8 +349,8 @@ NCTMC_API nctmc_status nctmc_tokenizer_encode(nctmc_tokenizer *tok, const char *
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!n_tokens || (!text && n_bytes > 0) || (!tokens && capacity > 0))
         return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                        "nctmc_tokenizer_encode: n_tokens, text (unless empty) and tokens "
-                        "(unless capacity is 0) must not be NULL");
+                         "nctmc_tokenizer_encode: n_tokens, text (unless empty) and tokens "
+                         "(unless capacity is 0) must not be NULL");
     *n_tokens = 0;
     size_t count = 0;
     if (tokens && encode_in_one_pass(tok, n_bytes, capacity)) {
@@ -371,7 +371,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_encode(nctmc_tokenizer *tok, const char *
     }
     if (capacity < count)
         return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                        "the text needs %zu tokens, the buffer holds %zu", count, capacity);
+                         "the text needs %zu tokens, the buffer holds %zu", count, capacity);
     st = encode_any(tok, (const uint8_t *)text, n_bytes, tokens, &count);
     if (st == NCTMC_OK)
         tok->last_error[0] = '\0';
@@ -386,8 +386,8 @@ NCTMC_API nctmc_status nctmc_tokenizer_decode(nctmc_tokenizer *tok, const int32_
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!n_bytes || (!tokens && n_tokens > 0) || (!text && capacity > 0))
         return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                        "nctmc_tokenizer_decode: n_bytes, tokens (unless n_tokens is 0) and "
-                        "text (unless capacity is 0) must not be NULL");
+                         "nctmc_tokenizer_decode: n_bytes, tokens (unless n_tokens is 0) and "
+                         "text (unless capacity is 0) must not be NULL");
     *n_bytes = 0;
     size_t len = 0;
     nctmc_status st = decode_any(tok, tokens, n_tokens, NULL, &len);
@@ -400,8 +400,8 @@ NCTMC_API nctmc_status nctmc_tokenizer_decode(nctmc_tokenizer *tok, const int32_
     }
     if (capacity <= len)
         return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                        "the text needs %zu bytes and a NUL, the buffer holds %zu", len,
-                        capacity);
+                         "the text needs %zu bytes and a NUL, the buffer holds %zu", len,
+                         capacity);
     st = decode_any(tok, tokens, n_tokens, text, &len);
     if (st == NCTMC_OK) {
         text[len] = '\0';
@@ -419,22 +419,22 @@ nctmc_status tokenizer_check_model(const nctmc_tokenizer *tok, const nctmc_model
                                                          : cfg->vocab_size - 1;
     if (tok->vocab != data)
         return fail_format(err, err_size, status,
-                          "the tokenizer has %d tokens, the model (S = %d, %s process) has %d "
-                          "data tokens%s",
-                          tok->vocab, cfg->vocab_size,
-                          cfg->process == NCTMC_PROCESS_UNIFORM ? "uniform" : "mask-token",
-                          data,
-                          tok->kind == NCTMC_TOKENIZER_BPE && tok->vocab < data
-                              ? " (nctmc_tokenizer_pad_vocab() pads a BPE vocabulary)"
-                              : "");
+                           "the tokenizer has %d tokens, the model (S = %d, %s process) has %d "
+                           "data tokens%s",
+                           tok->vocab, cfg->vocab_size,
+                           cfg->process == NCTMC_PROCESS_UNIFORM ? "uniform" : "mask-token",
+                           data,
+                           tok->kind == NCTMC_TOKENIZER_BPE && tok->vocab < data
+                           ? " (nctmc_tokenizer_pad_vocab() pads a BPE vocabulary)"
+                           : "");
     /* an image is exactly one sequence: a shorter one would make every
      * reader of the picture run past the tokens, a longer one draw garbage */
     if (tok->kind == NCTMC_TOKENIZER_IMAGE &&
         (int64_t)tok->width * tok->height != (int64_t)cfg->seq_len)
         return fail_format(err, err_size, status,
-                          "the image tokenizer is %d x %d = %lld pixels, the model's sequences "
-                          "are %d tokens: they must be equal",
-                          tok->width, tok->height, (long long)tok->width * tok->height,
-                          cfg->seq_len);
+                           "the image tokenizer is %d x %d = %lld pixels, the model's sequences "
+                           "are %d tokens: they must be equal",
+                           tok->width, tok->height, (long long)tok->width * tok->height,
+                           cfg->seq_len);
     return NCTMC_OK;
 }

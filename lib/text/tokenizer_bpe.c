@@ -97,7 +97,7 @@ static nctmc_status index_build(const nctmc_allocator *alloc, const bpe_parts *p
         int32_t other = index_find(ix, p, s, n);
         if (other >= 0)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "BPE: tokens %d and %d have the same bytes", other, id);
+                               "BPE: tokens %d and %d have the same bytes", other, id);
         uint32_t i = hash_bytes(s, n) & ix->mask;
         while (ix->slots[i] >= 0)
             i = (i + 1) & ix->mask;
@@ -110,16 +110,16 @@ static nctmc_status check_tokens(const bpe_parts *p, char *err, size_t err_size)
 {
     if (p->n_tokens < 1 || p->n_tokens > BPE_MAX_TOKENS || p->offsets[0] != 0)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "BPE: %d tokens is not in [1, %d]", p->n_tokens, BPE_MAX_TOKENS);
+                           "BPE: %d tokens is not in [1, %d]", p->n_tokens, BPE_MAX_TOKENS);
     if (p->n_merges < 0 || p->n_merges > BPE_MAX_TOKENS)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "BPE: %d merges is not in [0, %d]", p->n_merges, BPE_MAX_TOKENS);
+                           "BPE: %d merges is not in [0, %d]", p->n_merges, BPE_MAX_TOKENS);
     for (int32_t id = 0; id < p->n_tokens; id++) {
         uint32_t len = p->offsets[id + 1] - p->offsets[id];
         if (p->offsets[id + 1] < p->offsets[id] || len == 0 || len > BPE_MAX_TOKEN_BYTES)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "BPE: token %d has %u bytes (1 .. %d allowed)", id, len,
-                              BPE_MAX_TOKEN_BYTES);
+                               "BPE: token %d has %u bytes (1 .. %d allowed)", id, len,
+                               BPE_MAX_TOKEN_BYTES);
     }
     return NCTMC_OK;
 }
@@ -141,24 +141,24 @@ static nctmc_status build_merges(bpe_model *m, const bpe_parts *p, const byte_in
         int32_t a = p->merges[2 * r], b = p->merges[2 * r + 1];
         if (a < 0 || a >= p->n_tokens || b < 0 || b >= p->n_tokens)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "BPE: merge %d names token %d, outside [0, %d)", r,
-                              (a < 0 || a >= p->n_tokens) ? a : b, p->n_tokens);
+                               "BPE: merge %d names token %d, outside [0, %d)", r,
+                               (a < 0 || a >= p->n_tokens) ? a : b, p->n_tokens);
         if (p->special[a] || p->special[b])
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "BPE: merge %d uses the added token %d", r,
-                              p->special[a] ? a : b);
+                               "BPE: merge %d uses the added token %d", r,
+                               p->special[a] ? a : b);
         size_t la = p->offsets[a + 1] - p->offsets[a], lb = p->offsets[b + 1] - p->offsets[b];
         memcpy(joined, p->bytes + p->offsets[a], la);
         memcpy(joined + la, p->bytes + p->offsets[b], lb);
         int32_t result = index_find(ix, p, joined, la + lb);
         if (result < 0)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "BPE: merge %d (%d %d) makes a token the vocabulary lacks", r,
-                              a, b);
+                               "BPE: merge %d (%d %d) makes a token the vocabulary lacks", r,
+                               a, b);
         uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
         if (find_merge(m, a, b))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "BPE: merge %d (%d %d) is listed twice", r, a, b);
+                               "BPE: merge %d (%d %d) is listed twice", r, a, b);
         put_merge(m, key, r, result);
     }
     return NCTMC_OK;
@@ -508,15 +508,15 @@ static nctmc_status encode_word(bpe_model *m, const uint8_t *word, size_t len, s
     for (size_t i = 0; i < len; i++)
         if (m->byte_token[word[i]] < 0)
             return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                              "byte 0x%02x at byte offset %zu has no token in this vocabulary",
-                              word[i], start + i);
+                               "byte 0x%02x at byte offset %zu has no token in this vocabulary",
+                               word[i], start + i);
     if (len > (size_t)INT32_MAX)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "a pre-token of %zu bytes (at byte offset %zu) is too long", len,
-                          start);
+                           "a pre-token of %zu bytes (at byte offset %zu) is too long", len,
+                           start);
     if (!work_reserve(m, len))
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "out of memory merging a pre-token of %zu bytes", len);
+                           "out of memory merging a pre-token of %zu bytes", len);
     merge_word(m, m->work, word, len);
     for (int32_t i = 0; i >= 0; i = m->work->sym[i].next)
         emit(e, m->work->sym[i].id, start + (size_t)i);
@@ -571,7 +571,7 @@ nctmc_status bpe_encode(bpe_model *m, const uint8_t *text, size_t n, int32_t *to
 {
     if (!m->cache && !(m->cache = mem_calloc(&m->alloc, 1, sizeof *m->cache)))
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "out of memory for the word cache");
+                           "out of memory for the word cache");
     emitter e = {tokens, starts, 0};
     for (size_t at = 0; at < n;) {
         size_t where;

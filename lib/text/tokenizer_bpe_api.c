@@ -66,12 +66,12 @@ NCTMC_API nctmc_status nctmc_tokenizer_pad_vocab(nctmc_tokenizer *tok, int32_t v
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (tok->kind != NCTMC_TOKENIZER_BPE)
         return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                        "nctmc_tokenizer_pad_vocab: only a BPE tokenizer is padded");
+                         "nctmc_tokenizer_pad_vocab: only a BPE tokenizer is padded");
     if (vocab_size < tok->bpe->n_tokens || vocab_size > BPE_MAX_TOKENS)
         return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                        "nctmc_tokenizer_pad_vocab: %d is not in [%d, %d] (the tokenizer "
-                        "has %d tokens)",
-                        vocab_size, tok->bpe->n_tokens, BPE_MAX_TOKENS, tok->bpe->n_tokens);
+                         "nctmc_tokenizer_pad_vocab: %d is not in [%d, %d] (the tokenizer "
+                         "has %d tokens)",
+                         vocab_size, tok->bpe->n_tokens, BPE_MAX_TOKENS, tok->bpe->n_tokens);
     tok->vocab = vocab_size;
     tok->last_error[0] = '\0';
     return NCTMC_OK;

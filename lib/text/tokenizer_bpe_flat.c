@@ -102,14 +102,14 @@ static nctmc_status parse_tokens(const char *s, int32_t n, uint32_t *offsets, ui
             int hi = hex_value(s[0]), lo = hi < 0 ? -1 : hex_value(s[1]);
             if (hi < 0 || lo < 0)
                 return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                                  "tokenizer: bpe_tokens entry %d is not lowercase hex bytes",
-                                  id);
+                                   "tokenizer: bpe_tokens entry %d is not lowercase hex bytes",
+                                   id);
             bytes[at++] = (uint8_t)(hi << 4 | lo);
             s += 2;
         }
         if (at == offsets[id] || (*s == ' ' && id + 1 == n))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "tokenizer: bpe_tokens entry %d is empty", id);
+                               "tokenizer: bpe_tokens entry %d is empty", id);
         if (*s == ' ')
             s++;
     }
@@ -129,8 +129,8 @@ static nctmc_status parse_ids(const char *s, const char *what, int32_t *ids, siz
         bool sep_ok = i + 1 < n ? *s == ' ' : *s == '\0';
         if (s == start || (start[0] == '0' && s - start > 1) || !sep_ok || v >= limit)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "tokenizer: %s entry %zu is not a token id below %d", what, i,
-                              limit);
+                               "tokenizer: %s entry %zu is not a token id below %d", what, i,
+                               limit);
         ids[i] = (int32_t)v;
         if (*s == ' ')
             s++;
@@ -163,7 +163,7 @@ static nctmc_status mark_added(flat_parts *f, const char *added, int32_t n, char
     size_t n_added = count_items(added);
     if (n_added == 0 || n_added > (size_t)n)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "tokenizer: bpe_added lists %zu ids for %d tokens", n_added, n);
+                           "tokenizer: bpe_added lists %zu ids for %d tokens", n_added, n);
     f->added = mem_alloc(f->alloc, sizeof *f->added * n_added);
     if (!f->added)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
@@ -171,7 +171,7 @@ static nctmc_status mark_added(flat_parts *f, const char *added, int32_t n, char
     for (size_t i = 0; st == NCTMC_OK && i < n_added; i++) {
         if (i > 0 && f->added[i] <= f->added[i - 1])
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "tokenizer: bpe_added is not increasing");
+                               "tokenizer: bpe_added is not increasing");
         f->special[f->added[i]] = 1;
     }
     return st;
@@ -184,9 +184,9 @@ nctmc_status bpe_from_texts(const nctmc_allocator *alloc, const char *tokens,
     size_t n = count_items(tokens), n_ids = count_items(merges), len = strlen(tokens);
     if (n == 0 || n > BPE_MAX_TOKENS || n_ids % 2 != 0 || n_ids / 2 > BPE_MAX_TOKENS)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "tokenizer: bpe_tokens lists %zu tokens and bpe_merges %zu ids "
-                          "(1 .. %d tokens, id pairs)",
-                          n, n_ids, BPE_MAX_TOKENS);
+                           "tokenizer: bpe_tokens lists %zu tokens and bpe_merges %zu ids "
+                           "(1 .. %d tokens, id pairs)",
+                           n, n_ids, BPE_MAX_TOKENS);
     flat_parts f = {.alloc = alloc};
     f.offsets = mem_alloc(alloc, sizeof *f.offsets * (n + 1));
     f.bytes = mem_alloc(alloc, len / 2 + 1);

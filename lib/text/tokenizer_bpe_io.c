@@ -121,8 +121,8 @@ static nctmc_status add_merge_line(bpe_source *s, const char *line, size_t len, 
     if (!space || space == line || space == line + len - 1 ||
         memchr(space + 1, ' ', len - (size_t)(space + 1 - line)))
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "merge %zu \"%.*s\" is not two tokens separated by one space",
-                          number, quoted(len), line);
+                           "merge %zu \"%.*s\" is not two tokens separated by one space",
+                           number, quoted(len), line);
     return add_merge(s, line, (size_t)(space - line), space + 1,
                      len - (size_t)(space + 1 - line), err, err_size);
 }
@@ -170,7 +170,7 @@ static nctmc_status text_index_build(const bpe_source *s, text_index *ix, char *
         size_t n = s->vocab[k].text.len;
         if (text_find(ix, s, p, n) >= 0)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "the vocabulary lists \"%.*s\" twice", quoted(n), p);
+                               "the vocabulary lists \"%.*s\" twice", quoted(n), p);
         uint32_t i = hash_text(p, n) & ix->mask;
         while (ix->slots[i] >= 0)
             i = (i + 1) & ix->mask;
@@ -212,8 +212,8 @@ static nctmc_status assign_ids(const bpe_source *s, assembly *a, char *err, size
         max = s->added[k].id > max ? s->added[k].id : max;
     if (max < 0 || max >= BPE_MAX_TOKENS)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "the vocabulary's largest id %lld is not in [0, %d)", (long long)max,
-                          BPE_MAX_TOKENS);
+                           "the vocabulary's largest id %lld is not in [0, %d)", (long long)max,
+                           BPE_MAX_TOKENS);
     a->n = (int32_t)max + 1;
     a->text = mem_alloc(a->alloc, sizeof *a->text * (size_t)a->n);
     a->special = mem_calloc(a->alloc, (size_t)a->n, 1);
@@ -225,9 +225,9 @@ static nctmc_status assign_ids(const bpe_source *s, assembly *a, char *err, size
         named_id v = s->vocab[k];
         if (a->text[v.id].len != SIZE_MAX)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "id %lld is given to two tokens (\"%.*s\" and \"%.*s\")",
-                              (long long)v.id, quoted(a->text[v.id].len),
-                              str_at(s, a->text[v.id]), quoted(v.text.len), str_at(s, v.text));
+                               "id %lld is given to two tokens (\"%.*s\" and \"%.*s\")",
+                               (long long)v.id, quoted(a->text[v.id].len),
+                               str_at(s, a->text[v.id]), quoted(v.text.len), str_at(s, v.text));
         a->text[v.id] = v.text;
     }
     for (size_t k = 0; k < s->n_added; k++) {
@@ -238,16 +238,16 @@ static nctmc_status assign_ids(const bpe_source *s, assembly *a, char *err, size
              (have.len != v.text.len ||
               memcmp(str_at(s, have), str_at(s, v.text), have.len) != 0)))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "added token \"%.*s\" has id %lld, which is another token's",
-                              quoted(v.text.len), str_at(s, v.text), (long long)v.id);
+                               "added token \"%.*s\" has id %lld, which is another token's",
+                               quoted(v.text.len), str_at(s, v.text), (long long)v.id);
         a->text[v.id] = v.text;
         a->special[v.id] = 1;
     }
     for (int32_t i = 0; i < a->n; i++)
         if (a->text[i].len == SIZE_MAX)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "no token has id %d: ids must be 0 .. %d, each once", i,
-                              a->n - 1);
+                               "no token has id %d: ids must be 0 .. %d, each once", i,
+                               a->n - 1);
     return NCTMC_OK;
 }
 
@@ -263,7 +263,7 @@ static nctmc_status resolve_merges(const bpe_source *s, assembly *a, char *err,
 {
     if (s->n_merges > BPE_MAX_TOKENS)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT, "more than %d merges",
-                          BPE_MAX_TOKENS);
+                           BPE_MAX_TOKENS);
     a->merges = mem_alloc(a->alloc, sizeof *a->merges * 2 * (s->n_merges + 1));
     if (!a->merges)
         return oom(err, err_size);
@@ -272,8 +272,8 @@ static nctmc_status resolve_merges(const bpe_source *s, assembly *a, char *err,
         a->merges[r] = vocab_id(s, a, str_at(s, t), t.len);
         if (a->merges[r] < 0)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "merge %zu names \"%.*s\", which is not in the vocabulary",
-                              r / 2, quoted(t.len), str_at(s, t));
+                               "merge %zu names \"%.*s\", which is not in the vocabulary",
+                               r / 2, quoted(t.len), str_at(s, t));
     }
     return NCTMC_OK;
 }
@@ -350,9 +350,9 @@ static nctmc_status token_bytes(const bpe_source *s, assembly *a, char *err, siz
             memcpy(a->bytes + at, p, len);
         else if (!unmap_text(p, len, a->bytes + at, &len))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "token %d \"%.*s\" is not byte-level text (a character "
-                              "outside GPT-2's 256 byte symbols) and not an added token",
-                              i, quoted(a->text[i].len), p);
+                               "token %d \"%.*s\" is not byte-level text (a character "
+                               "outside GPT-2's 256 byte symbols) and not an added token",
+                               i, quoted(a->text[i].len), p);
         at += len;
     }
     a->offsets[a->n] = (uint32_t)at;
@@ -404,7 +404,7 @@ static nctmc_status parse_bool(json_reader *r, const char *key, bool *out)
         *out = false;
     else
         return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
-                          "byte %zu: \"%s\" must be true or false", r->at, key);
+                           "byte %zu: \"%s\" must be true or false", r->at, key);
     return NCTMC_OK;
 }
 
@@ -442,8 +442,8 @@ static nctmc_status vocab_member(json_reader *r, const char *key, void *user)
         return st;
     if (id >= BPE_MAX_TOKENS)
         return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
-                          "token \"%.40s\" has id %llu, more than %d", key,
-                          (unsigned long long)id, BPE_MAX_TOKENS - 1);
+                           "token \"%.40s\" has id %llu, more than %d", key,
+                           (unsigned long long)id, BPE_MAX_TOKENS - 1);
     return add_named(s, &s->vocab, &s->n_vocab, &s->cap_vocab, key, strlen(key), (int64_t)id,
                      r->err, r->err_size);
 }
@@ -464,7 +464,7 @@ static nctmc_status parse_merge(json_reader *r, bpe_source *s)
             st = json_expect(r, ']', "']' after a merge's two tokens");
         if (st == NCTMC_OK && (la == 0 || lb == 0))
             st = fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
-                            "merge %zu names an empty token", s->n_merges);
+                             "merge %zu names an empty token", s->n_merges);
         if (st == NCTMC_OK)
             st = add_merge(s, a, la, b, lb, r->err, r->err_size);
     } else {
@@ -562,13 +562,13 @@ static nctmc_status parse_added_token(json_reader *r, bpe_source *s)
     if (st == NCTMC_OK && (!t.have_id || !t.have_content || t.len == 0 ||
                            t.id >= BPE_MAX_TOKENS))
         st = fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
-                        "added token %zu needs an id below %d and non-empty content",
-                        s->n_added, BPE_MAX_TOKENS);
+                         "added token %zu needs an id below %d and non-empty content",
+                         s->n_added, BPE_MAX_TOKENS);
     if (st == NCTMC_OK && (t.single_word || t.lstrip || t.rstrip))
         st = fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
-                        "added token \"%.40s\": single_word, lstrip and rstrip are not "
-                        "supported",
-                        t.content);
+                         "added token \"%.40s\": single_word, lstrip and rstrip are not "
+                         "supported",
+                         t.content);
     if (st == NCTMC_OK)
         st = add_named(s, &s->added, &s->n_added, &s->cap_added, t.content, t.len,
                        (int64_t)t.id, r->err, r->err_size);
@@ -605,7 +605,7 @@ static nctmc_status must_be_plain(json_reader *r, const char *key)
         (strcmp(key, "continuing_subword_prefix") == 0 || strcmp(key, "end_of_word_suffix") == 0))
         return NCTMC_OK;
     return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
-                      "model.%s: only GPT-2's setting (null, \"\" or false) is supported", key);
+                       "model.%s: only GPT-2's setting (null, \"\" or false) is supported", key);
 }
 
 static nctmc_status model_member(json_reader *r, const char *key, void *user)
@@ -696,7 +696,7 @@ static nctmc_status parse_json_file(const nctmc_allocator *alloc, const uint8_t 
         json_skip_ws(&r);
         if (r.at != r.n)
             st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                            "byte %zu: text after the JSON object", r.at);
+                             "byte %zu: text after the JSON object", r.at);
     }
     return st;
 }

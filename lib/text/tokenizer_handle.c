@@ -86,12 +86,12 @@ nctmc_status tokenizer_bad_token(nctmc_tokenizer *tok, size_t i, int32_t token)
 {
     if (token == tok->vocab)
         return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                        "token %zu = %d is outside the vocabulary [0, %d): it is the mask "
-                        "token of a masked or mixture model "
-                        "(nctmc_tokenizer_set_mask_placeholder() renders it)",
-                        i, token, tok->vocab);
+                         "token %zu = %d is outside the vocabulary [0, %d): it is the mask "
+                         "token of a masked or mixture model "
+                         "(nctmc_tokenizer_set_mask_placeholder() renders it)",
+                         i, token, tok->vocab);
     return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT,
-                    "token %zu = %d is outside the vocabulary [0, %d)", i, token, tok->vocab);
+                     "token %zu = %d is outside the vocabulary [0, %d)", i, token, tok->vocab);
 }
 
 nctmc_status tokenizer_put_mask(nctmc_tokenizer *tok, char *text, size_t *len)

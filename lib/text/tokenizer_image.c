@@ -108,19 +108,19 @@ nctmc_status tokenizer_encode_image(nctmc_tokenizer *tok, const uint8_t *text, s
         if (col == tok->width) {
             if (text[at] != '\n')
                 return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "byte offset %zu: a row has more than %d pixels", at,
-                                tok->width);
+                                 tok->width);
             at++;
             col = 0;
             continue;
         }
         if (text[at] == '\n')
             return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "byte offset %zu: a row ends after %d of %d pixels", at, col,
-                            tok->width);
+                             tok->width);
         int32_t level = n - at >= pc ? read_pixel(&pr, text + at, tok->levels, tok->pixel_chars)
                                      : -1;
         if (level < 0)
             return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "byte offset %zu: not a pixel of a %d-level picture", at,
-                            tok->levels);
+                             tok->levels);
         if (tokens)
             tokens[count] = level;
         count++;
@@ -129,8 +129,8 @@ nctmc_status tokenizer_encode_image(nctmc_tokenizer *tok, const uint8_t *text, s
     }
     if (col != 0)
         return FAIL_INTO(tok, NCTMC_ERR_INVALID_ARGUMENT, "byte offset %zu: the text ends inside a row (every row ends "
-                             "with a newline)",
-                        n);
+                         "with a newline)",
+                         n);
     *n_tokens = count;
     return NCTMC_OK;
 }

@@ -106,7 +106,7 @@ nctmc_status tokenizer_to_fields(const nctmc_tokenizer *tok, tokenizer_fields *o
     if (!ok) {
         tokenizer_fields_free(out);
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                          "out of memory writing the tokenizer");
+                           "out of memory writing the tokenizer");
     }
     return NCTMC_OK;
 }
@@ -129,8 +129,8 @@ static nctmc_status field_int(tokenizer_get_fn get, const void *src, const char 
         return fail_format(err, err_size, NCTMC_ERR_FORMAT, "tokenizer: \"%s\" is missing", key);
     if (!numtext_parse_i64(text, lo, hi, &v))
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "tokenizer: %s = \"%.40s\" is not an integer in [%lld, %lld]", key,
-                          text, (long long)lo, (long long)hi);
+                           "tokenizer: %s = \"%.40s\" is not an integer in [%lld, %lld]", key,
+                           text, (long long)lo, (long long)hi);
     *out = (int32_t)v;
     return NCTMC_OK;
 }
@@ -146,7 +146,7 @@ static nctmc_status only_fields(tokenizer_get_fn get, const void *src, const cha
             ok = strcmp(field_names[i], allowed[k]) == 0;
         if (!ok)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "tokenizer: \"%s\" does not belong to this kind", field_names[i]);
+                               "tokenizer: \"%s\" does not belong to this kind", field_names[i]);
     }
     return NCTMC_OK;
 }
@@ -181,15 +181,15 @@ static nctmc_status parse_alphabet(const char *s, uint32_t *alphabet, int32_t vo
             !utf8_valid_code_point(cp) || count >= vocab ||
             (count > 0 && cp <= alphabet[count - 1]))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "tokenizer: alphabet entry %d is not a code point above the one "
-                              "before it",
-                              count);
+                               "tokenizer: alphabet entry %d is not a code point above the one "
+                               "before it",
+                               count);
         alphabet[count++] = cp;
     }
     if (*p || count != vocab)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "tokenizer: the alphabet lists %d characters, vocab_size says %d",
-                          count, vocab);
+                           "tokenizer: the alphabet lists %d characters, vocab_size says %d",
+                           count, vocab);
     return NCTMC_OK;
 }
 
@@ -204,8 +204,8 @@ static nctmc_status chars_from_fields(const nctmc_allocator *alloc, tokenizer_ge
         st = fail_format(err, err_size, NCTMC_ERR_FORMAT, "tokenizer: \"alphabet\" is missing");
     if (st == NCTMC_OK && vocab > TOKENIZER_MAX_ALPHABET)
         st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                        "tokenizer: %d characters is more than %d", vocab,
-                        TOKENIZER_MAX_ALPHABET);
+                         "tokenizer: %d characters is more than %d", vocab,
+                         TOKENIZER_MAX_ALPHABET);
     if (st != NCTMC_OK)
         return st;
     nctmc_tokenizer *tok = tokenizer_new(alloc, NCTMC_TOKENIZER_CHARS, vocab);
@@ -238,10 +238,10 @@ static nctmc_status image_from_fields(const nctmc_allocator *alloc, tokenizer_ge
         st = field_int(get, src, "levels", 2, TOKENIZER_MAX_LEVELS, &levels, err, err_size);
     if (st == NCTMC_OK && (int64_t)w * h > TOKENIZER_MAX_PIXELS)
         st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                        "tokenizer: %d x %d pixels is more than %d", w, h, TOKENIZER_MAX_PIXELS);
+                         "tokenizer: %d x %d pixels is more than %d", w, h, TOKENIZER_MAX_PIXELS);
     if (st == NCTMC_OK && levels != vocab)
         st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                        "tokenizer: %d levels but vocab_size %d", levels, vocab);
+                         "tokenizer: %d levels but vocab_size %d", levels, vocab);
     if (st != NCTMC_OK)
         return st;
     nctmc_tokenizer *tok = tokenizer_new(alloc, NCTMC_TOKENIZER_IMAGE, vocab);
@@ -267,13 +267,13 @@ static nctmc_status bpe_from_fields(const nctmc_allocator *alloc, tokenizer_get_
     const char *tokens = get(src, "bpe_tokens"), *merges = get(src, "bpe_merges");
     if (st == NCTMC_OK && (!tokens || !merges))
         st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                        "tokenizer: \"bpe_tokens\" or \"bpe_merges\" is missing");
+                         "tokenizer: \"bpe_tokens\" or \"bpe_merges\" is missing");
     bpe_model *m = NULL;
     if (st == NCTMC_OK)
         st = bpe_from_texts(alloc, tokens, merges, get(src, "bpe_added"), &m, err, err_size);
     if (st == NCTMC_OK && m->n_tokens > vocab)
         st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                        "tokenizer: %d BPE tokens but vocab_size %d", m->n_tokens, vocab);
+                         "tokenizer: %d BPE tokens but vocab_size %d", m->n_tokens, vocab);
     nctmc_tokenizer *tok = NULL;
     if (st == NCTMC_OK && !(tok = tokenizer_new(alloc, NCTMC_TOKENIZER_BPE, vocab)))
         st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
@@ -296,8 +296,8 @@ nctmc_status tokenizer_from_fields(const nctmc_allocator *alloc, tokenizer_get_f
         k++;
     if (!kind || k == N_KINDS)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "tokenizer: kind \"%.40s\" is not bytes, chars, image or bpe",
-                          kind ? kind : "(missing)");
+                           "tokenizer: kind \"%.40s\" is not bytes, chars, image or bpe",
+                           kind ? kind : "(missing)");
     int32_t vocab = 0;
     nctmc_status st = field_int(get, src, "vocab_size", 1, 1 << 24, &vocab, err, err_size);
     if (st != NCTMC_OK)
@@ -312,7 +312,7 @@ nctmc_status tokenizer_from_fields(const nctmc_allocator *alloc, tokenizer_get_f
     st = only_fields(get, src, allowed, 2, err, err_size);
     if (st == NCTMC_OK && vocab != 256)
         st = fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                        "tokenizer: a byte tokenizer has 256 tokens, not %d", vocab);
+                         "tokenizer: a byte tokenizer has 256 tokens, not %d", vocab);
     if (st == NCTMC_OK && !(*out = tokenizer_new(alloc, NCTMC_TOKENIZER_BYTES, 256)))
         st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     return st;
@@ -328,7 +328,7 @@ NCTMC_API nctmc_status nctmc_tokenizer_save(nctmc_tokenizer *tok, const char *pa
     size_t err_size = sizeof tok->last_error;
     if (!path || !path[0])
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_tokenizer_save: no path");
+                           "nctmc_tokenizer_save: no path");
     tokenizer_fields f;
     nctmc_status st = tokenizer_to_fields(tok, &f, err, err_size);
     if (st != NCTMC_OK)
@@ -387,11 +387,11 @@ static nctmc_status parse_lines(char *text, size_t size, file_fields *ff, int *v
         *version = 2;
     if (*version == 0)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "not a tokenizer file (it must begin \"" TOKENIZER_FILE_MAGIC
-                          "\" or \"" TOKENIZER_FILE_MAGIC_2 "\")");
+                           "not a tokenizer file (it must begin \"" TOKENIZER_FILE_MAGIC
+                           "\" or \"" TOKENIZER_FILE_MAGIC_2 "\")");
     if (memchr(text, '\0', size) || text[size - 1] != '\n')
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "a tokenizer file is text ending with a newline");
+                           "a tokenizer file is text ending with a newline");
     ff->n = 0;
     for (char *line = text + magic_len + 1; line < text + size;) {
         char *end = strchr(line, '\n');
@@ -399,11 +399,11 @@ static nctmc_status parse_lines(char *text, size_t size, file_fields *ff, int *v
         char *space = strchr(line, ' ');
         if (!space || space == line || ff->n == TOKENIZER_MAX_FIELDS)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "tokenizer file: line \"%.40s\" is not \"key value\"", line);
+                               "tokenizer file: line \"%.40s\" is not \"key value\"", line);
         *space = '\0';
         if (!tokenizer_is_field(line) || file_fields_get(ff, line))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "tokenizer file: key \"%.40s\" is unknown or repeated", line);
+                               "tokenizer file: key \"%.40s\" is unknown or repeated", line);
         ff->keys[ff->n] = line;
         ff->values[ff->n++] = space + 1;
         line = end + 1;
@@ -433,9 +433,9 @@ NCTMC_API nctmc_status nctmc_tokenizer_load(nctmc_context *ctx, const char *path
         st = tokenizer_from_fields(alloc, file_fields_get, &ff, out, err, sizeof err);
     if (st == NCTMC_OK && ((*out)->kind == NCTMC_TOKENIZER_BPE) != (version == 2)) {
         st = fail_format(err, sizeof err, NCTMC_ERR_FORMAT,
-                        "a tokenizer file of version %d cannot hold a %s tokenizer (version "
-                        "1: bytes, chars, image; version 2: bpe)",
-                        version, kind_names[(*out)->kind]);
+                         "a tokenizer file of version %d cannot hold a %s tokenizer (version "
+                         "1: bytes, chars, image; version 2: bpe)",
+                         version, kind_names[(*out)->kind]);
         nctmc_tokenizer_free(*out);
         *out = NULL;
     }

@@ -154,13 +154,13 @@ NCTMC_API nctmc_status nctmc_preset_apply(const char *name, nctmc_model_config *
     size_t err_size = error_buffer ? error_buffer_size : 0;
     if (!name)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_preset_apply: name is NULL");
+                           "nctmc_preset_apply: name is NULL");
     const preset *p = find_preset(name);
     if (!p) {
         char names[256];
         list_names(names, sizeof names);
         return fail_format(err, err_size, NCTMC_ERR_NOT_FOUND,
-                          "unknown preset \"%.64s\" (known: %s)", name, names);
+                           "unknown preset \"%.64s\" (known: %s)", name, names);
     }
     /* both structs are read before either is written: a failure changes
      * nothing */

@@ -175,12 +175,12 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     size_t err_size = sizeof model->last_error;
     if (!out)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_trainer_create: out is NULL");
+                           "nctmc_trainer_create: out is NULL");
     if (model->weight_type != NCTMC_WEIGHT_F32)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_trainer_create: the model holds reduced-precision (%s) "
-                          "weights, which are for sampling only; train the float model",
-                          model->weight_type == NCTMC_WEIGHT_BF16 ? "bf16" : "int8");
+                           "nctmc_trainer_create: the model holds reduced-precision (%s) "
+                           "weights, which are for sampling only; train the float model",
+                           model->weight_type == NCTMC_WEIGHT_BF16 ? "bf16" : "int8");
     nctmc_trainer_params full;
     nctmc_status st = trainer_params_read(params, &full, err, err_size);
     params = &full;
@@ -385,16 +385,16 @@ static nctmc_status check_batch_tokens(nctmc_trainer *t, const int32_t *tokens,
     for (size_t r = 0; r < N; r++)
         if (tokens[r] < 0 || tokens[r] >= n_data)
             return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
-                                "token %zu is %d, outside the data tokens [0, %d)", r, tokens[r],
-                                n_data);
+                             "token %zu is %d, outside the data tokens [0, %d)", r, tokens[r],
+                             n_data);
     if (labels && m->config.n_classes == 0)
         return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
-                            "labels were given but the model has no classes");
+                         "labels were given but the model has no classes");
     for (int32_t b = 0; labels && b < t->params.batch_size; b++)
         if (labels[b] < 0 || labels[b] >= m->config.n_classes)
             return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
-                                "label %d of sequence %d is outside [0, %d)", labels[b], b,
-                                m->config.n_classes);
+                             "label %d of sequence %d is outside [0, %d)", labels[b], b,
+                             m->config.n_classes);
     return NCTMC_OK;
 }
 
@@ -413,10 +413,10 @@ static nctmc_status check_room(nctmc_trainer *t, int64_t sequences)
     const nctmc_trainer_state *s = &t->state;
     if (s->step >= TRAINER_COUNTER_MAX || s->data_position > TRAINER_COUNTER_MAX - sequences)
         return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
-                            "the run is at its limit (step %lld, data position %lld; at most "
-                            "%lld each): no further step",
-                            (long long)s->step, (long long)s->data_position,
-                            (long long)TRAINER_COUNTER_MAX);
+                         "the run is at its limit (step %lld, data position %lld; at most "
+                         "%lld each): no further step",
+                         (long long)s->step, (long long)s->data_position,
+                         (long long)TRAINER_COUNTER_MAX);
     return NCTMC_OK;
 }
 
@@ -470,9 +470,9 @@ static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
     }
     if (skip)
         return FAIL_INTO(t, NCTMC_ERR_NON_FINITE,
-                            "step %lld: loss %g, gradient norm %g; step skipped, weights "
-                            "unchanged",
-                            (long long)t->state.step, loss, grad_norm);
+                         "step %lld: loss %g, gradient norm %g; step skipped, weights "
+                         "unchanged",
+                         (long long)t->state.step, loss, grad_norm);
     t->last_error[0] = '\0';
     return NCTMC_OK;
 }
@@ -506,25 +506,25 @@ static nctmc_status check_dataset(nctmc_trainer *t, const nctmc_dataset_info *in
     int32_t n_data = fp_n_data(&m->fp);
     if (info->vocab_size != n_data)
         return FAIL_INTO(t, NCTMC_ERR_FORMAT,
-                            "the dataset's vocabulary is %d tokens, the model's data tokens "
-                            "are %d",
-                            info->vocab_size, n_data);
+                         "the dataset's vocabulary is %d tokens, the model's data tokens "
+                         "are %d",
+                         info->vocab_size, n_data);
     if (info->seq_len > 0 && info->seq_len != t->seq_len)
         return FAIL_INTO(t, NCTMC_ERR_FORMAT,
-                            "the dataset's sequences have %d tokens, the trainer's %d",
-                            info->seq_len, t->seq_len);
+                         "the dataset's sequences have %d tokens, the trainer's %d",
+                         info->seq_len, t->seq_len);
     if (info->seq_len == 0 && info->n_tokens < t->seq_len)
         return FAIL_INTO(t, NCTMC_ERR_FORMAT,
-                            "the dataset's stream has %lld tokens, fewer than one sequence "
-                            "of %d",
-                            (long long)info->n_tokens, t->seq_len);
+                         "the dataset's stream has %lld tokens, fewer than one sequence "
+                         "of %d",
+                         (long long)info->n_tokens, t->seq_len);
     if (info->seq_len > 0 && info->n_sequences < 1)
         return FAIL_INTO(t, NCTMC_ERR_FORMAT, "the dataset holds no sequence");
     /* An unconditional model may train on labelled data (labels unused); a
      * conditional one needs the same classes. */
     if (m->config.n_classes > 0 && info->n_classes != m->config.n_classes)
         return FAIL_INTO(t, NCTMC_ERR_FORMAT, "the dataset has %d classes, the model %d",
-                            info->n_classes, m->config.n_classes);
+                         info->n_classes, m->config.n_classes);
     return NCTMC_OK;
 }
 
@@ -595,7 +595,7 @@ NCTMC_API nctmc_status nctmc_trainer_get_state(const nctmc_trainer *t,
     nctmc_trainer *w = (nctmc_trainer *)t;
     if (!state)
         return FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
-                            "nctmc_trainer_get_state: state is NULL");
+                         "nctmc_trainer_get_state: state is NULL");
     nctmc_status st = abi_check_output(state, &abi_trainer_state, w->last_error,
                                        sizeof w->last_error);
     if (st == NCTMC_OK)
@@ -611,7 +611,7 @@ NCTMC_API nctmc_status nctmc_trainer_get_params(const nctmc_trainer *t,
     nctmc_trainer *w = (nctmc_trainer *)t;
     if (!params)
         return FAIL_INTO(w, NCTMC_ERR_INVALID_ARGUMENT,
-                            "nctmc_trainer_get_params: params is NULL");
+                         "nctmc_trainer_get_params: params is NULL");
     nctmc_status st = abi_check_output(params, &abi_trainer_params, w->last_error,
                                        sizeof w->last_error);
     if (st == NCTMC_OK)
@@ -642,15 +642,15 @@ NCTMC_API nctmc_status nctmc_trainer_copy_weights(nctmc_trainer *t, nctmc_model 
         return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT, "destination model is NULL");
     if (dst->weight_type != NCTMC_WEIGHT_F32)
         return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
-                            "the destination model holds reduced-precision weights; copy "
-                            "into a float model and convert it (nctmc_model_convert)");
+                         "the destination model holds reduced-precision weights; copy "
+                         "into a float model and convert it (nctmc_model_convert)");
     if (!same_architecture(t->model, dst))
         return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
-                            "the destination model's configuration differs from the "
-                            "trainer's");
+                         "the destination model's configuration differs from the "
+                         "trainer's");
     if (ema && !t->ema)
         return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
-                            "this trainer keeps no EMA (ema_decay is 0)");
+                         "this trainer keeps no EMA (ema_decay is 0)");
     char why[NCTMC_ERROR_SIZE];
     nctmc_status made = model_make_writable(dst, why, sizeof why);
     if (made != NCTMC_OK)

@@ -221,14 +221,14 @@ NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *t, const char *path)
     if (st != NCTMC_OK) {
         save_buffers_free(t, &b);
         return FAIL_INTO(t, st, "preparing the checkpoint: %s",
-                            st == NCTMC_ERR_OUT_OF_MEMORY ? "out of memory" : t->be->error);
+                         st == NCTMC_ERR_OUT_OF_MEMORY ? "out of memory" : t->be->error);
     }
     if (!slabs_loadable(t, &b)) {
         save_buffers_free(t, &b);
         return FAIL_INTO(t, NCTMC_ERR_NON_FINITE,
-                            "not saved: the weights or optimizer state hold non-finite values "
-                            "(the run diverged); \"%.300s\" is untouched",
-                            path);
+                         "not saved: the weights or optimizer state hold non-finite values "
+                         "(the run diverged); \"%.300s\" is untouched",
+                         path);
     }
     build_meta(t, &b);
     /* Without an EMA the raw weights are what sampling uses. */
@@ -255,24 +255,24 @@ static nctmc_status read_trainer_meta(const st_file *file, nctmc_trainer_params 
             continue; /* the default nctmc_trainer_params_init() left */
         if (!text)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "not a trainer checkpoint: metadata \"%s\" is missing", f->key);
+                               "not a trainer checkpoint: metadata \"%s\" is missing", f->key);
         if (!parse_field(f, text, field_ptr(f, p, s)))
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "metadata \"%s\" = \"%.40s\" is not a valid value", f->key, text);
+                               "metadata \"%s\" = \"%.40s\" is not a valid value", f->key, text);
     }
     s->seed = p->seed;
     if (s->step < 0 || s->optimizer_steps < 0 || s->optimizer_steps > s->step ||
         s->data_position < 0 || s->n_skipped < 0 || s->n_skipped > s->step)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "the checkpoint's training state is inconsistent");
+                           "the checkpoint's training state is inconsistent");
     /* a trainer never goes past the limit, so a larger value is no state a
      * run reached, and resuming from it would overflow */
     if (s->step > TRAINER_COUNTER_MAX || s->data_position > TRAINER_COUNTER_MAX)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "the checkpoint's step %lld or data position %lld is past the "
-                          "limit %lld",
-                          (long long)s->step, (long long)s->data_position,
-                          (long long)TRAINER_COUNTER_MAX);
+                           "the checkpoint's step %lld or data position %lld is past the "
+                           "limit %lld",
+                           (long long)s->step, (long long)s->data_position,
+                           (long long)TRAINER_COUNTER_MAX);
     return NCTMC_OK;
 }
 
@@ -287,11 +287,11 @@ static nctmc_status check_saved_params(const st_file *file, const nctmc_trainer_
     const char *text = st_file_meta(file, KEY_MODEL_SEQ_LEN);
     if (!text || !numtext_parse_i64(text, 1, INT32_MAX, &model_seq_len))
         return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                          "metadata \"" KEY_MODEL_SEQ_LEN "\" is missing or invalid");
+                           "metadata \"" KEY_MODEL_SEQ_LEN "\" is missing or invalid");
     char why[NCTMC_ERROR_SIZE];
     if (trainer_params_validate(p, (int32_t)model_seq_len, why, sizeof why) != NCTMC_OK)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT, "the saved trainer parameters: %s",
-                          why);
+                           why);
     return NCTMC_OK;
 }
 
@@ -307,13 +307,13 @@ static nctmc_status read_slab(const nctmc_model *m, const st_file *file, const c
                                            host + tensor->offset, err, err_size);
         if (st == NCTMC_ERR_NOT_FOUND)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "not a trainer checkpoint: tensor \"%s\" is missing", name);
+                               "not a trainer checkpoint: tensor \"%s\" is missing", name);
         if (st != NCTMC_OK)
             return st;
         for (int64_t e = 0; e < tensor->n_elements; e++)
             if (!isfinite(host[tensor->offset + (size_t)e]))
                 return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                                  "tensor \"%s\" holds a non-finite value", name);
+                                   "tensor \"%s\" holds a non-finite value", name);
     }
     return NCTMC_OK;
 }
@@ -326,7 +326,7 @@ static nctmc_status check_second_moment(const nctmc_model *m, const float *v, ch
     for (size_t e = 0; e < m->slab_floats; e++)
         if (v[e] < 0.0f)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
-                              "the second AdamW moment holds a negative value");
+                               "the second AdamW moment holds a negative value");
     return NCTMC_OK;
 }
 
@@ -357,7 +357,7 @@ static nctmc_status restore_slabs(nctmc_trainer *t, const st_file *file, char *e
     mem_free(t->be->alloc, host);
     if (st == NCTMC_OK && t->be->ops->synchronize(t->be) != NCTMC_OK)
         st = fail_format(err, err_size, NCTMC_ERR_BACKEND, "restoring the trainer: %s",
-                        t->be->error);
+                         t->be->error);
     return st;
 }
 
@@ -369,10 +369,10 @@ static nctmc_status check_override(const nctmc_trainer_params *given,
 {
     if (given->batch_size != saved->batch_size || given->seq_len != saved->seq_len)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "resuming needs the saved batch_size %d and seq_len %d (given %d, "
-                          "%d)",
-                          saved->batch_size, saved->seq_len, given->batch_size,
-                          given->seq_len);
+                           "resuming needs the saved batch_size %d and seq_len %d (given %d, "
+                           "%d)",
+                           saved->batch_size, saved->seq_len, given->batch_size,
+                           given->seq_len);
     return NCTMC_OK;
 }
 
@@ -436,8 +436,8 @@ NCTMC_API nctmc_status nctmc_trainer_resume(nctmc_context *ctx, const char *path
     size_t err_size = sizeof ctx->last_error;
     if (!path || !model_out || !trainer_out)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_trainer_resume: path, model_out and trainer_out must not be "
-                          "NULL");
+                           "nctmc_trainer_resume: path, model_out and trainer_out must not be "
+                           "NULL");
     st_file *file = NULL;
     nctmc_status st = st_open_file(&ctx->alloc, path, &file, err, err_size);
     if (st != NCTMC_OK)
@@ -457,7 +457,7 @@ NCTMC_API nctmc_status nctmc_trainer_inspect(nctmc_context *ctx, const char *pat
     size_t err_size = sizeof ctx->last_error;
     if (!path)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                          "nctmc_trainer_inspect: path is NULL");
+                           "nctmc_trainer_inspect: path is NULL");
     nctmc_status st = NCTMC_OK;
     if (params)
         st = abi_check_output(params, &abi_trainer_params, err, err_size);
@@ -473,7 +473,7 @@ NCTMC_API nctmc_status nctmc_trainer_inspect(nctmc_context *ctx, const char *pat
     nctmc_trainer_state s;
     if (!st_file_meta(file, KEY_STEP))
         st = fail_format(err, err_size, NCTMC_ERR_NOT_FOUND,
-                        "\"%.300s\" holds no training state (a model-only checkpoint)", path);
+                         "\"%.300s\" holds no training state (a model-only checkpoint)", path);
     if (st == NCTMC_OK)
         st = st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size);
     if (st == NCTMC_OK)
