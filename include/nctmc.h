@@ -335,7 +335,7 @@ enum {
 };
 
 /** What the time embedding of the network is computed from (the sinusoid
- *  of DESIGN §2 is applied to this value). */
+ *  of docs/dev/design.md, "The model", is applied to this value). */
 typedef int32_t nctmc_time_input;
 enum {
     /** t itself (the only choice of 0.2.0; checkpoints that do not record a
