@@ -170,7 +170,8 @@ NCTMC_API const char *nctmc_status_string(nctmc_status status);
  * and struct_size = size. It returns NCTMC_OK, or NCTMC_ERR_INVALID_ARGUMENT
  * without writing anything when p is NULL or size is below the struct's
  * first published size (the end of its last field in the release that
- * published it; 0.2.0 for every struct here).
+ * published it: 0.4.0 for nctmc_load_params and nctmc_infill_params, 0.2.0
+ * for every other struct here).
  *
  * A call that takes a versioned struct reads and writes only struct_size
  * bytes of it:
