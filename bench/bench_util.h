@@ -33,8 +33,8 @@ static inline double median(double *v, int n)
 
 /* The benchmarks' configurations by name: "cpu-small" (the default config:
  * 6 layers, d 384, 6 heads, L 256, S 256), "tiny", and "paper-small"
- * (DESIGN §2: 12 layers, d 768, 12 heads, L 512, V 50304). Unknown names
- * give cpu-small. */
+ * (docs/model.md, "Reference sizes": 12 layers, d 768, 12 heads, L 512,
+ * V 50304). Unknown names give cpu-small. */
 static inline nctmc_model_config config_named(const char *name)
 {
     nctmc_model_config c;

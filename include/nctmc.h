@@ -170,7 +170,8 @@ NCTMC_API const char *nctmc_status_string(nctmc_status status);
  * and struct_size = size. It returns NCTMC_OK, or NCTMC_ERR_INVALID_ARGUMENT
  * without writing anything when p is NULL or size is below the struct's
  * first published size (the end of its last field in the release that
- * published it; 0.2.0 for every struct here).
+ * published it: 0.4.0 for nctmc_load_params and nctmc_infill_params, 0.2.0
+ * for every other struct here).
  *
  * A call that takes a versioned struct reads and writes only struct_size
  * bytes of it:
@@ -335,7 +336,7 @@ enum {
 };
 
 /** What the time embedding of the network is computed from (the sinusoid
- *  of DESIGN §2 is applied to this value). */
+ *  of docs/dev/design.md, "The model", is applied to this value). */
 typedef int32_t nctmc_time_input;
 enum {
     /** t itself (the only choice of 0.2.0; checkpoints that do not record a

@@ -36,7 +36,7 @@
 #define LN2 0.69314718055994530942
 
 /* ------------------------------------------------------------------------ */
-/* Reference forward process, from the definitions (DESIGN §1), long double */
+/* Reference forward process, from the definitions (docs/math.md), long double */
 /* ------------------------------------------------------------------------ */
 
 typedef struct ref_proc {

@@ -2,7 +2,7 @@
  * test_loss_math.c — the forward process (lib/math/forward_process.h), the
  * per-position L_cond math (lib/math/lcond_math.h) and the CPU backend's fused
  * loss and jump-output operations, each against a brute force written again
- * from the definitions (DESIGN.md section 1, paper Prop. 3.6, Cor. 3.7/3.8),
+ * from the definitions (docs/math.md, paper Prop. 3.6, Cor. 3.7/3.8),
  * in double, sharing no code with the headers under test.
  *
  * Checks over many cases are folded: each case's error is divided by that
@@ -119,7 +119,7 @@ static const char *fp_name(const nctmc_fp *fp, char *buf, size_t n)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The reference: DESIGN.md section 1 written out again, in double           */
+/* The reference: docs/math.md's definitions written out again, in double   */
 /* ------------------------------------------------------------------------ */
 
 typedef struct ref_proc {

@@ -2,7 +2,7 @@
  * test_sampler.c — the samplers, from the per-row math up to nctmc_sample():
  *
  *  1. lib/math/sample_math.h against brute forces written again here in double
- *     from DESIGN §1 and paper App. E: the clean-token recovery returns p0
+ *     from docs/math.md and paper App. E: the clean-token recovery returns p0
  *     exactly when fed the true reverse rates of a known product
  *     distribution; the posterior sampler's probabilities against the O(S^2)
  *     sum; the jump distribution with temperature and classifier-free

@@ -61,7 +61,7 @@ static nctmc_fp make_fp(int32_t process, int32_t schedule, int32_t vocab)
     return fp;
 }
 
-/* alpha_t and sigma_t = -alpha'/alpha, written again from DESIGN §1 */
+/* alpha_t and sigma_t = -alpha'/alpha, written again from docs/math.md */
 static double ref_alpha(int32_t schedule, double t)
 {
     switch (schedule) {

@@ -1,7 +1,7 @@
 /*
- * dit_forward.c — the DiT forward pass (DESIGN §2) as a sequence of backend
- * operations: time conditioning, blocks, output layer with the jump logits
- * and the exit-rate head.
+ * dit_forward.c — the DiT forward pass (docs/dev/design.md, "The model") as
+ * a sequence of backend operations: time conditioning, blocks, output layer
+ * with the jump logits and the exit-rate head.
  */
 #include "dit_internal.h"
 

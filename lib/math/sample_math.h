@@ -171,7 +171,7 @@ static inline NCTMC_HD double sm_jump_logprob(const sm_jump *J, int32_t j)
  * A state the forward process never enters (pi_i = 0: a data token under the
  * masked process) has rate 0 and says nothing; there x0 = i for certain, so
  * p0 = e_i. p0 is p(x0 | the other positions): the current token's own
- * evidence is not in it (DESIGN §1).
+ * evidence is not in it (docs/dev/design.md, "The clean-token distribution").
  *
  * Fallbacks (documented in docs/math.md): if clipping leaves no mass on any
  * data token (the mixture's mask entry took it all), p0 is q restricted to

@@ -37,8 +37,9 @@ typedef struct model_dims {
     int32_t n_labels;   /* n_classes + 1 rows of label_embed, or 0 */
 } model_dims;
 
-/* How a tensor starts (DESIGN §2: adaLN modulations and the output
- * projections start at zero so a fresh model is the identity per block). */
+/* How a tensor starts (docs/dev/design.md, "The model": adaLN modulations
+ * and the output projections start at zero so a fresh model is the identity
+ * per block). */
 typedef enum model_init_kind {
     MODEL_INIT_ZERO,
     MODEL_INIT_ONE,

@@ -2,7 +2,8 @@
 
 Every struct here mirrors one in <nctmc.h> field for field; the test suite
 compiles a C program that prints the header's sizes and offsets and compares
-them with these (tests/test_binding.py::test_struct_layouts_match_the_header).
+them with these
+(python/tests/test_binding.py::test_struct_layouts_match_the_header).
 """
 import ctypes
 import ctypes.util

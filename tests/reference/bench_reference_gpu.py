@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nctmc_reference as ref  # noqa: E402
 
 CONFIGS = {
-    # DESIGN §2 paper small: 12 layers, d 768, 12 heads, L 512, V 50304
+    # paper small (docs/model.md, "Reference sizes"): 12 layers, d 768, 12 heads, L 512, V 50304
     "paper-small": dict(S=50257, L=512, n_layers=12, d=768, H=12, c=128, vocab_pad_multiple=128),
     "cpu-small": dict(S=256, L=256, n_layers=6, d=384, H=6, c=128),
     "tiny": dict(S=32, L=32, n_layers=2, d=64, H=2, c=128),

@@ -1,4 +1,4 @@
-"""PyTorch reference of libnctmc's model and training loss (DESIGN.md sections 1-2).
+"""PyTorch reference of libnctmc's model and training loss (docs/dev/design.md).
 
 This file is the independent check of the C library: it spells out the DiT
 backbone, the model's outputs and the L_cond loss as plainly as possible, in
