@@ -89,7 +89,7 @@ def check_executable(path, problems):
         return
     if not re.search(r'^\s*NEEDED\s+libnctmc\.so\.\d+\s*$', headers, re.M):
         problems.append(f'{name}: does not link libnctmc.so (no DT_NEEDED libnctmc.so.N): '
-                        'it must use dependencies : nctmc_dep')
+                        'it must use dependencies : nctmc_api_test_dep (or nctmc_dep)')
     defined = set()
     for line in symbols.splitlines():
         # "addr flags section size name": a definition is in a section other
