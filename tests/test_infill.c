@@ -11,50 +11,84 @@
  *                                   process, or masked) for the example's
  *                                   test (examples/check_infill.py)
  */
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bpe_json.h"
 #include "nctmc.h"
+#include "test_files.h"
 #include "test_util.h"
 #include "tiny_model.h"
-#include "text/tokenizer.h"
-#include "text/tokenizer_bpe.h"
 
 #define SEQ 96
 
 /* A small byte-level BPE: the 256 bytes, merges that make tokens span a
- * word start (" t", " the"), a run ("aa") and a two-byte character ("é"). */
-static nctmc_tokenizer *make_bpe(void)
+ * word start (" t", " the"), a run ("aa") and a two-byte character ("é"):
+ * ids 0..255 the bytes, 256.. the merges in rank order, written as GPT-2's
+ * vocab.json and merges.txt and loaded through the public API. */
+static size_t put_utf8(char *out, uint32_t cp)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    out[0] = (char)(0xC0 | cp >> 6);
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    return 2; /* the byte symbols are all below U+0800 */
+}
+
+static size_t put_symbols_utf8(char *out, const char *s)
+{
+    size_t k = 0;
+    for (; *s; s++)
+        k += put_utf8(out + k, test_byte_to_unicode((uint8_t)*s));
+    return k;
+}
+
+static nctmc_tokenizer *make_bpe(nctmc_context *ctx)
 {
     static const char *const merged[] = {" t", "he", " the", "aa", "in", "\xc3\xa9"};
-    static const int32_t pairs[][2] = {{' ', 't'}, {'h', 'e'}, {256, 257},
-                                       {'a', 'a'}, {'i', 'n'}, {0xc3, 0xa9}};
-    enum { N_MERGES = 6, N = 256 + N_MERGES };
-    uint32_t offsets[N + 1];
-    uint8_t bytes[256 + 32], special[N] = {0};
-    int32_t merges[2 * N_MERGES];
-    size_t at = 0;
-    for (int i = 0; i < N; i++) {
-        offsets[i] = (uint32_t)at;
-        if (i < 256) {
-            bytes[at++] = (uint8_t)i;
-        } else {
-            size_t len = strlen(merged[i - 256]);
-            memcpy(bytes + at, merged[i - 256], len);
-            at += len;
-        }
+    static const char *const pairs[][2] = {{" ", "t"}, {"h", "e"}, {" t", "he"},
+                                           {"a", "a"}, {"i", "n"}, {"\xc3", "\xa9"}};
+    enum { N_PAIRS = 6 };
+    char dir[256], vocab_path[512], merges_path[512];
+    nctmc_tokenizer *tok = NULL;
+    if (!test_make_temp_dir(dir, sizeof dir)) {
+        CHECK(0, "bpe: a scratch directory");
+        return NULL;
     }
-    offsets[N] = (uint32_t)at;
-    for (int m = 0; m < N_MERGES; m++)
-        merges[2 * m] = pairs[m][0], merges[2 * m + 1] = pairs[m][1];
-    bpe_parts parts = {N, offsets, bytes, special, N_MERGES, merges};
-    bpe_model *m = NULL;
-    char err[256];
-    CHECK(bpe_model_build(NULL, &parts, &m, err, sizeof err) == NCTMC_OK, "bpe build: %s", err);
-    nctmc_tokenizer *tok = tokenizer_new(NULL, NCTMC_TOKENIZER_BPE, N);
-    CHECK(tok != NULL, "tokenizer_new");
-    tok->bpe = m;
+    test_path(vocab_path, sizeof vocab_path, dir, "vocab.json");
+    test_path(merges_path, sizeof merges_path, dir, "merges.txt");
+    char vocab[16384], merges[512];
+    size_t k = 0, km = 0;
+    vocab[k++] = '{';
+    for (int b = 0; b < 256; b++) {
+        char one[2] = {(char)b, 0};
+        if (b == 0) /* a C string cannot hold byte 0: spell it directly */
+            k += (size_t)sprintf(vocab + k, "\"\\u0100\"");
+        else
+            k += put_symbols(vocab + k, one);
+        k += (size_t)sprintf(vocab + k, ": %d, ", b);
+    }
+    km += (size_t)sprintf(merges, "#version: 0.2\n");
+    for (int m = 0; m < N_PAIRS; m++) {
+        k += put_symbols(vocab + k, merged[m]);
+        k += (size_t)sprintf(vocab + k, m + 1 < N_PAIRS ? ": %d, " : ": %d}", 256 + m);
+        km += put_symbols_utf8(merges + km, pairs[m][0]);
+        merges[km++] = ' ';
+        km += put_symbols_utf8(merges + km, pairs[m][1]);
+        merges[km++] = '\n';
+    }
+    nctmc_status st = NCTMC_ERR_IO;
+    if (test_write_bytes(vocab_path, vocab, k) && test_write_bytes(merges_path, merges, km))
+        st = nctmc_tokenizer_load_gpt2(ctx, vocab_path, merges_path, &tok);
+    CHECK(st == NCTMC_OK, "bpe load: %s", nctmc_context_last_error(ctx));
+    CHECK(tok != NULL && nctmc_tokenizer_vocab_size(tok) == 256 + N_PAIRS,
+          "a tokenizer of %d tokens", 256 + N_PAIRS);
+    test_remove_dir(dir);
     return tok;
 }
 
@@ -419,7 +453,7 @@ static void test_masked(nctmc_context *ctx, const nctmc_tokenizer *bpe)
 static int write_checkpoint(const char *path, int32_t process)
 {
     nctmc_context *ctx = tiny_context();
-    nctmc_tokenizer *bpe = make_bpe();
+    nctmc_tokenizer *bpe = make_bpe(ctx);
     nctmc_model *m = make_model(ctx, bpe, process);
     nctmc_status st = nctmc_model_save(m, path);
     if (st != NCTMC_OK)
@@ -437,7 +471,7 @@ int main(int argc, char **argv)
                                              ? NCTMC_PROCESS_MASKED
                                              : NCTMC_PROCESS_UNIFORM);
     nctmc_context *ctx = tiny_context();
-    nctmc_tokenizer *bpe = make_bpe(), *chars = make_chars(), *bytes = NULL;
+    nctmc_tokenizer *bpe = make_bpe(ctx), *chars = make_chars(), *bytes = NULL;
     nctmc_tokenizer_create_bytes(&bytes);
     nctmc_model *mb = make_model(ctx, bpe, NCTMC_PROCESS_UNIFORM);
     nctmc_model *mc = make_model(ctx, chars, NCTMC_PROCESS_UNIFORM);

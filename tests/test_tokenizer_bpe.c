@@ -6,7 +6,8 @@
  * a megabyte without spaces, loader errors (tokenizer.json, vocab.json +
  * merges.txt, our own file), padding, and the tokenizer file and checkpoint
  * round trips. tests/check_bpe_tokenizers.py compares ids with `tokenizers`
- * on megabytes of text.
+ * on megabytes of text. The pre-tokenizer's splits, the byte map and the
+ * token byte offsets are internals: test_bpe_internal.c.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -14,11 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bpe_json.h"
 #include "nctmc.h"
 #include "test_files.h"
 #include "test_util.h"
-#include "text/tokenizer.h"
-#include "text/tokenizer_bpe.h"
 
 static char scratch[256];
 static nctmc_context *ctx;
@@ -38,147 +38,7 @@ static bool has(const char *msg, const char *part)
     return strstr(msg, part) != NULL;
 }
 
-/* ---- the pre-tokenizer --------------------------------------------------- */
-
-/* The pre-tokens of text, joined with '|' (text must not contain '|'). */
-static void pretokens(const char *text, char *out, size_t size)
-{
-    const uint8_t *s = (const uint8_t *)text;
-    size_t n = strlen(text), at = 0, k = 0;
-    while (at < n && k + 8 < size) {
-        size_t end = bpe_pretoken_end(s, n, at);
-        if (end <= at || end > n) {
-            snprintf(out, size, "(no progress at %zu)", at);
-            return;
-        }
-        if (at > 0)
-            out[k++] = '|';
-        for (; at < end && k + 1 < size; at++)
-            out[k++] = text[at];
-    }
-    out[k] = '\0';
-}
-
-static void test_pretokenizer(void)
-{
-    /* expected splits from tokenizers' ByteLevel pre_tokenize_str() */
-    static const char *const cases[][2] = {
-        {"Hello world", "Hello| world"},
-        {"I'm here's", "I|'m| here|'s"},
-        {"a  b", "a| | b"},
-        {"a \n b", "a| \n| b"},
-        {"x   ", "x|   "},
-        {"12abc", "12|abc"},
-        {" 123", " 123"},
-        {"!!'s", "!!'|s"},
-        {"don't", "don|'t"},
-        {"caf\xc3\xa9 au", "caf\xc3\xa9| au"},
-        {"a\xc2\xa0" "b", "a|\xc2\xa0|b"},
-        {"  \t\n", "  \t\n"},
-        {"'S 'll'", "'|S| '|ll|'"},
-        {" ?! x", " ?!| x"},
-        {"a1", "a|1"},
-        {"\xe3\x80\x80\xe3\x80\x80x", "\xe3\x80\x80|\xe3\x80\x80|x"},
-        {"ab  ", "ab|  "},
-        /* invalid UTF-8: each byte an "other" character */
-        {"a\xff\xfe" "b", "a|\xff\xfe|b"},
-        {"x \xe2\x82", "x| \xe2\x82"},
-        {"\xed\xa0\x80z", "\xed\xa0\x80|z"},
-    };
-    char got[256];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        pretokens(cases[i][0], got, sizeof got);
-        CHECK(strcmp(got, cases[i][1]) == 0, "case %zu: got \"%s\" want \"%s\"", i, got,
-              cases[i][1]);
-    }
-    /* the map: printable bytes stand for themselves, space is U+0120 'Ġ' */
-    CHECK(bpe_byte_to_unicode('a') == 'a' && bpe_byte_to_unicode(' ') == 0x120 &&
-              bpe_byte_to_unicode(0) == 0x100 && bpe_byte_to_unicode(0xAD) == 0x143,
-          "byte-to-unicode: %x %x", bpe_byte_to_unicode(' '), bpe_byte_to_unicode(0xAD));
-    int bijective = 1;
-    for (int b = 0; b < 256; b++)
-        bijective &= bpe_unicode_to_byte(bpe_byte_to_unicode((uint8_t)b)) == b;
-    CHECK(bijective && bpe_unicode_to_byte(0x200) == -1 && bpe_unicode_to_byte(' ') == -1,
-          "the map is a bijection onto its 256 symbols");
-}
-
-/* ---- a small tokenizer.json ------------------------------------------------- */
-
-/* Appends the JSON string of bytes s as GPT-2's byte symbols spell it. */
-static size_t put_symbols(char *out, const char *s)
-{
-    size_t k = 0;
-    out[k++] = '"';
-    for (; *s; s++) {
-        uint32_t cp = bpe_byte_to_unicode((uint8_t)*s);
-        if (cp == '"' || cp == '\\')
-            out[k++] = '\\', out[k++] = (char)cp;
-        else
-            k += (size_t)sprintf(out + k, "\\u%04x", (unsigned)cp);
-    }
-    out[k++] = '"';
-    return k;
-}
-
-/* The merges of the test vocabulary (ids 256 on, in this order) and its
- * added token (id 262). */
-static const char *const merge_pairs[][2] = {
-    {" ", "t"}, {"h", "e"}, {" t", "he"}, {"a", "a"}, {"aa", "aa"}, {"'", "s"}};
-#define N_MERGES 6
-#define ID_EOT 262
-
-/* Writes a tokenizer.json: 256 bytes (id = byte), the merges, <|endoftext|>,
- * with `model_extra` spliced into the model object and `pre` as the
- * pre_tokenizer; merges_override replaces the merges array when not NULL. */
-static void write_json(const char *path, const char *model_extra, const char *pre,
-                       const char *merges_override)
-{
-    size_t cap = 1 << 16, k = 0;
-    char *j = malloc(cap);
-    k += (size_t)sprintf(j + k, "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": %d, "
-                                "\"content\": \"<|endoftext|>\", \"single_word\": false, "
-                                "\"lstrip\": false, \"rstrip\": false, \"normalized\": true, "
-                                "\"special\": true}], \"normalizer\": null, \"pre_tokenizer\": "
-                                "%s, \"post_processor\": null, \"decoder\": {\"type\": "
-                                "\"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"dropout\": "
-                                "null, %s \"vocab\": {",
-                         ID_EOT, pre, model_extra);
-    for (int b = 0; b < 256; b++) {
-        char s[2] = {(char)b, 0};
-        if (b == 0) /* a C string cannot hold byte 0: spell it directly */
-            k += (size_t)sprintf(j + k, "\"\\u0100\"");
-        else
-            k += put_symbols(j + k, s);
-        k += (size_t)sprintf(j + k, ": %d, ", b);
-    }
-    for (int m = 0; m < N_MERGES; m++) {
-        char joined[16];
-        snprintf(joined, sizeof joined, "%s%s", merge_pairs[m][0], merge_pairs[m][1]);
-        k += put_symbols(j + k, joined);
-        k += (size_t)sprintf(j + k, ": %d, ", 256 + m);
-    }
-    k += (size_t)sprintf(j + k, "\"<|endoftext|>\": %d}, \"merges\": ", ID_EOT);
-    if (merges_override) {
-        k += (size_t)sprintf(j + k, "%s", merges_override);
-    } else {
-        j[k++] = '[';
-        for (int m = 0; m < N_MERGES; m++) {
-            j[k++] = m ? ',' : ' ';
-            j[k++] = '[';
-            k += put_symbols(j + k, merge_pairs[m][0]);
-            j[k++] = ',';
-            k += put_symbols(j + k, merge_pairs[m][1]);
-            j[k++] = ']';
-        }
-        j[k++] = ']';
-    }
-    k += (size_t)sprintf(j + k, "}}\n");
-    test_write_bytes(path, j, k);
-    free(j);
-}
-
-#define PRE_OK "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, " \
-               "\"use_regex\": true}"
+/* ---- a small tokenizer.json (bpe_json.h) ------------------------------------ */
 
 static nctmc_tokenizer *load_small(void)
 {
@@ -278,25 +138,6 @@ static void test_round_trips(nctmc_tokenizer *tok, test_rng *rng)
     round_trip(tok, euro_cut, sizeof euro_cut - 1, "text cut mid-character");
     const char nul[] = "a\0b\0\0 c";
     round_trip(tok, nul, sizeof nul - 1, "NUL bytes");
-}
-
-/* Token byte offsets (the infilling groundwork): contiguous, covering all. */
-static void test_offsets(nctmc_tokenizer *tok)
-{
-    const char text[] = "It's the <|endoftext|>aaaaa  \xf0\x9f\x98\x80 caf\xc3\xa9\xff!";
-    size_t n = sizeof text - 1, count = 0, starts[64];
-    int32_t ids[64];
-    char err[256];
-    nctmc_status st =
-        bpe_encode(tok->bpe, (const uint8_t *)text, n, ids, starts, &count, err, sizeof err);
-    bool contiguous = st == NCTMC_OK && count > 0 && starts[0] == 0;
-    for (size_t k = 0; contiguous && k < count; k++) {
-        size_t len;
-        const uint8_t *b = bpe_token_bytes(tok->bpe, ids[k], &len);
-        size_t next = k + 1 < count ? starts[k + 1] : n;
-        contiguous = starts[k] + len == next && memcmp(text + starts[k], b, len) == 0;
-    }
-    CHECK(contiguous, "each token's offset and bytes tile the text (%zu tokens)", count);
 }
 
 /* A megabyte without spaces is one pre-token: merging it must stay fast
@@ -592,7 +433,7 @@ static void test_gpt2_files(nctmc_tokenizer *reference)
         k += (size_t)sprintf(vocab + k, ": %d, ", 256 + m);
         for (int side = 0; side < 2; side++) {
             for (const char *c = merge_pairs[m][side]; *c; c++) {
-                uint32_t cp = bpe_byte_to_unicode((uint8_t)*c);
+                uint32_t cp = test_byte_to_unicode((uint8_t)*c);
                 km += cp < 0x80 ? (size_t)sprintf(merges + km, "%c", (char)cp)
                                 : (size_t)sprintf(merges + km, "%c%c", 0xC0 | (cp >> 6),
                                                   0x80 | (cp & 0x3F));
@@ -644,12 +485,10 @@ int main(void)
         return 1;
     }
     test_rng rng = test_rng_seed(5);
-    test_pretokenizer();
     nctmc_tokenizer *tok = load_small();
     if (tok) {
         test_merges(tok);
         test_round_trips(tok, &rng);
-        test_offsets(tok);
         test_long_word(tok, &rng);
         test_gpt2_files(tok);
         test_buffers_and_padding(tok);
