@@ -1,47 +1,18 @@
 /*
  * cuda_backend.cu — the CUDA backend: device selection, the stream and the
- * library handles, error recording, synchronisation, and the table of
- * operations implemented in the other files of this folder.
+ * library handles, synchronisation (reporting what cuda_errors.cu
+ * recorded), teardown, and the table of operations implemented in the
+ * other files of this folder.
  *
  * One stream per backend; cuBLAS, cuBLASLt and cuDNN all run on it, so
  * every operation is ordered after the previous one and the backend needs
  * no events. Nothing is global: all state lives in the backend struct.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_internal.cuh"
-
-void cuda_fail(cuda_backend *cb, nctmc_status status, const char *fmt, ...)
-{
-    if (cb->pending != NCTMC_OK)
-        return;
-    cb->pending = status;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cb->pending_msg, sizeof cb->pending_msg, fmt, ap);
-    va_end(ap);
-}
-
-bool cuda_check(cuda_backend *cb, cudaError_t e, const char *what)
-{
-    if (e == cudaSuccess)
-        return true;
-    nctmc_status st = e == cudaErrorMemoryAllocation ? NCTMC_ERR_OUT_OF_MEMORY : NCTMC_ERR_BACKEND;
-    cuda_fail(cb, st, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-    return false;
-}
-
-bool cuda_check_blas(cuda_backend *cb, cublasStatus_t s, const char *what)
-{
-    if (s == CUBLAS_STATUS_SUCCESS)
-        return true;
-    nctmc_status st = s == CUBLAS_STATUS_ALLOC_FAILED ? NCTMC_ERR_OUT_OF_MEMORY : NCTMC_ERR_BACKEND;
-    cuda_fail(cb, st, "%s: %s", what, cublasGetStatusString(s));
-    return false;
-}
 
 static nctmc_status cuda_synchronize(nctmc_backend *be)
 {

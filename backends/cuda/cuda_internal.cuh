@@ -15,6 +15,11 @@
  * lanes, so every lane ends with the same bits), a block combines its
  * warps' results in warp order, and work is cut into pieces whose
  * boundaries depend only on the shapes. No floating-point atomics.
+ *
+ * Calls go one way: cuda_backend.cu (the table of operations, creation and
+ * teardown) calls the operation files; they call cuda_memory.cu (scratch,
+ * bf16 copies) and cuda_errors.cu; cuda_memory.cu calls cuda_errors.cu;
+ * nothing calls back up into cuda_backend.cu.
  */
 #ifndef NCTMC_CUDA_INTERNAL_CUH
 #define NCTMC_CUDA_INTERNAL_CUH
@@ -104,7 +109,7 @@ static inline cuda_backend *cuda_of(nctmc_backend *be)
     return (cuda_backend *)be;
 }
 
-/* ---- errors (cuda_backend.cu) ------------------------------------------ */
+/* ---- errors (cuda_errors.cu) ------------------------------------------- */
 
 /* Records a failure unless one is already pending. */
 void cuda_fail(cuda_backend *cb, nctmc_status status, const char *fmt, ...)
