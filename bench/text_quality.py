@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The text model's quality (docs/quality.md, "A text model that writes"):
+"""The text model's quality (research/2026-11-26-text-model-cpu.md):
 held-out NELBO in bits per byte, and samples judged by an independent model.
 
     text_quality.py all    --nctmc BIN --corpus DIR --heldout-data DIR \\

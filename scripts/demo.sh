@@ -24,8 +24,8 @@ echo
 # minutes of two cores (1000 steps) are enough for recognisable digits when
 # sampling follows the class with classifier-free guidance (--cfg 3: the
 # class-conditional rates pushed away from the unconditional ones; the
-# trainer drops 10% of the labels to learn both). docs/quality.md has the
-# accuracy a classifier gives the samples, for this and the masked process.
+# trainer drops 10% of the labels to learn both). research/2026-11-26-digits-demo-uniform.md has
+# the accuracy a classifier gives the samples, for this and the masked process.
 # A short run wants a short EMA (0.999 would still remember the untrained
 # start).
 $nctmc train --data $demo/digits --out $demo/digits.safetensors \

@@ -12,8 +12,8 @@
 # same ids as Hugging Face's; and `unicodedata2` at the Unicode version
 # `tokenizers` matches with (16.0), from which
 # scripts/gen_unicode_tables.py made lib/text/unicode_tables.c. `fortunes` is the
-# text corpus of docs/quality.md ("A text model that writes",
-# scripts/text_corpus.py).
+# text corpus of research/2026-11-26-text-model-cpu.md
+# (scripts/text_corpus.py).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Trains the byte-level BPE of the text model's GPU variant
-(docs/quality.md, "A text model that writes") on the training split of
+(research/2026-11-26-text-model-gpu.md) on the training split of
 scripts/text_corpus.py, with Hugging Face `tokenizers` (the test venv,
 build-pyenv/, made by scripts/install-deps.sh):
 

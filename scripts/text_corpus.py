@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the text corpus of docs/quality.md ("A text model that writes"):
+"""Builds the text corpus of research/2026-11-26-text-model-cpu.md:
 the fortune cookies of Debian's `fortunes` and `fortunes-min` packages
 (source package fortune-mod 1:1.99.1-7.3 in Debian 12; install with
 `apt-get install fortunes`), split into training and held-out documents.

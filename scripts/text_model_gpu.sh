@@ -1,6 +1,5 @@
 #!/bin/sh
-# scripts/text_model_gpu.sh — the text model's GPU variant (docs/quality.md,
-# "A text model that writes"): the paper-small shape (`nctmc train --preset
+# scripts/text_model_gpu.sh — the text model's GPU variant (research/2026-11-26-text-model-gpu.md): the paper-small shape (`nctmc train --preset
 # paper`: 12 layers, d 768, 12 heads, 512 tokens) on the fortunes corpus
 # with a byte-level BPE trained on its training split, uniform and masked,
 # for a short fixed budget each; then samples at 16 / 64 / 256 steps and

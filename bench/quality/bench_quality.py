@@ -7,8 +7,8 @@ with an exact likelihood, then score it by its NELBO and by its samples.
   table  the markdown table of some JSON files
 
 Every random choice has a fixed seed: the same command gives the same JSON
-(times aside). docs/quality.md explains the sources, the figures and the
-budget. The library is reached through the in-tree binding (python/nctmc):
+(times aside). research/quality-benchmark.md explains the sources, the figures and
+the budget. The library is reached through the in-tree binding (python/nctmc):
 set NCTMC_LIBRARY to the built libnctmc.so.1 (the default is build/'s).
 """
 import argparse
@@ -35,7 +35,7 @@ HELDOUT_SEED = 777
 REFERENCE_SEED = 12345
 SAMPLE_SEED = 4242
 
-# The CPU budget of docs/quality.md (2 cores, <= 15 minutes per source for
+# The CPU budget of research/quality-benchmark.md (2 cores, <= 15 minutes per source for
 # the uniform and the masked run together, evaluation included).
 BUDGETS = {
     "cpu": dict(layers=4, d_model=128, heads=4, cond=64, batch=128, steps=2000, lr=1e-3,

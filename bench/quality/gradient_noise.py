@@ -25,7 +25,7 @@ sqrt density at two batch sizes, B and B / 8:
 
 an estimate of |mu|^2 below 0 taken as 0 (both reported, with the
 estimate's standard error). On trained models |mu|^2 is small: in the
-runs of docs/quality.md it was within its standard error of 0, and B
+runs of research/2026-11-28-time-density-variance.md it was within its standard error of 0, and B
 times that error was 3-8% of T.
 
 Reported: T_p / T_sqrt for each density, beside time_variance.py's

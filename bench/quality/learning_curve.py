@@ -13,7 +13,7 @@ that length would give with the paper's constant-rate recipe.
                     [--eval-time-sampling sqrt]
 
 The size, batch, learning rate, warm-up and EMA are the quality benchmark's
-CPU budget (docs/quality.md, "The budget"), except that the rate stays
+CPU budget (research/quality-benchmark.md, "The budget (CPU)"), except that the rate stays
 constant instead of decaying (a cosine that ends at the last step would make
 each intermediate point a different schedule); the model's defaults are the
 library's (log-SNR time input, noise-posterior link; --exit-link picks

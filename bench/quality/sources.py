@@ -2,7 +2,7 @@
 
 Every source draws sequences of `length` tokens over `vocab` symbols and
 computes log p(x) exactly (natural log) for any sequence, so that samples of a
-model can be scored by the true distribution. docs/quality.md describes both
+model can be scored by the true distribution. research/quality-benchmark.md describes both
 sources in words; the definitions below are the reference.
 
 Both sources put a noise channel on a hidden clean sequence z: each observed
