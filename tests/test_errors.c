@@ -163,6 +163,15 @@ static void test_model_clears(nctmc_context *ctx)
     char kept[512];
     snprintf(kept, sizeof kept, "%s", nctmc_model_last_error(m));
     CHECK(strstr(kept, "no.such.tensor") != NULL, "message \"%s\"", kept);
+    /* the model's messages are escaped to one printable line like every
+     * other handle's, though they are written under the model's lock */
+    CHECK(nctmc_model_find_tensor(m, "evil\x1b[2J\nname", &index) == NCTMC_ERR_NOT_FOUND &&
+              strchr(nctmc_model_last_error(m), '\x1b') == NULL &&
+              strchr(nctmc_model_last_error(m), '\n') == NULL &&
+              strstr(nctmc_model_last_error(m), "evil\\x1b[2J\\x0aname") != NULL,
+          "an unescaped model message: \"%s\"", nctmc_model_last_error(m));
+    CHECK(nctmc_model_find_tensor(m, "no.such.tensor", &index) == NCTMC_ERR_NOT_FOUND,
+          "find_tensor of a missing name, again");
     CHECK(nctmc_model_find_tensor(m, "vocab_embed.embedding", &index) == NCTMC_OK,
           "find_tensor of a real name");
     CHECK(nctmc_model_read_tensor(m, "blocks.0.norm1.weight", v, 16) == NCTMC_OK,
