@@ -61,13 +61,6 @@ static void cpu_destroy(nctmc_backend *be)
     mem_free(be->alloc, be);
 }
 
-void cpu_parallel_chunks(cpu_backend *cb, int64_t n, int64_t chunk, cpu_pool_fn fn, void *arg)
-{
-    if (n <= 0)
-        return;
-    cpu_pool_run(cb->pool, (n + chunk - 1) / chunk, fn, arg);
-}
-
 static const nctmc_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,

@@ -1,6 +1,11 @@
 /*
  * cpu_backend.h — the CPU backend's state and the operations each file of
  * backends/cpu/ implements (see lib/backend/backend.h for what each one computes).
+ *
+ * Layers, calls going down only: cpu_backend.c (the table of operations,
+ * creation, destruction) calls the kernel files; the kernel files read the
+ * state below but call nothing of cpu_backend.c, only the shared layer
+ * beneath them: cpu_parallel.h (work splits), thread_pool.h (the pool).
  */
 #ifndef NCTMC_CPU_BACKEND_H
 #define NCTMC_CPU_BACKEND_H
@@ -27,21 +32,6 @@ static inline cpu_backend *cpu_of(nctmc_backend *be)
 {
     return (cpu_backend *)be;
 }
-
-/* Rows per task for row-wise kernels: fixed, so the split of the work never
- * depends on the thread count. */
-#define CPU_ROWS_PER_TASK 16
-
-/* The rows [*r0, *r1) of task `task` when n_rows rows are cut into tasks of
- * CPU_ROWS_PER_TASK (the pieces cpu_parallel_chunks hands out). */
-static inline void cpu_task_rows(int64_t task, int64_t n_rows, int64_t *r0, int64_t *r1)
-{
-    *r0 = task * CPU_ROWS_PER_TASK;
-    *r1 = *r0 + CPU_ROWS_PER_TASK < n_rows ? *r0 + CPU_ROWS_PER_TASK : n_rows;
-}
-
-/* Runs fn over ceil(n / chunk) tasks. */
-void cpu_parallel_chunks(cpu_backend *cb, int64_t n, int64_t chunk, cpu_pool_fn fn, void *arg);
 
 /* cpu_linear.c */
 void cpu_linear_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,

@@ -11,6 +11,7 @@
  * size would change the bits.
  */
 #include "cpu_backend.h"
+#include "cpu_parallel.h"
 
 #include <cblas.h>
 #include <string.h>
@@ -239,6 +240,6 @@ void cpu_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t ou
                  accumulate_params ? 1.0f : 0.0f, dw, in);
     if (dbias) {
         dbias_job job = {rows, out, dy, dbias, accumulate_params};
-        cpu_parallel_chunks(cb, out, DBIAS_COLS_PER_TASK, dbias_chunk, &job);
+        cpu_parallel_chunks(cb->pool, out, DBIAS_COLS_PER_TASK, dbias_chunk, &job);
     }
 }

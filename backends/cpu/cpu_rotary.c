@@ -12,6 +12,7 @@
  * and computes any other shape's values per call, the same bits either way.
  */
 #include "cpu_backend.h"
+#include "cpu_parallel.h"
 
 #include <math.h>
 
@@ -196,7 +197,7 @@ static void rotary_run(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t
         .table = rope_table(be, seq_len, head_dim, base),
     };
     int64_t positions = rows < seq_len ? rows : seq_len;
-    cpu_parallel_chunks(cpu_of(be), positions, ROTARY_POSITIONS_PER_TASK, rotary_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, positions, ROTARY_POSITIONS_PER_TASK, rotary_task, &job);
 }
 
 void cpu_rotary_forward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t heads,
