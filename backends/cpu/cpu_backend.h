@@ -5,7 +5,8 @@
  * Layers, calls going down only: cpu_backend.c (the table of operations,
  * creation, destruction) calls the kernel files; the kernel files read the
  * state below but call nothing of cpu_backend.c, only the shared layer
- * beneath them: cpu_parallel.h (work splits), thread_pool.h (the pool).
+ * beneath them: cpu_parallel.h (work splits), cpu_gemm.h (matrix
+ * products), thread_pool.h (the pool).
  */
 #ifndef NCTMC_CPU_BACKEND_H
 #define NCTMC_CPU_BACKEND_H
@@ -39,14 +40,6 @@ void cpu_linear_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out
 void cpu_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
                          const float *x, const float *w, const float *dy, float *dx,
                          bool accumulate_dx, float *dw, float *dbias, bool accumulate_params);
-/* C[M, N] = alpha op(A) op(B) + beta C on the pool, single-threaded OpenBLAS
- * calls on fixed tiles of C (row-major, ld* are row strides). */
-void cpu_gemm(cpu_backend *cb, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-              float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-              float beta, float *c, int64_t ldc);
-
-/* The fixed tile grid cpu_gemm uses for an [m, n] product over k. */
-void cpu_gemm_tiles(int64_t m, int64_t n, int64_t k, int64_t *tile_m, int64_t *tile_n);
 
 /* cpu_linear_packed.c */
 size_t cpu_linear_packed_scratch_bytes(nctmc_backend *be, int32_t in);

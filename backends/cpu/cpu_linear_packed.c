@@ -3,9 +3,10 @@
  * (bf16, or int8 with a float scale per output row), for sampling.
  *
  * The work is cut into the same fixed grid of tiles of y as the float
- * linear layer (cpu_gemm_tiles()), so the bits never depend on the thread
- * count. Inside a tile, weights are expanded panel by panel (a few output
- * rows at a time) into the worker's scratch, and one of two kernels runs:
+ * linear layer (cpu_gemm_tiles() in cpu_gemm.c), so the bits never depend
+ * on the thread count. Inside a tile, weights are expanded panel by panel
+ * (a few output rows at a time) into the worker's scratch, and one of two
+ * kernels runs:
  *
  * - portable: the panel becomes float (bf16 by a shift, int8 exactly) and
  *   one single-threaded OpenBLAS sgemm multiplies it. x stays float, so
@@ -22,6 +23,7 @@
  * y = scale[o] * (x . q[o]) + bias[o].
  */
 #include "cpu_backend.h"
+#include "cpu_gemm.h"
 
 #include <cblas.h>
 #include <string.h>
