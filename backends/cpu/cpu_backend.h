@@ -11,12 +11,9 @@
 #ifndef NCTMC_CPU_BACKEND_H
 #define NCTMC_CPU_BACKEND_H
 
-#include <stdatomic.h>
-
 #include "backend/backend.h"
+#include "cpu_rotary.h"
 #include "thread_pool.h"
-
-typedef struct cpu_rope_table cpu_rope_table; /* cpu_rotary.c */
 
 typedef struct cpu_backend {
     nctmc_backend base;
@@ -24,15 +21,21 @@ typedef struct cpu_backend {
     /* Reduced-precision linear layers use the AVX512-BF16 kernel (set at
      * creation where the CPU has it; cpu_backend_set_bf16_dot()). */
     bool bf16_dot;
-    /* the rotary cosines and sines of the first (seq_len, head_dim, base)
-     * used, built once (NULL until then) */
-    _Atomic(cpu_rope_table *) rope;
+    /* cpu_rotary.c's cache of its table: the backend starts and frees it,
+     * only cpu_rotary.c looks inside */
+    cpu_rope_cache rope;
 } cpu_backend;
 
 static inline cpu_backend *cpu_of(nctmc_backend *be)
 {
     return (cpu_backend *)be;
 }
+
+/* cpu_backend.c */
+/* Chooses the kernel of reduced-precision linear layers: the AVX512-BF16
+ * one when `enable` and the CPU has it, the portable one otherwise (tests
+ * compare both). Returns whether the AVX512-BF16 kernel is now in use. */
+bool cpu_backend_set_bf16_dot(nctmc_backend *be, bool enable);
 
 /* cpu_linear.c */
 void cpu_linear_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
@@ -46,10 +49,9 @@ size_t cpu_linear_packed_scratch_bytes(nctmc_backend *be, int32_t in);
 void cpu_linear_forward_packed(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
                                const float *x, const nctmc_packed_weight *w,
                                const float *bias, float *y, void *scratch);
-/* Chooses the kernel of reduced-precision linear layers: the AVX512-BF16
- * one when `enable` and the CPU has it, the portable one otherwise (tests
- * compare both). Returns whether the AVX512-BF16 kernel is now in use. */
-bool cpu_backend_set_bf16_dot(nctmc_backend *be, bool enable);
+/* Whether this build has the AVX512-BF16 kernel and the CPU runs it (ZMM
+ * state enabled by the OS). */
+bool cpu_linear_packed_has_bf16_kernel(void);
 
 /* cpu_embedding.c */
 void cpu_embedding_forward(nctmc_backend *be, int64_t rows, int32_t dim, const int32_t *ids,
@@ -91,8 +93,7 @@ void cpu_rotary_forward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_
                         int32_t head_dim, float base, float *qkv);
 void cpu_rotary_backward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t heads,
                          int32_t head_dim, float base, float *dqkv);
-/* Frees the backend's rotary table (cpu_destroy). */
-void cpu_rope_table_free(cpu_backend *cb);
+/* (the cache of its table the backend holds: cpu_rotary.h) */
 
 /* cpu_attention.c */
 size_t cpu_attention_saved_floats(nctmc_backend *be, int32_t batch, int32_t seq_len,
