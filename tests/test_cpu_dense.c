@@ -10,6 +10,7 @@
  * backend's memory is host memory, so the buffers here are plain malloc.
  */
 #include "cpu/cpu_backend.h"
+#include "cpu/cpu_gemm.h"
 #include "test_util.h"
 
 #include <string.h>
@@ -195,7 +196,7 @@ static void test_gemm_case(const backends *bs, const gemm_case *gc, test_rng *rn
              (long)gc->m, (long)gc->n, (long)gc->k);
     for (int t = 0; t < N_BACKENDS; t++) {
         float *c = copy_floats(c0, c_size);
-        cpu_gemm(cpu_of(bs->be[t]), gc->ta, gc->tb, gc->m, gc->n, gc->k, gc->alpha, a, lda, b,
+        cpu_gemm(cpu_of(bs->be[t])->pool, gc->ta, gc->tb, gc->m, gc->n, gc->k, gc->alpha, a, lda, b,
                  ldb, gc->beta, c, ldc);
         gather(c, ldc, gc->m, gc->n, dense);
         check_near(what, dense, want, (size_t)(gc->m * gc->n), 1e-4);
@@ -268,7 +269,7 @@ static void test_gemm_thread_invariance(test_rng *rng)
         float *c0 = random_floats(rng, c_n, -1.0f, 1.0f), *c[N_POOLS];
         for (int t = 0; t < N_POOLS; t++) {
             c[t] = copy_floats(c0, c_n);
-            cpu_gemm(cpu_of(be[t]), gc->ta, gc->tb, gc->m, gc->n, gc->k, gc->alpha, a, lda, b,
+            cpu_gemm(cpu_of(be[t])->pool, gc->ta, gc->tb, gc->m, gc->n, gc->k, gc->alpha, a, lda, b,
                      ldb, gc->beta, c[t], gc->n);
         }
         char what[96];

@@ -9,6 +9,7 @@
  */
 #include "cpu_backend.h"
 #include "cpu_math.h"
+#include "cpu_parallel.h"
 
 /* Floats per task: large enough to hide the pool's hand-off, small enough
  * that a 2048 x 1536 activation still spreads over many threads. */
@@ -122,7 +123,7 @@ static void act_task(void *arg, int64_t task, int worker)
 
 static void act_run(nctmc_backend *be, act_job *job)
 {
-    cpu_parallel_chunks(cpu_of(be), job->n, ACT_TASK_FLOATS, act_task, job);
+    cpu_parallel_chunks(cpu_of(be)->pool, job->n, ACT_TASK_FLOATS, act_task, job);
 }
 
 void cpu_silu_forward(nctmc_backend *be, int64_t n, const float *x, float *y)

@@ -17,6 +17,7 @@
 #include <math.h>
 
 #include "cpu_backend.h"
+#include "cpu_parallel.h"
 
 #define LANES 16
 #define LN_EPS 1e-5f
@@ -232,7 +233,7 @@ void cpu_adaln_forward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t
     adaln_job job = {.rows = rows, .seq_len = seq_len, .dim = dim, .mod_stride = mod_stride,
                      .x = x, .w = w, .shift = shift, .scale = scale, .y = y, .mean = mean,
                      .rstd = rstd};
-    cpu_parallel_chunks(cpu_of(be), rows, CPU_ROWS_PER_TASK, adaln_forward_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, rows, CPU_ROWS_PER_TASK, adaln_forward_task, &job);
 }
 
 void cpu_adaln_backward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t dim,

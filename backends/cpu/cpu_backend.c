@@ -1,6 +1,9 @@
 /*
- * cpu_backend.c — the CPU backend: host memory, the thread pool, and the
- * table of operations implemented in the other files of this folder.
+ * cpu_backend.c — the CPU backend: host memory, the thread pool, the
+ * backend's state (the reduced-precision kernel choice, the rotary cache's
+ * lifetime), and the table of operations implemented in the other files of
+ * this folder. The top of backends/cpu/: it calls the kernel files, and none
+ * of them calls it.
  */
 #include "cpu_backend.h"
 
@@ -57,15 +60,15 @@ static void cpu_destroy(nctmc_backend *be)
     if (!be)
         return;
     cpu_pool_free(cpu_of(be)->pool);
-    cpu_rope_table_free(cpu_of(be));
+    cpu_rope_cache_free(&cpu_of(be)->rope, be->alloc);
     mem_free(be->alloc, be);
 }
 
-void cpu_parallel_chunks(cpu_backend *cb, int64_t n, int64_t chunk, cpu_pool_fn fn, void *arg)
+bool cpu_backend_set_bf16_dot(nctmc_backend *be, bool enable)
 {
-    if (n <= 0)
-        return;
-    cpu_pool_run(cb->pool, (n + chunk - 1) / chunk, fn, arg);
+    cpu_backend *cb = cpu_of(be);
+    cb->bf16_dot = enable && cpu_linear_packed_has_bf16_kernel();
+    return cb->bf16_dot;
 }
 
 static const nctmc_backend_ops cpu_ops = {
@@ -127,7 +130,7 @@ nctmc_backend *cpu_backend_create_with(int n_threads, const nctmc_allocator *all
         snprintf(err, err_size, "out of memory creating the CPU backend");
         return NULL;
     }
-    atomic_init(&cb->rope, NULL);
+    cpu_rope_cache_init(&cb->rope);
     cb->pool = cpu_pool_create(n_threads, alloc);
     if (!cb->pool) {
         mem_free(alloc, cb);

@@ -1,16 +1,19 @@
 /*
  * cpu_backend.h — the CPU backend's state and the operations each file of
  * backends/cpu/ implements (see lib/backend/backend.h for what each one computes).
+ *
+ * Layers, calls going down only: cpu_backend.c (the table of operations,
+ * creation, destruction) calls the kernel files; the kernel files read the
+ * state below but call nothing of cpu_backend.c, only the shared layer
+ * beneath them: cpu_parallel.h (work splits), cpu_gemm.h (matrix
+ * products), thread_pool.h (the pool).
  */
 #ifndef NCTMC_CPU_BACKEND_H
 #define NCTMC_CPU_BACKEND_H
 
-#include <stdatomic.h>
-
 #include "backend/backend.h"
+#include "cpu_rotary.h"
 #include "thread_pool.h"
-
-typedef struct cpu_rope_table cpu_rope_table; /* cpu_rotary.c */
 
 typedef struct cpu_backend {
     nctmc_backend base;
@@ -18,9 +21,9 @@ typedef struct cpu_backend {
     /* Reduced-precision linear layers use the AVX512-BF16 kernel (set at
      * creation where the CPU has it; cpu_backend_set_bf16_dot()). */
     bool bf16_dot;
-    /* the rotary cosines and sines of the first (seq_len, head_dim, base)
-     * used, built once (NULL until then) */
-    _Atomic(cpu_rope_table *) rope;
+    /* cpu_rotary.c's cache of its table: the backend starts and frees it,
+     * only cpu_rotary.c looks inside */
+    cpu_rope_cache rope;
 } cpu_backend;
 
 static inline cpu_backend *cpu_of(nctmc_backend *be)
@@ -28,20 +31,11 @@ static inline cpu_backend *cpu_of(nctmc_backend *be)
     return (cpu_backend *)be;
 }
 
-/* Rows per task for row-wise kernels: fixed, so the split of the work never
- * depends on the thread count. */
-#define CPU_ROWS_PER_TASK 16
-
-/* The rows [*r0, *r1) of task `task` when n_rows rows are cut into tasks of
- * CPU_ROWS_PER_TASK (the pieces cpu_parallel_chunks hands out). */
-static inline void cpu_task_rows(int64_t task, int64_t n_rows, int64_t *r0, int64_t *r1)
-{
-    *r0 = task * CPU_ROWS_PER_TASK;
-    *r1 = *r0 + CPU_ROWS_PER_TASK < n_rows ? *r0 + CPU_ROWS_PER_TASK : n_rows;
-}
-
-/* Runs fn over ceil(n / chunk) tasks. */
-void cpu_parallel_chunks(cpu_backend *cb, int64_t n, int64_t chunk, cpu_pool_fn fn, void *arg);
+/* cpu_backend.c */
+/* Chooses the kernel of reduced-precision linear layers: the AVX512-BF16
+ * one when `enable` and the CPU has it, the portable one otherwise (tests
+ * compare both). Returns whether the AVX512-BF16 kernel is now in use. */
+bool cpu_backend_set_bf16_dot(nctmc_backend *be, bool enable);
 
 /* cpu_linear.c */
 void cpu_linear_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
@@ -49,24 +43,15 @@ void cpu_linear_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out
 void cpu_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
                          const float *x, const float *w, const float *dy, float *dx,
                          bool accumulate_dx, float *dw, float *dbias, bool accumulate_params);
-/* C[M, N] = alpha op(A) op(B) + beta C on the pool, single-threaded OpenBLAS
- * calls on fixed tiles of C (row-major, ld* are row strides). */
-void cpu_gemm(cpu_backend *cb, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-              float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-              float beta, float *c, int64_t ldc);
-
-/* The fixed tile grid cpu_gemm uses for an [m, n] product over k. */
-void cpu_gemm_tiles(int64_t m, int64_t n, int64_t k, int64_t *tile_m, int64_t *tile_n);
 
 /* cpu_linear_packed.c */
 size_t cpu_linear_packed_scratch_bytes(nctmc_backend *be, int32_t in);
 void cpu_linear_forward_packed(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
                                const float *x, const nctmc_packed_weight *w,
                                const float *bias, float *y, void *scratch);
-/* Chooses the kernel of reduced-precision linear layers: the AVX512-BF16
- * one when `enable` and the CPU has it, the portable one otherwise (tests
- * compare both). Returns whether the AVX512-BF16 kernel is now in use. */
-bool cpu_backend_set_bf16_dot(nctmc_backend *be, bool enable);
+/* Whether this build has the AVX512-BF16 kernel and the CPU runs it (ZMM
+ * state enabled by the OS). */
+bool cpu_linear_packed_has_bf16_kernel(void);
 
 /* cpu_embedding.c */
 void cpu_embedding_forward(nctmc_backend *be, int64_t rows, int32_t dim, const int32_t *ids,
@@ -108,8 +93,7 @@ void cpu_rotary_forward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_
                         int32_t head_dim, float base, float *qkv);
 void cpu_rotary_backward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t heads,
                          int32_t head_dim, float base, float *dqkv);
-/* Frees the backend's rotary table (cpu_destroy). */
-void cpu_rope_table_free(cpu_backend *cb);
+/* (the cache of its table the backend holds: cpu_rotary.h) */
 
 /* cpu_attention.c */
 size_t cpu_attention_saved_floats(nctmc_backend *be, int32_t batch, int32_t seq_len,

@@ -10,6 +10,7 @@
 
 #include "cpu_backend.h"
 #include "cpu_math.h"
+#include "cpu_parallel.h"
 #include "math/denoiser_math.h"
 
 #define LANES 16
@@ -162,11 +163,11 @@ static void dn_task(void *arg, int64_t task, int worker)
 void cpu_denoiser_forward(nctmc_backend *be, const nctmc_denoiser_args *args)
 {
     dn_job job = {args, forward_row};
-    cpu_parallel_chunks(cpu_of(be), args->n_rows, CPU_ROWS_PER_TASK, dn_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, args->n_rows, CPU_ROWS_PER_TASK, dn_task, &job);
 }
 
 void cpu_denoiser_backward(nctmc_backend *be, const nctmc_denoiser_args *args)
 {
     dn_job job = {args, backward_row};
-    cpu_parallel_chunks(cpu_of(be), args->n_rows, CPU_ROWS_PER_TASK, dn_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, args->n_rows, CPU_ROWS_PER_TASK, dn_task, &job);
 }

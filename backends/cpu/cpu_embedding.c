@@ -8,6 +8,7 @@
  * runs in the same order for any thread count.
  */
 #include "cpu_backend.h"
+#include "cpu_parallel.h"
 
 #include <math.h>
 #include <string.h>
@@ -55,7 +56,7 @@ void cpu_embedding_forward(nctmc_backend *be, int64_t rows, int32_t dim, const i
         .rows = rows, .dim = dim, .ids = ids, .table = table, .out = out,
         .accumulate = accumulate,
     };
-    cpu_parallel_chunks(cpu_of(be), rows, CPU_ROWS_PER_TASK, embedding_forward_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, rows, CPU_ROWS_PER_TASK, embedding_forward_task, &job);
 }
 
 static void embedding_backward_task(void *arg, int64_t task, int worker)
@@ -82,7 +83,7 @@ void cpu_embedding_backward(nctmc_backend *be, int64_t rows, int32_t dim, int32_
         .rows = rows, .dim = dim, .n_entries = n_entries, .ids = ids, .dout = dout,
         .out = dtable, .accumulate = accumulate,
     };
-    cpu_parallel_chunks(cpu_of(be), dim, EMBED_COLS_PER_TASK, embedding_backward_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, dim, EMBED_COLS_PER_TASK, embedding_backward_task, &job);
 }
 
 typedef struct timestep_job {
@@ -113,5 +114,5 @@ void cpu_timestep_embedding(nctmc_backend *be, int32_t batch, int32_t dim, const
                             float *out)
 {
     timestep_job job = {.batch = batch, .dim = dim, .times = times, .out = out};
-    cpu_parallel_chunks(cpu_of(be), batch, 1, timestep_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, batch, 1, timestep_task, &job);
 }

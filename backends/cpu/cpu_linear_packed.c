@@ -3,9 +3,11 @@
  * (bf16, or int8 with a float scale per output row), for sampling.
  *
  * The work is cut into the same fixed grid of tiles of y as the float
- * linear layer (cpu_gemm_tiles()), so the bits never depend on the thread
- * count. Inside a tile, weights are expanded panel by panel (a few output
- * rows at a time) into the worker's scratch, and one of two kernels runs:
+ * linear layer (cpu_gemm_tiles() in cpu_gemm.c), so the bits never depend
+ * on the thread count. Inside a tile, weights are expanded panel by panel
+ * (a few output rows at a time) into the worker's scratch, and one of two
+ * kernels runs, as the backend's bf16_dot flag says (cpu_backend.c sets it
+ * from cpu_linear_packed_has_bf16_kernel()):
  *
  * - portable: the panel becomes float (bf16 by a shift, int8 exactly) and
  *   one single-threaded OpenBLAS sgemm multiplies it. x stays float, so
@@ -22,6 +24,7 @@
  * y = scale[o] * (x . q[o]) + bias[o].
  */
 #include "cpu_backend.h"
+#include "cpu_gemm.h"
 
 #include <cblas.h>
 #include <string.h>
@@ -350,9 +353,7 @@ void cpu_linear_forward_packed(nctmc_backend *be, int64_t rows, int32_t in, int3
     cpu_pool_run(cb->pool, tiles, packed_tile, &job);
 }
 
-bool cpu_backend_set_bf16_dot(nctmc_backend *be, bool enable)
+bool cpu_linear_packed_has_bf16_kernel(void)
 {
-    cpu_backend *cb = cpu_of(be);
-    cb->bf16_dot = enable && cpu_has_avx512_bf16();
-    return cb->bf16_dot;
+    return cpu_has_avx512_bf16();
 }

@@ -17,6 +17,7 @@
 
 #include "cpu_backend.h"
 #include "cpu_math.h"
+#include "cpu_parallel.h"
 #include "math/lcond_math.h"
 
 #define LANES 16
@@ -174,7 +175,7 @@ static void lcond_task(void *arg, int64_t task, int worker)
 void cpu_lcond(nctmc_backend *be, const nctmc_lcond_args *args)
 {
     loss_job job = {args, NULL};
-    cpu_parallel_chunks(cpu_of(be), args->n_rows, CPU_ROWS_PER_TASK, lcond_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, args->n_rows, CPU_ROWS_PER_TASK, lcond_task, &job);
 }
 
 static void jump_logprob_row(const float *restrict z, double lse, int32_t i,
@@ -214,5 +215,5 @@ static void jump_output_task(void *arg, int64_t task, int worker)
 void cpu_jump_output(nctmc_backend *be, const nctmc_jump_output_args *args)
 {
     loss_job job = {NULL, args};
-    cpu_parallel_chunks(cpu_of(be), args->n_rows, CPU_ROWS_PER_TASK, jump_output_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, args->n_rows, CPU_ROWS_PER_TASK, jump_output_task, &job);
 }

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "cpu_backend.h"
+#include "cpu_parallel.h"
 
 /* Floats per task of the elementwise operations. */
 #define OPT_TASK_FLOATS 16384
@@ -91,7 +92,7 @@ static void scale_task(void *arg, int64_t task, int worker)
 void cpu_scale(nctmc_backend *be, int64_t n, float *x, float s)
 {
     optim_job job = {.n = n, .x = x, .s = s};
-    cpu_parallel_chunks(cpu_of(be), n, OPT_TASK_FLOATS, scale_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, n, OPT_TASK_FLOATS, scale_task, &job);
 }
 
 static void adamw_span(const optim_job *job, float *restrict p, const float *restrict g,
@@ -130,7 +131,7 @@ void cpu_adamw(nctmc_backend *be, int64_t n, float *param, const float *grad, fl
                      .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay,
                      .bias1 = (float)(1.0 - pow((double)beta1, k)),
                      .bias2 = (float)(1.0 - pow((double)beta2, k))};
-    cpu_parallel_chunks(cpu_of(be), n, OPT_TASK_FLOATS, adamw_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, n, OPT_TASK_FLOATS, adamw_task, &job);
 }
 
 static void ema_span(float *restrict ema, const float *restrict param, float decay, int64_t n)
@@ -151,5 +152,5 @@ static void ema_task(void *arg, int64_t task, int worker)
 void cpu_ema_update(nctmc_backend *be, int64_t n, float *ema, const float *param, float decay)
 {
     optim_job job = {.n = n, .x = ema, .src = param, .s = decay};
-    cpu_parallel_chunks(cpu_of(be), n, OPT_TASK_FLOATS, ema_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, n, OPT_TASK_FLOATS, ema_task, &job);
 }

@@ -7,6 +7,7 @@
  * scratch memory, and dy (elementwise) is written in the same pass.
  */
 #include "cpu_backend.h"
+#include "cpu_parallel.h"
 
 /* Columns per backward task: a task reads this many floats from each row of
  * a sequence, so the access is strided; 512-byte pieces streamed a quarter
@@ -86,7 +87,7 @@ void cpu_gated_residual_forward(nctmc_backend *be, int64_t rows, int32_t seq_len
     if (seq_len <= 0 || dim <= 0)
         return;
     residual_job job = {rows, seq_len, dim, mod_stride, x, y, gate, NULL, out, NULL};
-    cpu_parallel_chunks(cpu_of(be), rows, CPU_ROWS_PER_TASK, residual_forward_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, rows, CPU_ROWS_PER_TASK, residual_forward_task, &job);
 }
 
 void cpu_gated_residual_backward(nctmc_backend *be, int64_t rows, int32_t seq_len,

@@ -7,11 +7,14 @@
  * formula and rounded once, which keeps them within an ulp of what
  * PyTorch's table holds. They depend on the shape only, yet computing them
  * took as long as the rotation itself, once per layer and model evaluation
- * (a sampler evaluates the model every step): the backend keeps the table of
- * the first shape it sees (a backend serves one model length in practice)
- * and computes any other shape's values per call, the same bits either way.
+ * (a sampler evaluates the model every step): this file keeps the table of
+ * the first shape it sees in its cache (cpu_rotary.h), one per backend (a
+ * backend serves one model length in practice), and computes any other
+ * shape's values per call, the same bits either way.
  */
 #include "cpu_backend.h"
+#include "cpu_parallel.h"
+#include "cpu_rotary.h"
 
 #include <math.h>
 
@@ -44,20 +47,20 @@ static double inv_frequency(double base, int32_t a, int32_t head_dim)
     return pow(base, -2.0 * (double)a / (double)head_dim);
 }
 
-static cpu_rope_table *rope_table_build(nctmc_backend *be, int32_t seq_len, int32_t head_dim,
-                                        float base)
+static cpu_rope_table *rope_table_build(const nctmc_allocator *alloc, int32_t seq_len,
+                                        int32_t head_dim, float base)
 {
     int32_t half = head_dim / 2;
     size_t n = (size_t)seq_len * (size_t)half;
-    cpu_rope_table *t = mem_calloc(be->alloc, 1, sizeof *t);
+    cpu_rope_table *t = mem_calloc(alloc, 1, sizeof *t);
     if (!t)
         return NULL;
-    t->cos = mem_calloc(be->alloc, n ? n : 1, sizeof(float));
-    t->sin = mem_calloc(be->alloc, n ? n : 1, sizeof(float));
+    t->cos = mem_calloc(alloc, n ? n : 1, sizeof(float));
+    t->sin = mem_calloc(alloc, n ? n : 1, sizeof(float));
     if (!t->cos || !t->sin) {
-        mem_free(be->alloc, t->cos);
-        mem_free(be->alloc, t->sin);
-        mem_free(be->alloc, t);
+        mem_free(alloc, t->cos);
+        mem_free(alloc, t->sin);
+        mem_free(alloc, t);
         return NULL;
     }
     t->seq_len = seq_len;
@@ -74,19 +77,24 @@ static cpu_rope_table *rope_table_build(nctmc_backend *be, int32_t seq_len, int3
     return t;
 }
 
-static void rope_table_release(nctmc_backend *be, cpu_rope_table *t)
+static void rope_table_release(const nctmc_allocator *alloc, cpu_rope_table *t)
 {
     if (!t)
         return;
-    mem_free(be->alloc, t->cos);
-    mem_free(be->alloc, t->sin);
-    mem_free(be->alloc, t);
+    mem_free(alloc, t->cos);
+    mem_free(alloc, t->sin);
+    mem_free(alloc, t);
 }
 
-void cpu_rope_table_free(cpu_backend *cb)
+void cpu_rope_cache_init(cpu_rope_cache *cache)
 {
-    rope_table_release(&cb->base, atomic_load(&cb->rope));
-    atomic_store(&cb->rope, NULL);
+    atomic_init(&cache->table, NULL);
+}
+
+void cpu_rope_cache_free(cpu_rope_cache *cache, const nctmc_allocator *alloc)
+{
+    rope_table_release(alloc, atomic_load(&cache->table));
+    atomic_store(&cache->table, NULL);
 }
 
 /* The backend's table if it is this shape's, building it on first use; NULL
@@ -95,17 +103,17 @@ void cpu_rope_table_free(cpu_backend *cb)
 static const cpu_rope_table *rope_table(nctmc_backend *be, int32_t seq_len, int32_t head_dim,
                                         float base)
 {
-    cpu_backend *cb = cpu_of(be);
-    cpu_rope_table *t = atomic_load_explicit(&cb->rope, memory_order_acquire);
+    _Atomic(cpu_rope_table *) *cached = &cpu_of(be)->rope.table;
+    cpu_rope_table *t = atomic_load_explicit(cached, memory_order_acquire);
     if (!t) {
-        cpu_rope_table *fresh = rope_table_build(be, seq_len, head_dim, base);
+        cpu_rope_table *fresh = rope_table_build(be->alloc, seq_len, head_dim, base);
         if (!fresh)
             return NULL;
-        if (atomic_compare_exchange_strong_explicit(&cb->rope, &t, fresh, memory_order_acq_rel,
+        if (atomic_compare_exchange_strong_explicit(cached, &t, fresh, memory_order_acq_rel,
                                                     memory_order_acquire))
             t = fresh;
         else
-            rope_table_release(be, fresh);
+            rope_table_release(be->alloc, fresh);
     }
     bool same = t->seq_len == seq_len && t->head_dim == head_dim && t->base == base;
     return same ? t : NULL;
@@ -196,7 +204,7 @@ static void rotary_run(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t
         .table = rope_table(be, seq_len, head_dim, base),
     };
     int64_t positions = rows < seq_len ? rows : seq_len;
-    cpu_parallel_chunks(cpu_of(be), positions, ROTARY_POSITIONS_PER_TASK, rotary_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, positions, ROTARY_POSITIONS_PER_TASK, rotary_task, &job);
 }
 
 void cpu_rotary_forward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t heads,

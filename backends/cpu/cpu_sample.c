@@ -6,6 +6,7 @@
  * the order of the blocks cannot change a bit of the output.
  */
 #include "cpu_backend.h"
+#include "cpu_parallel.h"
 #include "math/sample_math.h"
 
 typedef struct sample_job {
@@ -63,5 +64,5 @@ void cpu_sample_step(nctmc_backend *be, const nctmc_sample_step_args *args)
     job.st = sm_step_prepare(args->fp, args->method, args->t, args->s, args->cfg_scale,
                              args->cfg_rule, args->temperature, args->correction_temperature,
                              args->seed, args->step);
-    cpu_parallel_chunks(cpu_of(be), args->n_rows, CPU_ROWS_PER_TASK, sample_task, &job);
+    cpu_parallel_chunks(cpu_of(be)->pool, args->n_rows, CPU_ROWS_PER_TASK, sample_task, &job);
 }
