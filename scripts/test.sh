@@ -57,7 +57,7 @@ run_suite build-ci gcc
 # machine's own environment stays as it is for every other run.
 echo "== gcc release, OpenBLAS forced to its Haswell kernels =="
 OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512 \
-    run_suite build-ci openblas-haswell cpu_dense thread_pool model_grad trainer sampler \
+    run_suite build-ci openblas-haswell cpu_dense thread_pool model_grad trainer sampler sampler_math \
     quant_kernels
 
 echo "== gcc + ASan + UBSan =="
@@ -82,7 +82,7 @@ UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 # operations, the samplers and training (about a minute under TSan on two
 # cores; eval's enumerations take minutes there and add no thread use).
 echo "== gcc + TSan: the thread tests =="
-tsan_tests="thread_pool api cpu_dense sampler trainer lifetimes errors cancel quant_kernels"
+tsan_tests="thread_pool api cpu_dense sampler sampler_math trainer lifetimes errors cancel quant_kernels"
 configure build-ci-tsan -Dreference_tests=disabled -Dcuda=disabled -Db_sanitize=thread \
     -Dbuildtype=debugoptimized -Db_lundef=false
 ninja -C build-ci-tsan $(for t in $tsan_tests; do printf 'tests/test_%s ' "$t"; done)
