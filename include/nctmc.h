@@ -181,6 +181,11 @@ NCTMC_API const char *nctmc_status_string(nctmc_status status);
  *  - a struct from a newer header (larger): accepted when every byte past
  *    the fields this library knows is 0, else NCTMC_ERR_UNSUPPORTED with a
  *    message naming the struct and the library's version;
+ *  - no versioned struct has trailing padding on a 64-bit target (where
+ *    one would have, a field `reserved0` fills it, which the library never
+ *    reads): `nctmc_X s = { sizeof s, ... }` zeroes every byte after the
+ *    fields it names, so such a struct is accepted by this library and by
+ *    later ones, whatever the compiler and the optimisation level;
  *  - a struct the library fills (nctmc_tensor_info, nctmc_dataset_info,
  *    nctmc_train_stats, nctmc_trainer_state, nctmc_eval_result, and the
  *    nctmc_model_get_config() / nctmc_trainer_get_params() outputs) is
@@ -830,6 +835,13 @@ typedef struct nctmc_load_params {
     size_t struct_size;
     /** NCTMC_LOAD_MAP_AUTO (default), _MAP_LAZY or NCTMC_LOAD_COPY. */
     nctmc_load_mapping mapping;
+    /** Reserved (0.8.0): always 0, as a brace initialiser or
+     *  nctmc_load_params_init() leaves it. It names what was the struct's trailing
+     *  padding, so that `{ sizeof s, ... }` zeroes it; the library never
+     *  reads it (in a program built against an older header these bytes
+     *  were padding and may hold anything), and no later release gives it
+     *  a meaning. */
+    int32_t reserved0;
 } nctmc_load_params;
 
 /** Fills *params with the defaults (see "Versioned structs"). */
@@ -942,6 +954,13 @@ typedef struct nctmc_dataset_info {
      *  (docs/formats.md): what a manifest of the shard records. Appended
      *  in 0.4.0. */
     uint32_t checksum;
+    /** Reserved (0.8.0): always 0, as a brace initialiser or
+     *  nctmc_dataset_info_init() leaves it. It names what was the struct's trailing
+     *  padding, so that `{ sizeof s, ... }` zeroes it; the library never
+     *  reads it (in a program built against an older header these bytes
+     *  were padding and may hold anything), and no later release gives it
+     *  a meaning. */
+    int32_t reserved0;
 } nctmc_dataset_info;
 
 /** Fills *info with zeros and struct_size (see "Versioned structs"). */
@@ -1377,6 +1396,13 @@ typedef struct nctmc_eval_params {
      *  are over the rows drawn, so with SQRT they count more small-t
      *  rows; each bucket's figures keep their meaning. */
     nctmc_time_sampling time_sampling;
+    /** Reserved (0.8.0): always 0, as a brace initialiser or
+     *  nctmc_eval_params_init() leaves it. It names what was the struct's trailing
+     *  padding, so that `{ sizeof s, ... }` zeroes it; the library never
+     *  reads it (in a program built against an older header these bytes
+     *  were padding and may hold anything), and no later release gives it
+     *  a meaning. */
+    int32_t reserved0;
 } nctmc_eval_params;
 
 /** Fills *params with the defaults (see "Versioned structs"). */
