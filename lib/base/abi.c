@@ -65,6 +65,8 @@ ABI_STRUCT(abi_sample_params, nctmc_sample_params, tokens_out, correction_mode);
 /* 0.4.0 */
 ABI_STRUCT(abi_load_params, nctmc_load_params, mapping, reserved0);
 ABI_STRUCT(abi_infill_params, nctmc_infill_params, ranges_out, ranges_out);
+/* 0.8.0 */
+ABI_STRUCT(abi_features, nctmc_features, cuda_detail, cuda_detail);
 
 static size_t min_size(size_t a, size_t b)
 {
