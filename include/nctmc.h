@@ -170,8 +170,8 @@ NCTMC_API const char *nctmc_status_string(nctmc_status status);
  * and struct_size = size. It returns NCTMC_OK, or NCTMC_ERR_INVALID_ARGUMENT
  * without writing anything when p is NULL or size is below the struct's
  * first published size (the end of its last field in the release that
- * published it: 0.4.0 for nctmc_load_params and nctmc_infill_params, 0.2.0
- * for every other struct here).
+ * published it: 0.4.0 for nctmc_load_params and nctmc_infill_params, 0.8.0
+ * for nctmc_features, 0.2.0 for every other struct here).
  *
  * A call that takes a versioned struct reads and writes only struct_size
  * bytes of it:
@@ -181,6 +181,11 @@ NCTMC_API const char *nctmc_status_string(nctmc_status status);
  *  - a struct from a newer header (larger): accepted when every byte past
  *    the fields this library knows is 0, else NCTMC_ERR_UNSUPPORTED with a
  *    message naming the struct and the library's version;
+ *  - no versioned struct has trailing padding on a 64-bit target (where
+ *    one would have, a field `reserved0` fills it, which the library never
+ *    reads): `nctmc_X s = { sizeof s, ... }` zeroes every byte after the
+ *    fields it names, so such a struct is accepted by this library and by
+ *    later ones, whatever the compiler and the optimisation level;
  *  - a struct the library fills (nctmc_tensor_info, nctmc_dataset_info,
  *    nctmc_train_stats, nctmc_trainer_state, nctmc_eval_result, and the
  *    nctmc_model_get_config() / nctmc_trainer_get_params() outputs) is
@@ -188,6 +193,60 @@ NCTMC_API const char *nctmc_status_string(nctmc_status status);
  *    fields the library does not know keep the values they had.
  * docs/api.md, "Compatibility", has the whole policy.
  */
+
+/* ------------------------------------------------------------------------ */
+/* What this build can do (no context needed)                               */
+/* ------------------------------------------------------------------------ */
+
+/** What the linked library offers on this machine, found without creating
+ *  a context (0.8.0). Fill struct_size with nctmc_features_init(). */
+typedef struct nctmc_features {
+    size_t struct_size;
+    /** nctmc_version_number() of the linked library. */
+    int32_t version_number;
+    /** The n_threads a context created with n_threads = 0 gets: the cores
+     *  online now. */
+    int32_t default_threads;
+    /** 1 when the CPU backend computes with bf16 and int8 weights
+     *  (nctmc_model_convert()) on the AVX512-BF16 kernel, 0 on the portable
+     *  one (the same results up to rounding; docs/performance.md). */
+    int32_t cpu_bf16_kernel;
+    /** 1 when the CUDA backend module (libnctmc-cuda.so) was found and
+     *  loads with this core's backend interface, 0 when not (cuda_detail
+     *  says why). Looking loads the module and the CUDA runtime it links
+     *  (once per process; they stay loaded), but starts no device. */
+    int32_t cuda_module;
+    /** 1 when the NVIDIA driver's library (libcuda.so.1) loads. A "cuda"
+     *  context needs both this and cuda_module, and a device. */
+    int32_t cuda_driver;
+    /** 1 when the build has the CPU kernels' per-ISA clones (meson option
+     *  vector_clones), 0 when it is portable code only. */
+    int32_t vector_clones;
+    /** "MAJOR.MINOR.PATCH", as nctmc_version(). Static storage. */
+    const char *version;
+    /** "avx512-bf16" or "portable": the kernel cpu_bf16_kernel names.
+     *  Static storage. */
+    const char *cpu_kernel;
+    /** The BLAS library's own description of its build (OpenBLAS's
+     *  openblas_get_config(): version, target, threading). Static storage
+     *  owned by the BLAS library. */
+    const char *blas;
+    /** Where the CUDA module was found, or why it is not usable (one
+     *  line, "" never). */
+    char cuda_detail[256];
+} nctmc_features;
+
+/** Fills *features with zeros and struct_size (see "Versioned structs"). */
+NCTMC_API nctmc_status nctmc_features_init_sized(nctmc_features *features, size_t size);
+#define nctmc_features_init(p) nctmc_features_init_sized((p), sizeof *(p))
+
+/**
+ * Fills *features (struct_size set by nctmc_features_init()) with what this
+ * library and machine offer, without a context: NCTMC_OK, or
+ * NCTMC_ERR_INVALID_ARGUMENT for NULL or a struct_size below the first
+ * published size. Safe to call from any thread at any time.
+ */
+NCTMC_API nctmc_status nctmc_get_features(nctmc_features *features);
 
 /* ------------------------------------------------------------------------ */
 /* Context: backend, threads and logging                                    */
@@ -830,6 +889,13 @@ typedef struct nctmc_load_params {
     size_t struct_size;
     /** NCTMC_LOAD_MAP_AUTO (default), _MAP_LAZY or NCTMC_LOAD_COPY. */
     nctmc_load_mapping mapping;
+    /** Reserved (0.8.0): always 0, as a brace initialiser or
+     *  nctmc_load_params_init() leaves it. It names what was the struct's trailing
+     *  padding, so that `{ sizeof s, ... }` zeroes it; the library never
+     *  reads it (in a program built against an older header these bytes
+     *  were padding and may hold anything), and no later release gives it
+     *  a meaning. */
+    int32_t reserved0;
 } nctmc_load_params;
 
 /** Fills *params with the defaults (see "Versioned structs"). */
@@ -942,6 +1008,13 @@ typedef struct nctmc_dataset_info {
      *  (docs/formats.md): what a manifest of the shard records. Appended
      *  in 0.4.0. */
     uint32_t checksum;
+    /** Reserved (0.8.0): always 0, as a brace initialiser or
+     *  nctmc_dataset_info_init() leaves it. It names what was the struct's trailing
+     *  padding, so that `{ sizeof s, ... }` zeroes it; the library never
+     *  reads it (in a program built against an older header these bytes
+     *  were padding and may hold anything), and no later release gives it
+     *  a meaning. */
+    int32_t reserved0;
 } nctmc_dataset_info;
 
 /** Fills *info with zeros and struct_size (see "Versioned structs"). */
@@ -1377,6 +1450,13 @@ typedef struct nctmc_eval_params {
      *  are over the rows drawn, so with SQRT they count more small-t
      *  rows; each bucket's figures keep their meaning. */
     nctmc_time_sampling time_sampling;
+    /** Reserved (0.8.0): always 0, as a brace initialiser or
+     *  nctmc_eval_params_init() leaves it. It names what was the struct's trailing
+     *  padding, so that `{ sizeof s, ... }` zeroes it; the library never
+     *  reads it (in a program built against an older header these bytes
+     *  were padding and may hold anything), and no later release gives it
+     *  a meaning. */
+    int32_t reserved0;
 } nctmc_eval_params;
 
 /** Fills *params with the defaults (see "Versioned structs"). */

@@ -123,8 +123,10 @@ LAYOUTS(forward_params, FORWARD_PARAMS_HEAD, float *jump_logprobs;, jump_logprob
     int64_t n_tokens;
 /* 0.4.0 appended checksum to 0.3.0's layout (which ended at n_sequences) */
 #define DATASET_INFO_HEAD_030 DATASET_INFO_HEAD int64_t n_sequences;
-LAYOUTS_APPENDED(dataset_info, DATASET_INFO_HEAD, DATASET_INFO_HEAD_030, uint32_t checksum;,
-                 checksum, n_sequences);
+/* 0.8.0 named its trailing padding reserved0 */
+#define DATASET_INFO_HEAD_040 DATASET_INFO_HEAD_030 uint32_t checksum;
+LAYOUTS_APPENDED(dataset_info, DATASET_INFO_HEAD, DATASET_INFO_HEAD_040, int32_t reserved0;,
+                 reserved0, n_sequences);
 
 #define TRAINER_PARAMS_HEAD                                                       \
     size_t struct_size;                                                           \
@@ -162,10 +164,12 @@ LAYOUTS(trainer_state, TRAINER_STATE_HEAD, uint64_t seed;, seed);
     float t_max;                                                                  \
     uint64_t seed;                                                                \
     int32_t (*progress)(int64_t done, int64_t total, void *user_data);
-/* 0.2.0 ended at user_data; 0.6.0 appended time_sampling */
+/* 0.2.0 ended at user_data; 0.6.0 appended time_sampling; 0.8.0 named the
+ * trailing padding reserved0 */
 #define EVAL_PARAMS_HEAD_050 EVAL_PARAMS_HEAD void *user_data;
-LAYOUTS_APPENDED(eval_params, EVAL_PARAMS_HEAD, EVAL_PARAMS_HEAD_050,
-                 nctmc_time_sampling time_sampling;, time_sampling, user_data);
+#define EVAL_PARAMS_HEAD_060 EVAL_PARAMS_HEAD_050 nctmc_time_sampling time_sampling;
+LAYOUTS_APPENDED(eval_params, EVAL_PARAMS_HEAD, EVAL_PARAMS_HEAD_060,
+                 int32_t reserved0;, reserved0, user_data);
 
 #define EVAL_RESULT_HEAD                                                          \
     size_t struct_size;                                                           \
@@ -216,9 +220,12 @@ LAYOUTS_APPENDED(sample_params, SAMPLE_PARAMS_HEAD, SAMPLE_PARAMS_HEAD_030,
     int64_t (*read_at)(void *, void *, size_t, int64_t);
 LAYOUTS(reader, READER_HEAD, void *user_data;, user_data);
 
-/* first published in 0.4.0 */
+/* first published in 0.4.0 (ending at mapping); 0.8.0 named the trailing
+ * padding reserved0 */
 #define LOAD_PARAMS_HEAD size_t struct_size;
-LAYOUTS(load_params, LOAD_PARAMS_HEAD, nctmc_load_mapping mapping;, mapping);
+#define LOAD_PARAMS_HEAD_040 LOAD_PARAMS_HEAD nctmc_load_mapping mapping;
+LAYOUTS_APPENDED(load_params, LOAD_PARAMS_HEAD, LOAD_PARAMS_HEAD_040, int32_t reserved0;,
+                 reserved0, mapping);
 
 /* first published in 0.4.0 */
 #define INFILL_PARAMS_HEAD                                                        \

@@ -4,7 +4,8 @@
 - its soname is libnctmc.so.1;
 - it defines only nctmc_* symbols, each bound to its symbol version
   (objdump -T): NCTMC_1 for 0.2.0's functions, NCTMC_1.1 for those 0.3.0
-  added, NCTMC_1.2 for those 0.4.0 added; and the public functions of
+  added, NCTMC_1.2 for those 0.4.0 added, NCTMC_1.3 for those 0.8.0
+  adds; and the public functions of
   nctmc.h are among them.
 
 Usage: check_symbols.py LIBNCTMC_SO [NCTMC_H]. Exits 0 when everything
@@ -37,6 +38,8 @@ ADDED = {
     "nctmc_tokenizer_load_gpt2": "NCTMC_1.2",
     "nctmc_tokenizer_load_hf_json": "NCTMC_1.2",
     "nctmc_tokenizer_pad_vocab": "NCTMC_1.2",
+    "nctmc_features_init_sized": "NCTMC_1.3",
+    "nctmc_get_features": "NCTMC_1.3",
 }
 NODES = {VERSION_NODE} | set(ADDED.values())
 

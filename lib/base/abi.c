@@ -5,6 +5,7 @@
  */
 #include "abi.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "fail.h"
@@ -24,24 +25,48 @@
 #define ABI_STRUCT(var, type, first, last)                                                  \
     _Static_assert(ABI_ROUND_UP(ABI_END(type, last), _Alignof(type)) == sizeof(type),      \
                    #type " has a field after `" #last "`: name it in lib/base/abi.c");            \
+    ABI_NO_TAIL_PADDING(type, last);                                                        \
     const abi_struct var = {#type, ABI_END(type, first), ABI_END(type, last)}
+
+/*
+ * No trailing padding on a 64-bit target (x86-64, AArch64, 64-bit Windows:
+ * the supported ones). A caller's `nctmc_X s = { sizeof s, ... }` leaves
+ * padding bytes unspecified (garbage at -O0 with some compilers), and the
+ * bytes past `last` up to struct_size are read as fields of a newer header
+ * that must be 0 — so padding there would refuse a correct program. A struct
+ * whose last field leaves a gap ends with an `int32_t reserved0` that fills
+ * it (zeroed by brace initialisers, never read by the library, never given
+ * a meaning later: in programs built before 0.8.0 it was padding), and a
+ * field appended later must again leave no gap (docs/dev/releasing.md).
+ * 32-bit targets lay some structs out with a gap the 64-bit ones lack; they
+ * are not checked.
+ */
+#if SIZE_MAX > 0xFFFFFFFFu
+#define ABI_NO_TAIL_PADDING(type, last)                                                     \
+    _Static_assert(ABI_END(type, last) == sizeof(type),                                     \
+                   #type " has trailing padding after `" #last "`: fill it with a reserved field")
+#else
+#define ABI_NO_TAIL_PADDING(type, last) _Static_assert(1, "32-bit: not checked")
+#endif
 
 ABI_STRUCT(abi_context_params, nctmc_context_params, alloc_user_data, alloc_user_data);
 ABI_STRUCT(abi_reader, nctmc_reader, user_data, user_data);
 ABI_STRUCT(abi_model_config, nctmc_model_config, seed, exit_link);
 ABI_STRUCT(abi_tensor_info, nctmc_tensor_info, n_elements, n_elements);
 ABI_STRUCT(abi_forward_params, nctmc_forward_params, jump_logprobs, jump_logprobs);
-ABI_STRUCT(abi_dataset_info, nctmc_dataset_info, n_sequences, checksum);
+ABI_STRUCT(abi_dataset_info, nctmc_dataset_info, n_sequences, reserved0);
 ABI_STRUCT(abi_trainer_params, nctmc_trainer_params, seed, activation_recompute);
 ABI_STRUCT(abi_train_stats, nctmc_train_stats, n_skipped, n_skipped);
 ABI_STRUCT(abi_trainer_state, nctmc_trainer_state, seed, seed);
-ABI_STRUCT(abi_eval_params, nctmc_eval_params, user_data, time_sampling);
+ABI_STRUCT(abi_eval_params, nctmc_eval_params, user_data, reserved0);
 ABI_STRUCT(abi_eval_result, nctmc_eval_result, buckets, n_reliability);
 ABI_STRUCT(abi_sampler_params, nctmc_sampler_params, ctx, ctx);
 ABI_STRUCT(abi_sample_params, nctmc_sample_params, tokens_out, correction_mode);
 /* 0.4.0 */
-ABI_STRUCT(abi_load_params, nctmc_load_params, mapping, mapping);
+ABI_STRUCT(abi_load_params, nctmc_load_params, mapping, reserved0);
 ABI_STRUCT(abi_infill_params, nctmc_infill_params, ranges_out, ranges_out);
+/* 0.8.0 */
+ABI_STRUCT(abi_features, nctmc_features, cuda_detail, cuda_detail);
 
 static size_t min_size(size_t a, size_t b)
 {

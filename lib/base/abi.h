@@ -40,6 +40,7 @@ extern const abi_struct abi_sample_params;
 extern const abi_struct abi_reader;
 extern const abi_struct abi_load_params;
 extern const abi_struct abi_infill_params;
+extern const abi_struct abi_features;
 
 /* The struct_size a caller's struct declares. */
 size_t abi_size(const void *caller);
