@@ -13,13 +13,15 @@
 # `tokenizers` matches with (16.0), from which
 # scripts/gen_unicode_tables.py made lib/text/unicode_tables.c. `fortunes` is the
 # text corpus of research/2026-11-26-text-model-cpu.md
-# (scripts/text_corpus.py).
+# (scripts/text_corpus.py). python3-mesonpy (with patchelf) builds the Python
+# package offline, library bundled (python/meson.build), and
+# python3-hypothesis drives its hostile-input test (python/tests/test_hostile.py).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="gcc pkg-config meson ninja-build libopenblas-dev"
 test_pkgs="clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-venv python3-pytest
-    python3-setuptools python3-wheel fortunes"
+    python3-setuptools python3-wheel python3-mesonpy python3-hypothesis patchelf fortunes"
 
 pkgs="$build_pkgs"
 [ "${1:-}" = "--build" ] || pkgs="$pkgs $test_pkgs"

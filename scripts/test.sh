@@ -69,6 +69,22 @@ ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     run_suite build-ci-asan asan --no-suite e2e
 
+# The Python binding on this ASan library: the hostile-input test (every
+# entry point, hypothesis, a bounded number of examples) and the regression
+# tests of its memory safety. The ASan runtime is preloaded into Python;
+# CPython's own allocations are never freed at exit by design, so leaks are
+# not checked here. Any report ends the process: the suite's XML is then
+# missing and counts as failed. (About a minute on two cores.)
+echo "== Python binding on the ASan library: hostile inputs =="
+rm -f "$root/build-ci-asan/pytest-asan.xml"
+(cd python/tests && LD_PRELOAD="$(gcc -print-file-name=libasan.so)" \
+    ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=0 \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    NCTMC_LIBRARY="$root/build-ci-asan/libnctmc.so.1" PYTHONPATH="$root/python" \
+    "$NCTMC_PYTHON" -m pytest -q -p no:cacheprovider --junitxml "$root/build-ci-asan/pytest-asan.xml" \
+    test_hostile.py test_safety.py) || echo "python binding under ASan failed" >&2
+results="$results $root/build-ci-asan/pytest-asan.xml"
+
 echo "== clang + ASan + UBSan =="
 CC=clang configure build-ci-clang -Dreference_tests=enabled -Db_sanitize=address,undefined \
     -Dbuildtype=debugoptimized -Db_lundef=false -Dfuzzing=true
@@ -97,11 +113,33 @@ meson install -C build-ci --destdir "$prefix" >/dev/null
 /usr/bin/python3 scripts/check_install.py "$prefix" || echo "install check failed" >&2
 results="$results $root/build-ci/install-check.json"
 
+echo "== Python binding: pip install into a fresh venv, library bundled =="
+# What docs/python.md tells a user: a fresh virtual environment and
+# `pip install ./python`, which builds libnctmc with meson and bundles it in
+# the package. Offline: the venv sees Debian's numpy and meson-python
+# (install-deps.sh), so the build runs without build isolation, which would
+# fetch meson-python from PyPI.
+venv="$root/build-ci/pyvenv"
+rm -rf "$venv"
+/usr/bin/python3 -m venv --system-site-packages "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation ./python >/dev/null
+(cd / && "$venv/bin/python" -c '
+import nctmc
+from nctmc import _native
+assert _native.LIBRARY == _native.BUNDLED, _native.LIBRARY
+m = nctmc.Model.create(vocab_size=4, seq_len=4, n_layers=1, d_model=16, n_heads=2, cond_dim=8)
+assert m.sampler(1).sample(steps=2).shape == (1, 4)
+print("bundled install:", nctmc.__version__, _native.LIBRARY)') ||
+    echo "bundled python install failed" >&2
+rm -rf "$venv"
+
 echo "== Python binding against the installed library =="
-# pip-installs python/ into the test environment the way a user would, then
-# runs its pytest suite on the library just installed into $prefix
+# pip-installs python/ into the test environment without a bundled library
+# (the distributions' route), then runs its pytest suite on the library just
+# installed into $prefix
 "$NCTMC_PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation \
-    --no-deps --force-reinstall ./python >/dev/null
+    --no-deps --force-reinstall --config-settings=setup-args=-Dbundle_library=false \
+    ./python >/dev/null
 installed_lib=$(find "$prefix" -name 'libnctmc.so.1' | head -n 1)
 installed_inc=$(dirname "$(find "$prefix" -name nctmc.h | head -n 1)")
 # run from python/tests so that the installed package, not the source tree's,

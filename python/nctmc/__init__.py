@@ -6,8 +6,10 @@
     tokens = sampler.sample(batch=4, steps=64, seed=1)      # int32 [4, L]
     print(model.tokenizer.decode(tokens[0]))
 
-The C library is found on the loader's path (libnctmc.so.1), or at the path
-in the environment variable NCTMC_LIBRARY. See docs/python.md.
+`pip install` puts the C library inside the package (nctmc/libnctmc.so.1),
+which is loaded first; NCTMC_LIBRARY=<path> loads that file instead, and
+NCTMC_LIBRARY=system the loader's libnctmc.so.1 (a distribution's). See
+docs/python.md.
 """
 from . import _native
 from ._handles import Cancelled, Error
@@ -16,7 +18,10 @@ from ._preset import presets
 from ._sampler import Sampler
 from ._trainer import Trainer
 
-__all__ = ["Cancelled", "Context", "Dataset", "DatasetWriter", "Error", "Model", "Sampler",
+#: this binding's version (the C library's is library_version())
+__version__ = "0.7.0"
+
+__all__ = ["__version__", "Cancelled", "Context", "Dataset", "DatasetWriter", "Error", "Model", "Sampler",
            "Tokenizer", "Trainer", "library_version", "presets", "write_file"]
 
 

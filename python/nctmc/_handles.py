@@ -36,6 +36,13 @@ class Cancelled(Error):
     """A progress callback (or `Sampler.cancel`) stopped the call."""
 
 
+def _closed(message):
+    return Error(INVALID_ARGUMENT, message)
+
+
+N.CLOSED_ERROR = _closed
+
+
 def check(status, last_error=None):
     """Raises for a non-zero status, with the message last_error() gives."""
     if status == OK:
@@ -55,8 +62,14 @@ class Handle:
         self._ptr = ctypes.c_void_p(ptr.value if isinstance(ptr, ctypes.c_void_p) else ptr)
 
     @property
+    def closed(self):
+        """True once close() ran: every call on the object then raises
+        `Error` (status INVALID_ARGUMENT)."""
+        return not self._ptr.value
+
+    @property
     def _as_parameter_(self):
-        if not self._ptr.value:
+        if not self._ptr.value:  # _native's wrapper raises Error for it
             raise ValueError("%s is closed" % type(self).__name__)
         return self._ptr
 

@@ -4,9 +4,11 @@ import os
 
 import numpy as np
 
+from . import _check as C
 from . import _native as N
 from . import _preset
-from ._handles import Error, Handle, check
+from ._handles import INVALID_ARGUMENT, Error, Handle, check
+from ._interrupt import Interruptible
 
 PROCESSES = {"uniform": 0, "masked": 1, "mixture": 2}
 SCHEDULES = {"linear": 0, "cosine": 1, "loglinear": 2}
@@ -18,13 +20,6 @@ _NAMED = {"process": PROCESSES, "schedule": SCHEDULES, "time_input": TIME_INPUTS
 TOKENIZER_KINDS = {0: "bytes", 1: "chars", 2: "image", 3: "bpe"}
 LOAD_MAPPINGS = {"auto": 0, "lazy": 1, "copy": 2}
 WEIGHT_TYPES = {"f32": 0, "bf16": 1, "int8": 2}
-
-
-def _int32_array(values, what):
-    a = np.ascontiguousarray(values, dtype=np.int32)
-    if a.dtype != np.int32:
-        raise TypeError("%s must be integers" % what)
-    return a
 
 
 def _ptr(a, ctype=ctypes.c_int32):
@@ -41,8 +36,9 @@ class Context(Handle):
 
     def __init__(self, backend="auto", threads=0):
         p = N.new(N.ContextParams)
-        p.backend = backend.encode()
-        p.n_threads = int(threads)
+        backend = C.cstr(backend, "backend")
+        p.backend = backend
+        C.set_field(p, "n_threads", threads)
         err = ctypes.create_string_buffer(512)
         p.error_buffer = ctypes.cast(err, ctypes.POINTER(ctypes.c_char))
         p.error_buffer_size = len(err)
@@ -71,9 +67,10 @@ def write_file(path, data, ctx=None):
     """Writes bytes to path the way the library writes its own files
     (nctmc_write_file): atomically through a temporary file beside it, a
     symbolic link written through, anything but a regular file refused."""
+    data = C.data(data, "data")
+    path = C.path(path)
     ctx = _default_context(ctx)
-    data = bytes(data)
-    check(N.nctmc_write_file(ctx, os.fsencode(path), data, len(data)), ctx._error)
+    check(N.nctmc_write_file(ctx, path, data, len(data)), ctx._error)
 
 
 class Tokenizer(Handle):
@@ -90,7 +87,7 @@ class Tokenizer(Handle):
     @classmethod
     def chars(cls, corpus):
         """A character tokenizer whose alphabet is every character of corpus."""
-        data = corpus.encode("utf-8") if isinstance(corpus, str) else bytes(corpus)
+        data = C.text(corpus, "corpus")
         ctx = Context(backend="cpu", threads=1)
         out = ctypes.c_void_p()
         check(N.nctmc_tokenizer_create_chars(ctx, data, len(data), ctypes.byref(out)),
@@ -103,15 +100,17 @@ class Tokenizer(Handle):
         one token per pixel."""
         ctx = Context(backend="cpu", threads=1)
         out = ctypes.c_void_p()
-        check(N.nctmc_tokenizer_create_image(ctx, int(width), int(height), int(levels),
-                                             ctypes.byref(out)), ctx._error)
+        check(N.nctmc_tokenizer_create_image(ctx, C.int32(width, "width"),
+                                             C.int32(height, "height"),
+                                             C.int32(levels, "levels"), ctypes.byref(out)),
+              ctx._error)
         return cls(out)
 
     @classmethod
     def load(cls, path):
         ctx = Context(backend="cpu", threads=1)
         out = ctypes.c_void_p()
-        check(N.nctmc_tokenizer_load(ctx, os.fsencode(path), ctypes.byref(out)), ctx._error)
+        check(N.nctmc_tokenizer_load(ctx, C.path(path), ctypes.byref(out)), ctx._error)
         return cls(out)
 
     @classmethod
@@ -119,7 +118,7 @@ class Tokenizer(Handle):
         """A byte-level BPE from a Hugging Face tokenizer.json (GPT-2 style)."""
         ctx = Context(backend="cpu", threads=1)
         out = ctypes.c_void_p()
-        check(N.nctmc_tokenizer_load_hf_json(ctx, os.fsencode(path), ctypes.byref(out)),
+        check(N.nctmc_tokenizer_load_hf_json(ctx, C.path(path), ctypes.byref(out)),
               ctx._error)
         return cls(out)
 
@@ -128,13 +127,13 @@ class Tokenizer(Handle):
         """A byte-level BPE from GPT-2's vocab.json and merges.txt."""
         ctx = Context(backend="cpu", threads=1)
         out = ctypes.c_void_p()
-        check(N.nctmc_tokenizer_load_gpt2(ctx, os.fsencode(vocab_json), os.fsencode(merges_txt),
+        check(N.nctmc_tokenizer_load_gpt2(ctx, C.path(vocab_json), C.path(merges_txt),
                                           ctypes.byref(out)), ctx._error)
         return cls(out)
 
     def pad_vocab(self, vocab_size):
         """Pads a BPE vocabulary to vocab_size ids (the extra ids have no text)."""
-        check(N.nctmc_tokenizer_pad_vocab(self, int(vocab_size)), self._error)
+        check(N.nctmc_tokenizer_pad_vocab(self, C.int32(vocab_size, "vocab_size")), self._error)
 
     def _error(self):
         return N.nctmc_tokenizer_last_error(self)
@@ -156,16 +155,16 @@ class Tokenizer(Handle):
         return w.value, h.value, levels.value
 
     def save(self, path):
-        check(N.nctmc_tokenizer_save(self, os.fsencode(path)), self._error)
+        check(N.nctmc_tokenizer_save(self, C.path(path)), self._error)
 
     def set_mask_placeholder(self, text):
         """Decode the mask token (id == vocab_size) as `text`; None: an error."""
         check(N.nctmc_tokenizer_set_mask_placeholder(
-            self, None if text is None else text.encode("utf-8")), self._error)
+            self, None if text is None else C.cstr(text, "text")), self._error)
 
     def encode(self, text):
         """Text (str or bytes) to a 1-D int32 array of tokens."""
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        data = C.text(text, "text")
         n = ctypes.c_size_t()
         status = N.nctmc_tokenizer_encode(self, data, len(data), None, 0, ctypes.byref(n))
         if status != 0 and n.value == 0:
@@ -178,7 +177,7 @@ class Tokenizer(Handle):
     def decode(self, tokens):
         """A 1-D sequence of tokens to text (str; bytes that are not UTF-8
         are replaced)."""
-        a = _int32_array(tokens, "tokens").ravel()
+        a = C.int32_array(tokens, "tokens").ravel()
         n = ctypes.c_size_t()
         status = N.nctmc_tokenizer_decode(self, _ptr(a), a.size, None, 0, ctypes.byref(n))
         if status != 0 and n.value == 0:
@@ -197,17 +196,25 @@ class Dataset(Handle):
     @staticmethod
     def write(path, tokens, vocab_size, seq_len=0, labels=None, n_classes=0, ctx=None):
         """Writes a shard: a stream (seq_len 0) or [n, seq_len] sequences."""
+        t = C.int32_array(tokens, "tokens").ravel()
+        vocab_size, seq_len = C.int32(vocab_size, "vocab_size"), C.int32(seq_len, "seq_len")
+        n_classes = C.int32(n_classes, "n_classes")
+        lab = None
+        if labels is not None:  # one per sequence: seq_len must cut the tokens whole
+            if seq_len <= 0 or t.size % seq_len:
+                raise ValueError("labels need seq_len > 0 dividing the %d tokens (seq_len %d)"
+                                 % (t.size, seq_len))
+            lab = C.int32_array(labels, "labels", count=t.size // seq_len)
+        path = C.path(path)
         ctx = _default_context(ctx)
-        t = _int32_array(tokens, "tokens").ravel()
-        lab = None if labels is None else _int32_array(labels, "labels").ravel()
-        check(N.nctmc_dataset_write(ctx, os.fsencode(path), _ptr(t), t.size, vocab_size,
-                                    seq_len, _ptr(lab), n_classes), ctx._error)
+        check(N.nctmc_dataset_write(ctx, path, _ptr(t), t.size, vocab_size, seq_len, _ptr(lab),
+                                    n_classes), ctx._error)
 
     @classmethod
     def open(cls, path, ctx=None):
         ctx = _default_context(ctx)
         out = ctypes.c_void_p()
-        check(N.nctmc_dataset_open(ctx, os.fsencode(path), ctypes.byref(out)), ctx._error)
+        check(N.nctmc_dataset_open(ctx, C.path(path), ctypes.byref(out)), ctx._error)
         return cls(out)
 
     def _error(self):
@@ -220,6 +227,11 @@ class Dataset(Handle):
         return {f: getattr(i, f) for f, _ in N.DatasetInfo._fields_[1:]}
 
     def read(self, first, count):
+        """count tokens from token `first` (int32 array)."""
+        first, count = C.integer(first, "first", *C.INT64), C.integer(count, "count", *C.INT64)
+        if count < 0 or first < 0 or count > self.info["n_tokens"] - first:
+            raise ValueError("tokens [%d, %d) are not within the shard's %d"
+                             % (first, first + count, self.info["n_tokens"]))
         out = np.empty(count, dtype=np.int32)
         check(N.nctmc_dataset_read_tokens(self, first, count, _ptr(out)), self._error)
         return out
@@ -227,7 +239,8 @@ class Dataset(Handle):
     def label(self, index):
         """The class label of sequence `index` (a shard written with labels)."""
         out = ctypes.c_int32()
-        check(N.nctmc_dataset_read_label(self, int(index), ctypes.byref(out)), self._error)
+        check(N.nctmc_dataset_read_label(self, C.integer(index, "index", *C.INT64),
+                                         ctypes.byref(out)), self._error)
         return out.value
 
 
@@ -250,8 +263,9 @@ class DatasetWriter(Handle):
     def __init__(self, path, vocab_size, seq_len=0, ctx=None):
         ctx = _default_context(ctx)
         out = ctypes.c_void_p()
-        check(N.nctmc_dataset_writer_create(ctx, os.fsencode(path), int(vocab_size),
-                                            int(seq_len), ctypes.byref(out)), ctx._error)
+        check(N.nctmc_dataset_writer_create(ctx, C.path(path), C.int32(vocab_size, "vocab_size"),
+                                            C.int32(seq_len, "seq_len"), ctypes.byref(out)),
+              ctx._error)
         super().__init__(out)
         self.path = path
         #: what commit() wrote (the dict of Dataset.info), None before
@@ -263,7 +277,7 @@ class DatasetWriter(Handle):
     def append(self, tokens):
         """Appends tokens (any shape; read in C order) in [0, vocab_size); a
         token out of range appends nothing of this call and raises."""
-        t = _int32_array(tokens, "tokens").ravel()
+        t = C.int32_array(tokens, "tokens").ravel()
         check(N.nctmc_dataset_writer_append(self, _ptr(t), t.size), self._error)
 
     def commit(self):
@@ -323,11 +337,13 @@ class Model(Handle):
         if preset is not None:
             _preset.apply(preset, config=c)
         for key, value in config.items():
-            if key in _NAMED:
-                value = _NAMED[key][value] if isinstance(value, str) else value
-            elif key not in dict(N.ModelConfig._fields_) or key == "struct_size":
+            if key not in dict(N.ModelConfig._fields_) or key == "struct_size":
                 raise TypeError("unknown model setting %r" % key)
-            setattr(c, key, value)
+            if key in _NAMED and isinstance(value, str):
+                if value not in _NAMED[key]:
+                    raise ValueError("%s must be one of %s" % (key, ", ".join(_NAMED[key])))
+                value = _NAMED[key][value]
+            C.set_field(c, key, value)
         out = ctypes.c_void_p()
         check(N.nctmc_model_create(ctx, ctypes.byref(c), ctypes.byref(out)), ctx._error)
         return cls(out, ctx)
@@ -345,7 +361,7 @@ class Model(Handle):
             raise ValueError("mapping must be one of %s" % ", ".join(LOAD_MAPPINGS))
         p.mapping = LOAD_MAPPINGS[mapping]
         out = ctypes.c_void_p()
-        check(N.nctmc_model_load_ex(ctx, os.fsencode(path), ctypes.byref(p),
+        check(N.nctmc_model_load_ex(ctx, C.path(path), ctypes.byref(p),
                                     ctypes.byref(out)), ctx._error)
         return cls(out, ctx)
 
@@ -369,12 +385,13 @@ class Model(Handle):
                 raise ValueError("to must be one of %s" % ", ".join(WEIGHT_TYPES))
             to = WEIGHT_TYPES[to]
         out = ctypes.c_void_p()
-        check(N.nctmc_model_convert(self, int(to), ctypes.byref(out)), self._error)
+        check(N.nctmc_model_convert(self, C.int32(to, "to"), ctypes.byref(out)), self._error)
         return type(self)(out, self.context)
 
     @classmethod
     def from_bytes(cls, data, ctx=None):
         """Loads a checkpoint held in memory (bytes, bytearray, memoryview)."""
+        data = C.data(data, "data")
         ctx = _default_context(ctx)
         buf = (ctypes.c_char * len(data)).from_buffer_copy(data)
         out = ctypes.c_void_p()
@@ -384,7 +401,10 @@ class Model(Handle):
     @classmethod
     def from_file_object(cls, f, size, ctx=None):
         """Loads a checkpoint through a seekable binary file object (for
-        example a member of a zip archive), reading it piece by piece."""
+        example a member of a zip archive), reading it piece by piece. A
+        read(n) must return bytes, at most n of them: anything else stops
+        the load with `Error` (never more than n bytes are copied)."""
+        size = C.integer(size, "size", 0, C.INT64[1])
         ctx = _default_context(ctx)
         failure = []
 
@@ -392,6 +412,12 @@ class Model(Handle):
             try:
                 f.seek(offset)
                 chunk = f.read(n)
+                if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                    raise TypeError("read(%d) returned %s, not bytes" % (n, type(chunk).__name__))
+                chunk = bytes(chunk)
+                if len(chunk) > n:  # the library's buffer holds n: copy nothing
+                    raise ValueError("read(%d) returned %d bytes, more than asked"
+                                     % (n, len(chunk)))
                 ctypes.memmove(dst, chunk, len(chunk))
                 return len(chunk)
             except Exception as e:  # reported after the call, as an IO error
@@ -403,8 +429,11 @@ class Model(Handle):
         r.read_at = N.READ_AT_FN(read_at)
         out = ctypes.c_void_p()
         status = N.nctmc_model_load_reader(ctx, ctypes.byref(r), ctypes.byref(out))
-        if failure and status != 0:
-            raise Error(status, "reading the file object failed: %r" % failure[0])
+        if failure:
+            if status == 0:  # the library did not need what failed: a model leaked otherwise
+                N.nctmc_model_free(out)
+            raise Error(status or INVALID_ARGUMENT,
+                        "reading the file object failed: %s" % failure[0])
         check(status, ctx._error)
         return cls(out, ctx)
 
@@ -412,7 +441,7 @@ class Model(Handle):
         return N.nctmc_model_last_error(self)
 
     def save(self, path):
-        check(N.nctmc_model_save(self, os.fsencode(path)), self._error)
+        check(N.nctmc_model_save(self, C.path(path)), self._error)
 
     @property
     def config(self):
@@ -469,7 +498,8 @@ class Model(Handle):
 
     def _tensor_shape(self, name):
         index = ctypes.c_int32()
-        check(N.nctmc_model_find_tensor(self, name.encode(), ctypes.byref(index)), self._error)
+        check(N.nctmc_model_find_tensor(self, C.cstr(name, "name"), ctypes.byref(index)),
+              self._error)
         i = N.new(N.TensorInfo)
         check(N.nctmc_model_tensor_info(self, index.value, ctypes.byref(i)), self._error)
         return tuple(i.shape[:i.n_dims])
@@ -478,7 +508,7 @@ class Model(Handle):
         """A copy of the named tensor as a float32 array of its shape (a
         converted model's reduced weights dequantised)."""
         out = np.empty(self._tensor_shape(name), np.float32)
-        check(N.nctmc_model_read_tensor(self, name.encode(), _ptr(out, ctypes.c_float),
+        check(N.nctmc_model_read_tensor(self, C.cstr(name, "name"), _ptr(out, ctypes.c_float),
                                         out.size), self._error)
         return out
 
@@ -486,8 +516,9 @@ class Model(Handle):
         """Overwrites the named tensor with values (its element count, read
         in C order). Non-finite values, a wrong count, or a converted
         model's reduced weight raise and leave the tensor unchanged."""
-        v = np.ascontiguousarray(values, dtype=np.float32).ravel()
-        check(N.nctmc_model_write_tensor(self, name.encode(), _ptr(v, ctypes.c_float), v.size),
+        v = C.float32_array(values, "values").ravel()
+        check(N.nctmc_model_write_tensor(self, C.cstr(name, "name"), _ptr(v, ctypes.c_float),
+                                         v.size),
               self._error)
 
     def forward(self, tokens, times, labels=None, ctx=None):
@@ -496,12 +527,14 @@ class Model(Handle):
         backend) the call computes on it and stores its errors there
         (nctmc_model_forward_ex): threads may then run forward on one model
         at once, each with its own context."""
-        x = _int32_array(tokens, "tokens")
+        x = C.int32_array(tokens, "tokens")
         if x.ndim == 1:
             x = x[None, :]
+        if x.ndim != 2:
+            raise ValueError("tokens must be [length] or [batch, length]")
         b, length = x.shape
-        t = np.ascontiguousarray(np.broadcast_to(np.asarray(times, np.float32), (b,)))
-        lab = None if labels is None else _int32_array(labels, "labels")
+        t = np.ascontiguousarray(np.broadcast_to(C.float32_array(times, "times"), (b,)))
+        lab = None if labels is None else C.int32_array(labels, "labels", count=b)
         log_rate = np.empty((b, length), np.float32)
         jump = np.empty((b, length, self.vocab_size), np.float32)
         p = N.new(N.ForwardParams)
@@ -528,17 +561,27 @@ class Model(Handle):
         variance; library 0.6.0 or later)."""
         if time_sampling not in _preset.TIME_SAMPLINGS:
             raise ValueError("time_sampling must be uniform or sqrt")
-        x = _int32_array(tokens, "tokens")
+        x = C.int32_array(tokens, "tokens")
         if x.ndim == 1:
             x = x[None, :]
-        lab = None if labels is None else _int32_array(labels, "labels")
+        if x.ndim != 2:
+            raise ValueError("tokens must be [length] or [n, length]")
+        lab = None if labels is None else C.int32_array(labels, "labels", count=x.shape[0])
         p = N.new(N.EvalParams)
         p.n_sequences, p.length = x.shape
         p.tokens, p.labels = _ptr(x), _ptr(lab)
-        p.n_time_samples, p.batch_size, p.seed = time_samples, batch_size, seed
+        C.set_field(p, "n_time_samples", time_samples)
+        C.set_field(p, "batch_size", batch_size)
+        C.set_field(p, "seed", seed)
         p.time_sampling = _preset.TIME_SAMPLINGS[time_sampling]
         r = N.new(N.EvalResult)
-        check(N.nctmc_eval(self, ctypes.byref(p), ctypes.byref(r)), self._error)
+        stop = Interruptible()
+        # the library's cancel (0 from the callback) once Ctrl-C arrived
+        progress = N.EVAL_PROGRESS(lambda done, total, user: 0 if stop() else 1)
+        p.progress = progress
+        with stop:
+            status = N.nctmc_eval(self, ctypes.byref(p), ctypes.byref(r))
+        check(status, self._error)
         return {"nelbo_bits_per_token": r.nelbo_bits_per_token,
                 "std_error_bits": r.std_error_bits,
                 "prior_bits_per_token": r.prior_bits_per_token,

@@ -21,11 +21,22 @@ ABI_MAJOR = 1
 MIN_VERSION = 500
 
 
+#: the library inside the package, where `pip install` put it (absent when the
+#: package was built with -Dbundle_library=false, or used from a checkout)
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libnctmc.so.%d" % ABI_MAJOR)
+
+
 def _candidates():
+    """NCTMC_LIBRARY=<path>: that file. NCTMC_LIBRARY=system: the loader's
+    libnctmc (the distribution's), even beside a bundled one. Unset: the
+    library bundled in the package, else the loader's."""
     explicit = os.environ.get("NCTMC_LIBRARY")
-    if explicit:
+    if explicit and explicit != "system":
         return [explicit]
-    names = ["libnctmc.so.%d" % ABI_MAJOR]
+    names = []
+    if not explicit and os.path.exists(BUNDLED):
+        names.append(BUNDLED)
+    names.append("libnctmc.so.%d" % ABI_MAJOR)
     found = ctypes.util.find_library("nctmc")
     if found:
         names.append(found)
@@ -36,7 +47,7 @@ def _load():
     errors = []
     for name in _candidates():
         try:
-            return ctypes.CDLL(name)
+            return ctypes.CDLL(name), name
         except OSError as e:
             errors.append("%s: %s" % (name, e))
     raise ImportError("nctmc: cannot load the C library libnctmc (set NCTMC_LIBRARY to its "
@@ -54,7 +65,7 @@ def _check_version(library):
                                      MIN_VERSION // 100 % 100, MIN_VERSION % 100))
 
 
-lib = _load()
+lib, LIBRARY = _load()  # LIBRARY: the name or path it was loaded from
 _check_version(lib)
 
 # ---------------------------------------------------------------- callbacks
@@ -354,11 +365,30 @@ PH = POINTER(c_void_p)
 STATUS = c_int32
 
 
+#: makes the exception a closed handle raises (nctmc.Error; set by _handles)
+CLOSED_ERROR = ValueError
+
+
 def _fn(name, restype, *argtypes):
+    """Declares a C function: module attribute `name` calls it. ctypes wraps
+    a failed argument conversion into ctypes.ArgumentError, which says
+    little and is no TypeError: a closed handle becomes nctmc.Error, any
+    other conversion failure TypeError."""
     f = getattr(lib, name)
     f.restype = restype
     f.argtypes = list(argtypes)
-    globals()[name] = f
+
+    def call(*args):
+        try:
+            return f(*args)
+        except ctypes.ArgumentError as e:
+            closed = [a for a in args if getattr(a, "closed", False) is True]
+            if closed:
+                raise CLOSED_ERROR("%s is closed" % type(closed[0]).__name__) from None
+            raise TypeError("%s: %s" % (name, e)) from None
+    call.__name__ = name
+    call.c_function = f
+    globals()[name] = call
 
 
 for _name, _struct in [("context_params", ContextParams), ("model_config", ModelConfig),

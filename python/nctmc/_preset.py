@@ -2,6 +2,7 @@
 trainer parameters and the backend they are meant for."""
 import ctypes
 
+from . import _check as C
 from . import _native as N
 from ._handles import check
 
@@ -28,7 +29,7 @@ def apply(name, config=None, params=None):
     (either may be None); raises nctmc.Error (NOT_FOUND, listing the
     presets) for an unknown name."""
     err = ctypes.create_string_buffer(512)
-    status = N.nctmc_preset_apply(name.encode(), ctypes.byref(config) if config else None,
+    status = N.nctmc_preset_apply(C.cstr(name, "preset"), ctypes.byref(config) if config else None,
                                   ctypes.byref(params) if params else None, err,
                                   ctypes.sizeof(err))
     check(status, lambda: err.value)

@@ -3,9 +3,11 @@ import ctypes
 
 import numpy as np
 
+from . import _check as C
 from . import _native as N
 from ._handles import INVALID_ARGUMENT, Error, Handle, check
-from ._model import _int32_array, _ptr
+from ._interrupt import Interruptible
+from ._model import _ptr
 
 METHODS = {"tau": 0, "tau-leaping": 0, "euler": 1, "posterior": 2}
 GRIDS = {"uniform": 0, "geometric": 1}
@@ -22,55 +24,65 @@ def _code(table, value, what):
     return value
 
 
-def _settings(p, method="tau", steps=128, seed=0, labels=None, temperature=1.0, cfg_scale=1.0,
-              grid="uniform", t_max=None, t_min=None, final_denoise=None, correction_steps=0,
-              correction_temperature=None, first_sequence=0, progress=None, cfg_rule=None,
-              correction_mode="greedy", correction_time=None):
+def _settings(p, stop, batch=1, method="tau", steps=128, seed=0, labels=None, temperature=1.0,
+              cfg_scale=1.0, grid="uniform", t_max=None, t_min=None, final_denoise=None,
+              correction_steps=0, correction_temperature=None, first_sequence=0, progress=None,
+              cfg_rule=None, correction_mode="greedy", correction_time=None):
     """Writes the sampling settings (Sampler.sample's keywords) into the
-    SampleParams p. Returns (keep, failure): the objects the C call reads,
-    which must live until it returns, and the list that receives an
-    exception raised by `progress` (to re-raise after the call)."""
-    p.method = _code(METHODS, method, "method")
-    p.grid = _code(GRIDS, grid, "grid")
-    p.n_steps, p.seed, p.first_sequence = steps, seed, first_sequence
-    p.temperature, p.cfg_scale = temperature, cfg_scale
+    SampleParams p, each checked against its C type; labels must hold
+    exactly `batch` values. stop: the Interruptible of the call, whose
+    Ctrl-C the callback turns into the library's cancel. Returns (keep,
+    failure): the objects the C call reads, which must live until it
+    returns, and the list that receives an exception raised by `progress`
+    (to re-raise after the call)."""
+    C.set_field(p, "method", _code(METHODS, method, "method"))
+    C.set_field(p, "grid", _code(GRIDS, grid, "grid"))
+    C.set_field(p, "n_steps", steps)
+    C.set_field(p, "seed", seed)
+    C.set_field(p, "first_sequence", first_sequence)
+    C.set_field(p, "temperature", temperature)
+    C.set_field(p, "cfg_scale", cfg_scale)
     if final_denoise is not None:
         p.final_denoise = 1 if final_denoise else 0
     if cfg_rule is not None:
-        p.cfg_rule = _code(CFG_RULES, cfg_rule, "cfg_rule")
-    p.correction_mode = _code(CORRECTION_MODES, correction_mode, "correction_mode")
-    p.correction_steps = correction_steps
+        C.set_field(p, "cfg_rule", _code(CFG_RULES, cfg_rule, "cfg_rule"))
+    C.set_field(p, "correction_mode", _code(CORRECTION_MODES, correction_mode, "correction_mode"))
+    C.set_field(p, "correction_steps", correction_steps)
     if correction_temperature is not None:
-        p.correction_temperature = correction_temperature
+        C.set_field(p, "correction_temperature", correction_temperature)
     if correction_time is not None:
-        p.correction_time = correction_time
+        C.set_field(p, "correction_time", correction_time)
     if t_max is not None:
-        p.t_max = t_max
+        C.set_field(p, "t_max", t_max)
     if t_min is not None:
-        p.t_min = t_min
+        C.set_field(p, "t_min", t_min)
     keep, failure = [], []
     if labels is not None:
-        lab = _int32_array(labels, "labels").ravel()
+        lab = C.int32_array(labels, "labels", count=batch)
         keep.append(lab)
         p.labels = _ptr(lab)
-    if progress is not None:
-        def callback(step, n_steps, tokens, b, n, _user):
-            try:
-                view = np.ctypeslib.as_array(tokens, shape=(b, n))
-                return 0 if progress(step, n_steps, view) is False else 1
-            except BaseException as e:  # stop sampling, re-raise below
-                failure.append(e)
-                return 0
-        cb = N.SAMPLE_CALLBACK(callback)
-        keep.append(cb)
-        p.callback = cb
+
+    def callback(step, n_steps, tokens, b, n, _user):
+        # as in C: 0 stops; the user's None (no return value) goes on
+        try:
+            if progress is not None and not stop():
+                r = progress(step, n_steps, np.ctypeslib.as_array(tokens, shape=(b, n)))
+                if r is not None and not r:
+                    return 0
+            return 0 if stop() else 1
+        except BaseException as e:  # stop sampling, re-raise below
+            failure.append(e)
+            return 0
+    cb = N.SAMPLE_CALLBACK(callback)
+    keep.append(cb)
+    p.callback = cb
     return keep, failure
 
 
 def _byte_offset(text, i):
     """The byte offset in text's UTF-8 of character index i (an index past
     the end stays past the end, for the library to refuse)."""
-    i = int(i)
+    i = C.integer(i, "range bound", 0, 2**62)
     if i < 0:
         raise ValueError("range bounds must be >= 0, not %d" % i)
     if i > len(text):
@@ -83,11 +95,14 @@ def _slot_counts(tokens, n):
     NULL, the default count for every range)."""
     if tokens is None:
         return None
+    if isinstance(tokens, (str, bytes)):
+        raise TypeError("tokens must be None, an int or a list of them")
     counts = [tokens] * n if isinstance(tokens, (int, np.integer)) else list(tokens)
     if len(counts) != n:
         raise ValueError("tokens must give one count per range (%d), not %d"
                          % (n, len(counts)))
-    return np.array([N.INFILL_AUTO_TOKENS if c is None else c for c in counts], np.int32)
+    return np.array([N.INFILL_AUTO_TOKENS if c is None else C.int32(c, "tokens")
+                     for c in counts], np.int32)
 
 
 def _as_text(out, where):
@@ -124,7 +139,8 @@ class Sampler(Handle):
 
     def __init__(self, model, max_batch=8, max_length=0):
         p = N.new(N.SamplerParams)
-        p.max_batch, p.max_length = max_batch, max_length
+        C.set_field(p, "max_batch", max_batch)
+        C.set_field(p, "max_length", max_length)
         out = ctypes.c_void_p()
         check(N.nctmc_sampler_create(model, ctypes.byref(p), ctypes.byref(out)),
               model.context._error)
@@ -158,25 +174,32 @@ class Sampler(Handle):
         returning False cancels (raises `Cancelled`, whose `tokens` holds the
         state reached). fixed_tokens / fixed_mask ([batch, length]) clamp
         positions — see `infill`."""
-        length = length or self.max_length
+        batch = C.int32(batch, "batch")
+        length = C.int32(length, "length") or self.max_length
+        if batch < 1 or length < 1:
+            raise ValueError("batch and length must be >= 1, not %d and %d" % (batch, length))
         p = N.new(N.SampleParams)
         p.batch, p.length = batch, length
+        stop = Interruptible()
         keep, failure = _settings(
-            p, method=method, steps=steps, seed=seed, labels=labels, temperature=temperature,
-            cfg_scale=cfg_scale, grid=grid, t_max=t_max, t_min=t_min,
+            p, stop, batch=batch, method=method, steps=steps, seed=seed, labels=labels,
+            temperature=temperature, cfg_scale=cfg_scale, grid=grid, t_max=t_max, t_min=t_min,
             final_denoise=final_denoise, correction_steps=correction_steps,
             correction_temperature=correction_temperature, first_sequence=first_sequence,
             progress=progress, cfg_rule=cfg_rule, correction_mode=correction_mode,
             correction_time=correction_time)
         if fixed_mask is not None:
-            mask = np.ascontiguousarray(fixed_mask, dtype=np.uint8).reshape(batch, length)
-            fixed = _int32_array(fixed_tokens, "fixed_tokens").reshape(batch, length)
+            mask = C.mask_array(fixed_mask, "fixed_mask", (batch, length))
+            if fixed_tokens is None:
+                raise ValueError("fixed_mask needs fixed_tokens")
+            fixed = C.int32_array(fixed_tokens, "fixed_tokens", shape=(batch, length))
             keep += [mask, fixed]
             p.fixed_mask = _ptr(mask, ctypes.c_uint8)
             p.fixed_tokens = _ptr(fixed)
         out = np.zeros((batch, length), dtype=np.int32)
         p.tokens_out = _ptr(out)
-        status = N.nctmc_sample(self, ctypes.byref(p))
+        with stop:
+            status = N.nctmc_sample(self, ctypes.byref(p))
         if failure:
             raise failure[0]
         try:
@@ -189,7 +212,9 @@ class Sampler(Handle):
     def infill(self, tokens, mask, **kwargs):
         """Regenerates the positions where mask is non-zero, keeping every
         other token of `tokens` ([batch, length] or [length]) as it is."""
-        t = _int32_array(tokens, "tokens")
+        t = C.int32_array(tokens, "tokens")
+        if t.ndim not in (1, 2):
+            raise ValueError("tokens must be [length] or [batch, length]")
         single = t.ndim == 1
         if single:
             t = t[None, :]
@@ -221,19 +246,22 @@ class Sampler(Handle):
         tokens for the sampler's max_length, or a text the tokenizer cannot
         encode raises `Error` with the library's message."""
         is_str = isinstance(text, str)
-        data = text.encode("utf-8") if is_str else bytes(text)
+        data = C.text(text, "text")
         pairs = [tuple(r) for r in ranges]
         if any(len(r) != 2 for r in pairs):
             raise ValueError("each range must be a (start, end) pair")
         if is_str:
             pairs = [(_byte_offset(text, a), _byte_offset(text, b)) for a, b in pairs]
-        elif any(int(v) < 0 for r in pairs for v in r):
-            raise ValueError("range bounds must be >= 0")
+        else:
+            pairs = [(C.integer(a, "range bound", 0, 2**62), C.integer(b, "range bound", 0, 2**62))
+                     for a, b in pairs]
         n = len(pairs)
         rs = (N.TextRange * max(n, 1))(*[N.TextRange(int(a), int(b)) for a, b in pairs])
         where = (N.TextRange * max(n, 1))()
         sp = N.new(N.SampleParams)
-        keep, failure = _settings(sp, **settings)  # keep: alive through the calls
+        stop = Interruptible()
+        # keep: alive through the calls
+        keep, failure = _settings(sp, stop, **settings)
         ip = N.new(N.InfillParams)
         ip.sample = ctypes.pointer(sp)
         counts = _slot_counts(tokens, n)
@@ -247,8 +275,9 @@ class Sampler(Handle):
         for _ in range(2):
             buf = ctypes.create_string_buffer(cap)
             out_len.value = 0
-            status = N.nctmc_infill(self, tokenizer, data, len(data), rs, n, ctypes.byref(ip),
-                                    buf, cap, ctypes.byref(out_len))
+            with stop:
+                status = N.nctmc_infill(self, tokenizer, data, len(data), rs, n,
+                                        ctypes.byref(ip), buf, cap, ctypes.byref(out_len))
             if failure:
                 raise failure[0]
             if status != INVALID_ARGUMENT or out_len.value < cap:

@@ -4,10 +4,11 @@ import os
 import sys
 import time
 
+from . import _check as C
 from . import _native as N
 from . import _preset
 from ._handles import Handle, check
-from ._model import Dataset, Model, _default_context, _int32_array, _ptr
+from ._model import Dataset, Model, _default_context, _ptr
 
 
 def _trainer_params(preset, params):
@@ -24,7 +25,7 @@ def _trainer_params(preset, params):
             value = _preset.TIME_SAMPLINGS[value]
         elif key not in dict(N.TrainerParams._fields_) or key == "struct_size":
             raise TypeError("unknown trainer setting %r" % key)
-        setattr(p, key, value)
+        C.set_field(p, key, value)
     return p
 
 
@@ -67,7 +68,7 @@ class Trainer(Handle):
         ctx = _default_context(ctx)
         p = _trainer_params(None, params) if params else None
         m, t = ctypes.c_void_p(), ctypes.c_void_p()
-        check(N.nctmc_trainer_resume(ctx, os.fsencode(path), ctypes.byref(p) if p else None,
+        check(N.nctmc_trainer_resume(ctx, C.path(path), ctypes.byref(p) if p else None,
                                      ctypes.byref(m), ctypes.byref(t)), ctx._error)
         model = Model(m, ctx)
         self = cls.__new__(cls)
@@ -81,7 +82,7 @@ class Trainer(Handle):
         A model-only checkpoint raises (NOT_FOUND)."""
         ctx = _default_context(ctx)
         p, s = N.new(N.TrainerParams), N.new(N.TrainerState)
-        check(N.nctmc_trainer_inspect(ctx, os.fsencode(path), ctypes.byref(p), ctypes.byref(s)),
+        check(N.nctmc_trainer_inspect(ctx, C.path(path), ctypes.byref(p), ctypes.byref(s)),
               ctx._error)
         return {"params": _as_dict(p), "state": _as_dict(s)}
 
@@ -104,11 +105,11 @@ class Trainer(Handle):
     def step(self, tokens, labels=None):
         """One step on a batch [batch_size, seq_len] of clean tokens; returns
         the step's statistics as a dict."""
-        t = _int32_array(tokens, "tokens")
+        t = C.int32_array(tokens, "tokens")
         if t.size != self.batch_size * self.seq_len:
             raise ValueError("tokens must hold batch_size x seq_len = %d x %d values"
                              % (self.batch_size, self.seq_len))
-        lab = None if labels is None else _int32_array(labels, "labels")
+        lab = None if labels is None else C.int32_array(labels, "labels", count=self.batch_size)
         s = N.new(N.TrainStats)
         check(N.nctmc_trainer_step(self, _ptr(t), _ptr(lab), ctypes.byref(s)), self._error)
         return self._stats(s)
@@ -128,7 +129,7 @@ class Trainer(Handle):
             else data
         bar = _ProgressBar(steps, sys.stderr) if progress else None
         stats = None
-        for k in range(steps):
+        for k in range(C.integer(steps, "steps", 0, C.INT64[1])):
             stats = self.step_dataset(ds)
             if bar:
                 bar.update(k + 1, stats["loss"])
@@ -151,7 +152,7 @@ class Trainer(Handle):
 
     def save(self, path):
         """A resumable checkpoint; nctmc.Model.load reads its EMA weights."""
-        check(N.nctmc_trainer_save(self, os.fsencode(path)), self._error)
+        check(N.nctmc_trainer_save(self, C.path(path)), self._error)
 
 
 class _ProgressBar:
