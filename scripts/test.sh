@@ -4,7 +4,8 @@
 #      its thread-count determinism tests again with OpenBLAS forced to its
 #      Haswell kernels (as some machines' environments do),
 #   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer
-#      (without the end-to-end quality runs, which only train longer),
+#      (without the end-to-end quality runs, which only train longer; some
+#      numeric tests on smaller cases, docs/dev/testing.md),
 #   3. a clang build (-Werror) with its test suite, under clang's
 #      sanitizers (which add checks gcc's lack, e.g. float-cast-overflow),
 #      including 20 s of coverage-guided fuzzing of the public API,
@@ -15,6 +16,12 @@
 #   6. the Python binding (python/), pip-installed into the test environment,
 #      with its pytest suite run on the installed library.
 # Ends with one line "tests: N passed, N failed, N skipped".
+#
+# The sanitizer stages build without the CUDA module (it cannot run without
+# a GPU, and the gcc release build compiles it, -Werror, already) and run
+# with their timeouts multiplied: a machine busy with other work slows a
+# sanitized test several times over, and a timeout must catch a hang, not a
+# slow machine. docs/dev/testing.md has each stage's time.
 set -eu
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -50,24 +57,24 @@ run_suite() { # build dir, label, extra meson test args...
 echo "== gcc release build =="
 configure build-ci -Dreference_tests=enabled
 ninja -C build-ci
-run_suite build-ci gcc
+run_suite build-ci gcc --timeout-multiplier 2
 
 # Some machines set these for OpenBLAS (its kernels for newer processors
 # misbehave there); results must not depend on the kernel it picks. The
 # machine's own environment stays as it is for every other run.
 echo "== gcc release, OpenBLAS forced to its Haswell kernels =="
 OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512 \
-    run_suite build-ci openblas-haswell cpu_dense thread_pool model_grad trainer sampler sampler_math \
+    run_suite build-ci openblas-haswell --timeout-multiplier 2 cpu_dense thread_pool model_grad trainer sampler sampler_math \
     quant_kernels
 
 echo "== gcc + ASan + UBSan =="
 configure build-ci-asan -Dreference_tests=enabled -Db_sanitize=address,undefined \
-    -Dbuildtype=debugoptimized -Db_lundef=false
+    -Dbuildtype=debugoptimized -Db_lundef=false -Dcuda=disabled
 ninja -C build-ci-asan
 # huge-allocation tests expect NULL from the allocator, not an abort
 ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    run_suite build-ci-asan asan --no-suite e2e
+    run_suite build-ci-asan asan --no-suite e2e --timeout-multiplier 4
 
 # The Python binding on this ASan library: the hostile-input test (every
 # entry point, hypothesis, a bounded number of examples) and the regression
@@ -87,11 +94,11 @@ results="$results $root/build-ci-asan/pytest-asan.xml"
 
 echo "== clang + ASan + UBSan =="
 CC=clang configure build-ci-clang -Dreference_tests=enabled -Db_sanitize=address,undefined \
-    -Dbuildtype=debugoptimized -Db_lundef=false -Dfuzzing=true
+    -Dbuildtype=debugoptimized -Db_lundef=false -Dfuzzing=true -Dcuda=disabled
 ninja -C build-ci-clang
 ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    run_suite build-ci-clang clang --no-suite e2e
+    run_suite build-ci-clang clang --no-suite e2e --timeout-multiplier 4
 
 # The tests whose work runs on several threads: the pool itself, the API's
 # several-threads test, and the thread-count determinism of the CPU
@@ -104,7 +111,7 @@ configure build-ci-tsan -Dreference_tests=disabled -Dcuda=disabled -Db_sanitize=
 ninja -C build-ci-tsan $(for t in $tsan_tests; do printf 'tests/test_%s ' "$t"; done)
 # huge-allocation tests expect NULL from the allocator, not a report
 TSAN_OPTIONS="allocator_may_return_null=1 halt_on_error=1 second_deadlock_stack=1" \
-    run_suite build-ci-tsan tsan --no-rebuild $tsan_tests
+    run_suite build-ci-tsan tsan --no-rebuild --timeout-multiplier 4 $tsan_tests
 
 echo "== install + pkg-config consumer =="
 prefix="$root/build-ci/install-root"

@@ -47,6 +47,13 @@ int cmd_convert(int argc, char **argv)
         cli_error("convert", "--to and --out are required");
         return CLI_EXIT_USAGE;
     }
+    /* the checkpoint is loaded whole before the output is written, but a
+     * float original replaced by its sampling-only copy is lost: an --out
+     * that is the input (through a symbolic or hard link too) is refused */
+    const char *const inputs[] = {path};
+    if (!cli_check_input_file("convert", "checkpoint", path) ||
+        !cli_check_output_file("convert", "--out", out_path, inputs, 1))
+        return 1;
     nctmc_context *ctx = NULL;
     if (cli_context_create("convert", backend, 1, false, &ctx) != NCTMC_OK)
         return 1;

@@ -35,8 +35,9 @@ struct corpus_reader {
     int64_t line_no;       /* in the current file, for messages */
     char *block;
     size_t block_len, block_pos;
-    char *seg;             /* the segment being built, at most CORPUS_SEGMENT bytes */
+    char *seg;             /* the segment being built, at most seg_max bytes */
     size_t seg_len;
+    size_t seg_max;        /* the segment size: o.segment_bytes, or CORPUS_SEGMENT */
     bool doc_started;      /* the document has text (in seg or emitted) */
     int64_t next_index;
     /* --split-at: the current line while it still equals a prefix of the
@@ -215,6 +216,9 @@ corpus_reader *corpus_reader_create(const corpus_options *o, const corpus_file *
     r->n_files = n_files;
     r->fd = -1;
     r->line_matching = true;
+    r->seg_max = o->segment_bytes >= CORPUS_MIN_SEGMENT && o->segment_bytes < CORPUS_SEGMENT
+                     ? o->segment_bytes
+                     : CORPUS_SEGMENT;
     r->block = malloc(BLOCK);
     r->seg = malloc(CORPUS_SEGMENT);
     if (o->jsonl_field) {
@@ -289,9 +293,9 @@ static void put_text(corpus_reader *r, corpus_chunk *c, const char *data, size_t
     if (n > 0)
         r->doc_started = true;
     while (n > 0) {
-        if (r->seg_len == CORPUS_SEGMENT)
+        if (r->seg_len == r->seg_max)
             emit(r, c, cut_point(r), false);
-        size_t k = CORPUS_SEGMENT - r->seg_len < n ? CORPUS_SEGMENT - r->seg_len : n;
+        size_t k = r->seg_max - r->seg_len < n ? r->seg_max - r->seg_len : n;
         memcpy(r->seg + r->seg_len, data, k);
         r->seg_len += k;
         data += k;
@@ -488,7 +492,7 @@ static bool gather_line(corpus_reader *r)
  * when the chunk must be handed on first. */
 static bool take_record(corpus_reader *r, corpus_chunk *c)
 {
-    size_t segs_needed = 2 * (r->line_len / (CORPUS_SEGMENT / 2)) + 4;
+    size_t segs_needed = 2 * (r->line_len / (r->seg_max / 2)) + 4;
     if (c->cap - c->len < r->line_len + CORPUS_SEGMENT || c->max_segs - c->n_segs < segs_needed)
         return false;
     if (r->line_overflow) {

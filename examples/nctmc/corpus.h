@@ -13,7 +13,9 @@
  * non-space character is followed by an ASCII space, tab or line break —
  * a place where byte, character and GPT-2 BPE tokenization all cut anyway,
  * so cutting changes no token (only text without any such place is cut at
- * a character boundary instead). Segments are the unit of the validation
+ * a character boundary instead). A reader may be given a smaller segment
+ * size (`nctmc prepare` does for a small corpus, so that a validation
+ * share finds segments to take). Segments are the unit of the validation
  * split and of the work of one thread; a chunk is whole segments.
  */
 #ifndef NCTMC_CLI_CORPUS_H
@@ -48,7 +50,11 @@ typedef struct corpus_options {
     const char *jsonl_field;  /* NULL: plain text */
     const char *split_line;   /* NULL: a file is a document */
     size_t chunk_bytes;       /* capacity of a chunk's text, >= 4 * CORPUS_SEGMENT */
+    size_t segment_bytes;     /* CORPUS_MIN_SEGMENT .. CORPUS_SEGMENT; 0: CORPUS_SEGMENT */
 } corpus_options;
+
+/* The smallest segment size a reader takes. */
+#define CORPUS_MIN_SEGMENT ((size_t)256)
 
 typedef struct corpus_stats {
     int64_t bytes_read;     /* input bytes consumed */

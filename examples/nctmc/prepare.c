@@ -186,6 +186,12 @@ static int prepare_digits(nctmc_context *ctx, const prepare_options *o)
     ok = ok && split_sequences(set.pixels, set.labels, set.n, DIGITS_PIXELS,
                                o->text.val_fraction,
                                &train, &val);
+    if (ok && val.n_tokens == 0 && o->text.val_fraction > 0.0f && o->text.val_fraction_given) {
+        cli_error("prepare", "--val-fraction %g of %lld images holds none; give at least "
+                  "%g, or --val-fraction 0",
+                  (double)o->text.val_fraction, (long long)set.n, 1.0 / (double)set.n);
+        ok = false;
+    }
     ok = ok && write_outputs(ctx, o, tok, &train, &val, DIGITS_PIXELS, DIGITS_CLASSES);
     split_free(&train);
     split_free(&val);
@@ -222,7 +228,7 @@ static int check_options(const cli_command *cmd, const prepare_options *o, int n
 int cmd_prepare(int argc, char **argv)
 {
     prepare_options o = {{"data", NCTMC_TOKENIZER_BYTES, NULL, 0.1f, 0, NULL, NULL, 0, 512,
-                          false},
+                          false, false},
                          NULL};
     stream_options *t = &o.text;
     cli_option options[] = {
@@ -233,7 +239,8 @@ int cmd_prepare(int argc, char **argv)
                        "use this tokenizer: a saved one of any kind (e.g. another "
                        "directory's tokenizer.txt) or a Hugging Face tokenizer.json"),
         CLI_OPT_FLOAT("--val-fraction", t->val_fraction, "F", 0.0, 0.9,
-                      "share held out for validation (every k-th segment)"),
+                      "share held out for validation (every k-th segment); one that "
+                      "the input cannot give is refused"),
         CLI_OPT_INT("--seq-len", t->seq_len, "N", 0, 1 << 20,
                     "pack the text into sequences of N tokens; 0 = one stream (training "
                     "reads random windows)"),
@@ -260,7 +267,7 @@ int cmd_prepare(int argc, char **argv)
         "is streamed in a fixed memory budget with all cores; the output is the\n"
         "same for any thread count. Documents are separated by the tokenizer's\n"
         "end-of-text token, or a blank line; every k-th segment (a document, or\n"
-        "64 KiB of one) goes to validation.",
+        "64 KiB of one, less in a small corpus) goes to validation.",
         "  nctmc prepare --digits examples/data/digits.txt --out build/digits\n"
         "  nctmc prepare --tokenizer chars --seq-len 128 --out data/poems poems/\n"
         "  nctmc prepare --jsonl-field text --out data/owt owt/*.jsonl\n",
@@ -274,6 +281,7 @@ int cmd_prepare(int argc, char **argv)
         rc = parsed == CLI_PARSE_HELP ? 0 : CLI_EXIT_USAGE;
     else
         rc = check_options(&cmd, &o, n_files);
+    t->val_fraction_given = cli_option_given(&cmd, "--val-fraction");
     if (rc < 0 && o.digits && !staged_dir_check("prepare", t->out_dir, &o.digits, 1))
         rc = 1;
     if (rc < 0) {

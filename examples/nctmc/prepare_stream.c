@@ -287,6 +287,23 @@ static bool make_plan(const stream_options *o, const corpus_file *files, int n_f
     return true;
 }
 
+/* The segment size for a corpus of total_bytes (-1: unknown): CORPUS_SEGMENT,
+ * unless segments that large would give the validation share none at all;
+ * then about a quarter of the share's bytes, so that validation takes
+ * about four segments. Depends only on the inputs, as every output byte. */
+static size_t segment_bytes_for(double fraction, int64_t total_bytes)
+{
+    if (fraction <= 0.0 || total_bytes <= 0)
+        return CORPUS_SEGMENT;
+    int64_t full = (total_bytes + (int64_t)CORPUS_SEGMENT - 1) / (int64_t)CORPUS_SEGMENT;
+    if ((double)full * fraction >= 1.0)
+        return CORPUS_SEGMENT;
+    double want = (double)total_bytes * fraction / 4.0;
+    return want < (double)CORPUS_MIN_SEGMENT ? CORPUS_MIN_SEGMENT
+           : want > (double)CORPUS_SEGMENT   ? CORPUS_SEGMENT
+                                             : (size_t)want;
+}
+
 /* ---- the tokenizer ----------------------------------------------------------------- */
 
 typedef struct alphabet_state {
@@ -633,10 +650,18 @@ static bool produce(stream_run *run, staged_dir *sd)
         ok = false;
     }
     ok = ok && split_finish(&run->e.val, run->o->out_dir, &val_written);
-    if (ok && !val_written && run->o->val_fraction > 0.0f)
+    if (ok && !val_written && run->o->val_fraction > 0.0f && run->o->val_fraction_given) {
+        cli_error("prepare", "--val-fraction %g: the input gives no validation split (it "
+                  "takes every k-th of the %lld segments, a document or at most %d bytes of "
+                  "one, and whole sequences only); give more text, the input as a file (not a pipe), or --val-fraction 0",
+                  (double)run->o->val_fraction, (long long)run->stats.segments,
+                  (int)run->co.segment_bytes);
+        ok = false;
+    } else if (ok && !val_written && run->o->val_fraction > 0.0f) {
         printf("  (too little data for a validation split of %g: it takes every k-th "
-               "segment of at most %d KiB)\n",
-               (double)run->o->val_fraction, (int)(CORPUS_SEGMENT >> 10));
+               "segment of at most %d bytes)\n",
+               (double)run->o->val_fraction, (int)run->co.segment_bytes);
+    }
     ok = ok && prepare_write_tokenizer(run->tok, sd->staging, run->o->out_dir) &&
          write_manifest(run, sd->staging, val_written);
     split_close(&run->e.train);
@@ -680,6 +705,7 @@ int prepare_stream(nctmc_context *ctx, const stream_options *o, char *const *arg
         run.co.jsonl_field = o->jsonl_field;
         run.co.split_line = o->split_line;
         run.co.chunk_bytes = run.p.chunk_bytes;
+        run.co.segment_bytes = segment_bytes_for(o->val_fraction, run.p.total_bytes);
         run.tok = make_tokenizer(ctx, o, &run.co, &run.p, run.files, run.n_files);
         ok = run.tok && find_separator(run.tok, &run.jd);
     }

@@ -23,6 +23,7 @@ typedef struct stream_options {
     int32_t threads;             /* 0: every online CPU */
     int32_t memory_mb;
     bool progress;               /* log progress off a terminal too */
+    bool val_fraction_given;     /* named on the command line: no split is refused */
 } stream_options;
 
 /** Runs the whole text prepare; returns the exit status. */

@@ -142,6 +142,20 @@ expect 1 "is the input" -- train --data "$d" --out "$d/train.bin" $tiny --steps 
 not_started "train --out data/train.bin"
 cp "$d/train.bin" "$tmp/train.orig"
 check "the shard is intact" cmp -s "$d/train.bin" "$tmp/train.orig"
+# issue 34: convert and train --out, compared with every input by device and
+# inode (through symbolic and hard links)
+for out in m.st alias.st hardlink.st; do
+    expect 1 "is the input" -- convert "$tmp/m.st" --to bf16 --out "$tmp/$out"
+done
+check "convert left the float checkpoint intact" cmp -s "$tmp/m.st" "$tmp/m.orig"
+expect 0 "linear weights" -- convert "$tmp/m.st" --to int8 --out "$tmp/m-int8.st"
+cp "$d/manifest.txt" "$tmp/manifest.orig"
+ln -s "$d/manifest.txt" "$tmp/manifest-link.txt"
+for out in "$d/manifest.txt" "$tmp/manifest-link.txt" "$d/val.bin" "$d/tokenizer.txt"; do
+    expect 1 "is the input" -- train --data "$d" --out "$out" $tiny --steps 2
+    not_started "train --out $out"
+done
+check "the manifest is intact" cmp -s "$d/manifest.txt" "$tmp/manifest.orig"
 
 # --- item 12: unusable outputs are found before the work ---------------------
 expect 1 "the path is empty" -- train --data "$d" --out "" $tiny --steps 2

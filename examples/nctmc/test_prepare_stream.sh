@@ -113,6 +113,40 @@ for f in train.bin val.bin tokenizer.txt manifest.txt; do
 done
 check "the validation split took every 10th segment" grep -q "shard val.bin" "$tmp/d1/manifest.txt"
 
+# --- a requested validation share is honoured or refused (issue 34) ----------
+# one 480 kB stream: 8 segments of 64 KiB would give --val-fraction 0.05
+# none; smaller segments give it its share
+yes 'a line of a small corpus, repeated, with some words in it' | head -c 480000 \
+    >"$tmp/small.txt"
+prep share --val-fraction 0.05 --out "$tmp/share" "$tmp/small.txt"
+check "a 480 kB stream gets a validation shard for --val-fraction 0.05" \
+    test -f "$tmp/share/val.bin"
+n_val=$(sed -n 's/^ *val.bin *\([0-9]*\) tokens.*/\1/p' "$tmp/share.out")
+n_train=$(sed -n 's/^ *train.bin *\([0-9]*\) tokens.*/\1/p' "$tmp/share.out")
+check "holding 4 to 6% of the tokens (${n_val:-?} of ${n_train:-?} + ${n_val:-?})" \
+    test $((100 * ${n_val:-0})) -ge $((4 * (${n_train:-0} + ${n_val:-0}))) -a \
+    $((100 * ${n_val:-0})) -le $((6 * (${n_train:-0} + ${n_val:-0})))
+# through a pipe the size is unknown ahead: 64 KiB segments, none for
+# validation, and the requested share is refused, not dropped silently
+if cat "$tmp/small.txt" | "$nctmc" prepare --val-fraction 0.05 --out "$tmp/share-pipe" \
+    /dev/stdin >/dev/null 2>"$tmp/share-pipe.err"; then
+    bad "a validation share the input cannot give accepted"
+else
+    check "a validation share the input cannot give is refused" \
+        grep -q "gives no validation split" "$tmp/share-pipe.err"
+    check "and leaves no directory" test ! -e "$tmp/share-pipe"
+fi
+printf 'ten bytes\n' >"$tmp/tiny.txt"
+if "$nctmc" prepare --val-fraction 0.1 --out "$tmp/tiny" "$tmp/tiny.txt" >/dev/null \
+    2>"$tmp/tiny.err"; then
+    bad "--val-fraction 0.1 of ten bytes accepted"
+else
+    check "--val-fraction 0.1 of ten bytes is refused" grep -q "no validation split" "$tmp/tiny.err"
+fi
+prep tiny-default --out "$tmp/tiny" "$tmp/tiny.txt"
+check "the default share (not requested) of ten bytes is left out with a note" \
+    grep -q "too little data" "$tmp/tiny-default.out"
+
 # --- the budget -----------------------------------------------------------------
 if "$nctmc" prepare --memory-mb 8 --out "$tmp/m" "$tmp/long.txt" >/dev/null 2>"$tmp/m.err"; then
     bad "--memory-mb 8 accepted"

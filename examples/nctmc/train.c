@@ -485,20 +485,24 @@ static int train(train_run *run, const cli_command *cmd)
 
 /* Everything a run needs from the file system, before it starts: that the
  * checkpoint can be written (not after an hour of training) and is none of
- * the data files. --resume and --out may be the same file: the checkpoint
- * is read whole at the start and replaced, atomically, by the new one. */
+ * the files of the data directory (shards, tokenizer, manifest; compared
+ * by device and inode). --resume and --out may be the same file (docs/cli.md):
+ * the checkpoint is read whole at the start and replaced, atomically, by
+ * the new one. */
 static bool check_paths(const train_options *o)
 {
-    static const char *const names[] = {CLI_TRAIN_SHARD, CLI_VAL_SHARD, CLI_TOKENIZER_FILE};
-    char *inputs[3];
-    for (int i = 0; i < 3; i++)
-        inputs[i] = cli_path_join(o->data_dir, names[i]);
-    bool ok = inputs[0] && inputs[1] && inputs[2] &&
-              cli_check_input_file("train", "training shard", inputs[0]) &&
-              cli_check_input_file("train", "tokenizer", inputs[2]) &&
-              (!o->resume || cli_check_input_file("train", "--resume", o->resume)) &&
-              cli_check_output_file("train", "--out", o->out, (const char *const *)inputs, 3);
-    for (int i = 0; i < 3; i++)
+    static const char *const names[] = {CLI_TRAIN_SHARD, CLI_TOKENIZER_FILE, CLI_VAL_SHARD,
+                                        CLI_MANIFEST_FILE};
+    enum { N_INPUTS = sizeof names / sizeof names[0] };
+    char *inputs[N_INPUTS];
+    bool ok = true;
+    for (int i = 0; i < N_INPUTS; i++)
+        ok = (inputs[i] = cli_path_join(o->data_dir, names[i])) != NULL && ok;
+    ok = ok && cli_check_input_file("train", "training shard", inputs[0]) &&
+         cli_check_input_file("train", "tokenizer", inputs[1]) &&
+         (!o->resume || cli_check_input_file("train", "--resume", o->resume)) &&
+         cli_check_output_file("train", "--out", o->out, (const char *const *)inputs, N_INPUTS);
+    for (int i = 0; i < N_INPUTS; i++)
         free(inputs[i]);
     return ok;
 }
