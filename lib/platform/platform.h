@@ -37,6 +37,15 @@ int plat_cpu_count(void);
  * (reserved and released again, never touched). */
 bool plat_address_space_available(size_t bytes);
 
+/* The C library's memory (base/alloc.h declares these too, for its
+ * allocator without a hook): `size` bytes aligned to `alignment` (a power
+ * of two, at least alignof(max_align_t)), resized (default alignment only)
+ * and freed. POSIX: malloc/aligned_alloc, realloc, free; Windows:
+ * _aligned_malloc, _aligned_realloc, _aligned_free, one family for all. */
+void *plat_sys_alloc(size_t size, size_t alignment);
+void *plat_sys_realloc(void *p, size_t size);
+void plat_sys_free(void *p);
+
 /* ---- reading files ------------------------------------------------------------ */
 
 /* Opens a regular file for reading and reports its size. Anything else

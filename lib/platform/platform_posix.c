@@ -15,7 +15,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdalign.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,25 @@ bool plat_address_space_available(size_t bytes)
         return false;
     munmap(p, bytes);
     return true;
+}
+
+void *plat_sys_alloc(size_t size, size_t alignment)
+{
+    if (alignment <= alignof(max_align_t))
+        return malloc(size);
+    /* C11 wants a multiple of the alignment */
+    size_t rounded = (size + alignment - 1) / alignment * alignment;
+    return rounded < size ? NULL : aligned_alloc(alignment, rounded);
+}
+
+void *plat_sys_realloc(void *p, size_t size)
+{
+    return realloc(p, size);
+}
+
+void plat_sys_free(void *p)
+{
+    free(p);
 }
 
 /* ---- files ------------------------------------------------------------------ */
