@@ -46,6 +46,24 @@ void *plat_sys_alloc(size_t size, size_t alignment);
 void *plat_sys_realloc(void *p, size_t size);
 void plat_sys_free(void *p);
 
+/* ---- the "C" numeric locale ------------------------------------------------ */
+
+/* A scope in which this thread's number text (strtof, snprintf) uses the
+ * "C" locale's decimal point whatever the program set, other threads
+ * undisturbed: uselocale() on POSIX, a per-thread locale
+ * (_configthreadlocale) on Windows. Plain data for the implementation. */
+typedef struct plat_c_numeric {
+    void *c_locale;     /* POSIX: the locale_t made; Windows: unused */
+    void *previous;     /* POSIX: the thread's locale_t before */
+    int mode;           /* Windows: the thread's locale mode before */
+    char name[128];     /* Windows: the thread's LC_NUMERIC before */
+} plat_c_numeric;
+
+/* Enters the scope; false when it cannot (the caller then fails). */
+bool plat_c_numeric_enter(plat_c_numeric *scope);
+
+void plat_c_numeric_leave(plat_c_numeric *scope);
+
 /* ---- reading files ------------------------------------------------------------ */
 
 /* Opens a regular file for reading and reports its size. Anything else

@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <locale.h>
 #include <stdarg.h>
 #include <stdalign.h>
 #include <stdbool.h>
@@ -67,6 +68,29 @@ void *plat_sys_realloc(void *p, size_t size)
 void plat_sys_free(void *p)
 {
     free(p);
+}
+
+/* ---- the "C" numeric locale ------------------------------------------------ */
+
+bool plat_c_numeric_enter(plat_c_numeric *scope)
+{
+    locale_t c = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+    if (c == (locale_t)0)
+        return false;
+    locale_t previous = uselocale(c);
+    if (previous == (locale_t)0) {
+        freelocale(c);
+        return false;
+    }
+    scope->c_locale = (void *)c;
+    scope->previous = (void *)previous;
+    return true;
+}
+
+void plat_c_numeric_leave(plat_c_numeric *scope)
+{
+    uselocale((locale_t)scope->previous);
+    freelocale((locale_t)scope->c_locale);
 }
 
 /* ---- files ------------------------------------------------------------------ */

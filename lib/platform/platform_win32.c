@@ -27,6 +27,7 @@
 #include <io.h>
 #include <malloc.h>
 #include <limits.h>
+#include <locale.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -154,6 +155,31 @@ void *plat_sys_realloc(void *p, size_t size)
 void plat_sys_free(void *p)
 {
     _aligned_free(p);
+}
+
+/* ---- the "C" numeric locale ------------------------------------------------ */
+
+bool plat_c_numeric_enter(plat_c_numeric *scope)
+{
+    scope->mode = _configthreadlocale(_ENABLE_PER_THREAD_LOCALE);
+    const char *now = setlocale(LC_NUMERIC, NULL);
+    if (scope->mode == -1 || !now || strlen(now) >= sizeof scope->name) {
+        if (scope->mode != -1)
+            _configthreadlocale(scope->mode);
+        return false;
+    }
+    strcpy(scope->name, now);
+    if (!setlocale(LC_NUMERIC, "C")) {
+        _configthreadlocale(scope->mode);
+        return false;
+    }
+    return true;
+}
+
+void plat_c_numeric_leave(plat_c_numeric *scope)
+{
+    setlocale(LC_NUMERIC, scope->name);
+    _configthreadlocale(scope->mode);
 }
 
 /* ---- reading files ------------------------------------------------------------ */
