@@ -159,13 +159,20 @@ void plat_sys_free(void *p)
 
 /* ---- the "C" numeric locale ------------------------------------------------ */
 
+/* A thread's own locale needs _configthreadlocale(), which some C runtimes
+ * lack (Wine's msvcrt.dll answers -1): there the scope is entered only when
+ * the numeric locale already is "C" (nothing to change), and refused
+ * otherwise rather than changing the locale of every thread. */
 bool plat_c_numeric_enter(plat_c_numeric *scope)
 {
     scope->mode = _configthreadlocale(_ENABLE_PER_THREAD_LOCALE);
     const char *now = setlocale(LC_NUMERIC, NULL);
-    if (scope->mode == -1 || !now || strlen(now) >= sizeof scope->name) {
-        if (scope->mode != -1)
-            _configthreadlocale(scope->mode);
+    if (scope->mode == -1) {
+        scope->name[0] = '\0'; /* nothing to restore */
+        return now && strcmp(now, "C") == 0;
+    }
+    if (!now || strlen(now) >= sizeof scope->name) {
+        _configthreadlocale(scope->mode);
         return false;
     }
     strcpy(scope->name, now);
@@ -178,6 +185,8 @@ bool plat_c_numeric_enter(plat_c_numeric *scope)
 
 void plat_c_numeric_leave(plat_c_numeric *scope)
 {
+    if (scope->mode == -1)
+        return;
     setlocale(LC_NUMERIC, scope->name);
     _configthreadlocale(scope->mode);
 }
