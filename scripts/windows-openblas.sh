@@ -16,7 +16,7 @@
 set -eu
 dir=$1
 version=0.3.34.481.3
-[ -f "$dir/pkgconfig/openblas.pc" ] && [ -f "$dir/bin/libscipy_openblas.dll" ] && exit 0
+grep -q "^libdir=" "$dir/pkgconfig/openblas.pc" 2>/dev/null && [ -f "$dir/bin/libscipy_openblas.dll" ] && exit 0
 rm -rf "$dir"
 mkdir -p "$dir/download" "$dir/bin" "$dir/include" "$dir/pkgconfig"
 python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
@@ -46,10 +46,11 @@ cat > "$dir/include/cblas.h" <<'H'
 #endif
 H
 cat > "$dir/pkgconfig/openblas.pc" <<PC
+libdir=$dir/bin
 Name: openblas
 Description: OpenBLAS from the scipy-openblas32 wheel (win_amd64)
 Version: $version
-Libs: -L$dir/bin -lscipy_openblas
+Libs: -L\${libdir} -lscipy_openblas
 Cflags: -I$dir/include
 PC
 rm -rf "$dir/download"
