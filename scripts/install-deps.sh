@@ -4,6 +4,8 @@
 #
 #   scripts/install-deps.sh          build + test dependencies
 #   scripts/install-deps.sh --build  only what building needs
+#   scripts/install-deps.sh --windows  the Windows cross build's tools: MinGW-w64
+#                                      and Wine (scripts/windows.sh)
 #
 # The test set also makes a Python virtual environment, build-pyenv/, that
 # sees Debian's packages (torch, numpy) and adds the `safetensors` and
@@ -23,8 +25,14 @@ build_pkgs="gcc pkg-config meson ninja-build libopenblas-dev"
 test_pkgs="clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-venv python3-pytest
     python3-setuptools python3-wheel python3-mesonpy python3-hypothesis patchelf fortunes"
 
+windows_pkgs="mingw-w64 wine wine64 clang python3-pip"
+
 pkgs="$build_pkgs"
-[ "${1:-}" = "--build" ] || pkgs="$pkgs $test_pkgs"
+case "${1:-}" in
+    --build) ;;
+    --windows) pkgs="$windows_pkgs" ;;
+    *) pkgs="$pkgs $test_pkgs" ;;
+esac
 
 missing=""
 for p in $pkgs; do
@@ -36,7 +44,7 @@ for p in $pkgs; do
 done
 
 python_env() { # the test venv with safetensors and tokenizers, made once
-    [ "${1:-}" = "--build" ] && return 0
+    [ "${1:-}" = "--build" ] || [ "${1:-}" = "--windows" ] && return 0
     env_dir="$root/build-pyenv"
     if "$env_dir/bin/python" -c "import safetensors, tokenizers, unicodedata2" 2>/dev/null; then
         return 0

@@ -14,7 +14,9 @@
 #   5. an install into a scratch prefix, and a program built against the
 #      installed library through pkg-config,
 #   6. the Python binding (python/), pip-installed into the test environment,
-#      with its pytest suite run on the installed library.
+#      with its pytest suite run on the installed library,
+#   7. the Windows x86-64 build (MinGW-w64) and its tests under Wine
+#      (scripts/windows.sh).
 # Ends with one line "tests: N passed, N failed, N skipped".
 #
 # The sanitizer stages build without the CUDA module (it cannot run without
@@ -155,5 +157,18 @@ installed_inc=$(dirname "$(find "$prefix" -name nctmc.h | head -n 1)")
     "$NCTMC_PYTHON" -m pytest -q -p no:cacheprovider --junitxml "$root/build-ci/pytest.xml" .) ||
     echo "python binding tests failed" >&2
 results="$results $root/build-ci/pytest.xml"
+
+# ---- Windows stage (scripts/windows.sh): cross-built with MinGW-w64, tested
+# under Wine; its meson test log joins the summary ----
+echo "== Windows x86-64 (MinGW-w64, Wine) =="
+scripts/install-deps.sh --windows
+if scripts/windows.sh build-ci; then
+    :
+else
+    echo "windows stage failed" >&2
+fi
+[ -f build-win/meson-logs/testlog-windows.json ] &&
+    results="$results $root/build-win/meson-logs/testlog-windows.json"
+# ---- end of the Windows stage ----
 
 /usr/bin/python3 scripts/summarize_tests.py $results

@@ -24,6 +24,7 @@ import sys
 # backends share a rank and may not use each other.
 LAYERS = [
     ["lib/base"],
+    ["lib/platform"],
     ["lib/math"],
     ["lib/backend"],
     ["backends/cpu", "backends/cuda"],

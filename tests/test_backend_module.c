@@ -24,6 +24,7 @@
 #include "backend/backend_module.h"
 #include "core/context.h"
 #include "nctmc.h"
+#include "platform/platform.h"
 #include "test_util.h"
 
 /* Every message the library logged since the last reset, one per line, and
@@ -207,9 +208,11 @@ static void test_found_beside_core(const char *fake)
     CHECK(have_dir, "scratch folder %s", made);
     if (!have_dir)
         return;
-    char prog[PATH_MAX + 16], module[PATH_MAX + 32];
+    char prog[PATH_MAX + 16], module[PATH_MAX + 80];
     snprintf(prog, sizeof prog, "%s/prog", dir);
-    snprintf(module, sizeof module, "%s/%s", dir, NCTMC_CUDA_MODULE_FILE);
+    char file[64];
+    plat_module_file_name(NCTMC_CUDA_MODULE_STEM, file, sizeof file);
+    snprintf(module, sizeof module, "%s/%s", dir, file);
     if (copy_file(self, prog, 0755)) {
         CHECK(run_child(prog, "--child-expect-missing"), "nothing beside the copy: reported");
         CHECK(copy_file(fake, module, 0644), "module copied into %s", dir);

@@ -14,11 +14,27 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifdef _WIN32
+/* The Windows test build (scripts/windows.sh): MinGW's C library has no
+ * mkdtemp; _mktemp_s names the folder and _mkdir makes it (and fails
+ * should the name have been taken meanwhile). */
+#include <direct.h>
+static inline char *mkdtemp(char *dir)
+{
+    return _mktemp_s(dir, strlen(dir) + 1) == 0 && _mkdir(dir) == 0 ? dir : NULL;
+}
+#define TEST_TMP_ENV "TEMP"
+#define TEST_TMP_DEFAULT "."
+#else
+#define TEST_TMP_ENV "TMPDIR"
+#define TEST_TMP_DEFAULT "/tmp"
+#endif
+
 /* Creates a fresh directory; its path is written to dir (>= 256 bytes). */
 static inline int test_make_temp_dir(char *dir, size_t size)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(dir, size, "%s/nctmc-test-XXXXXX", base && base[0] ? base : "/tmp");
+    const char *base = getenv(TEST_TMP_ENV);
+    snprintf(dir, size, "%s/nctmc-test-XXXXXX", base && base[0] ? base : TEST_TMP_DEFAULT);
     return mkdtemp(dir) != NULL;
 }
 

@@ -265,7 +265,11 @@ static void test_same_bits(nctmc_context *ctx, nctmc_model *saved, const char *p
     /* nothing of the file is resident here before the first forward pass
      * (the checks read through the file, not the map); after it, the
      * weights it read are */
+#ifdef _WIN32
+    bool have_smaps = false; /* Wine's /proc is the Unix process's, with Unix paths */
+#else
     bool have_smaps = access("/proc/self/smaps", R_OK) == 0;
+#endif
     long before = have_smaps ? resident_kb_of(path) : 0;
     CHECK(before == 0, "%ld kB of the mapped file resident before any forward pass (-1: "
           "no map of it)", before);
@@ -325,6 +329,16 @@ static void test_file_goes_away(nctmc_context *ctx, nctmc_model *saved, nctmc_mo
                                 const char *path)
 {
     char copy[512];
+#ifdef _WIN32
+    /* Windows neither deletes nor replaces a file that is mapped (docs/install.md) */
+    printf("Windows: a mapped checkpoint is neither unlinked nor saved over; not checked\n");
+    (void)ctx;
+    (void)saved;
+    (void)other;
+    (void)path;
+    (void)copy;
+    return;
+#endif
     test_path(copy, sizeof copy, dir, "gone.safetensors");
     CHECK(nctmc_model_save(saved, copy) == NCTMC_OK, "save");
     nctmc_model *unlinked = load(ctx, copy, NCTMC_LOAD_MAP_AUTO, NCTMC_OK);

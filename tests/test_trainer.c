@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "nctmc.h"
+#include "test_files.h"
 #include "test_util.h"
 
 #define S_TOKENS 6
@@ -676,8 +677,7 @@ done:
 
 int main(void)
 {
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/nctmc_trainer_XXXXXX");
-    if (!mkdtemp(tmp_dir)) {
+    if (!test_make_temp_dir(tmp_dir, sizeof tmp_dir)) {
         perror("mkdtemp");
         return 1;
     }

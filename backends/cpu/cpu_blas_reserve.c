@@ -19,19 +19,16 @@
  * include/nctmc.h (several contexts computing at once can need more buffers
  * than each one reserved).
  */
-/* MAP_ANONYMOUS is not POSIX 2008 */
-#define _DEFAULT_SOURCE
-
 #include "cpu_blas_reserve.h"
 
 #include <cblas.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "base/alloc.h"
+#include "platform/platform.h"
 
 /* Address space per pool thread: OpenBLAS's buffer plus its guard page, and
  * the 64 MiB heap glibc reserves for a thread's first malloc (OpenBLAS's
@@ -97,11 +94,7 @@ static bool all_overlapped(const reserve_job *job)
 static bool address_space_available(int n_threads)
 {
     size_t bytes = (size_t)n_threads * RESERVE_BYTES_PER_THREAD;
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return false;
-    munmap(p, bytes);
-    return true;
+    return plat_address_space_available(bytes);
 }
 
 bool cpu_blas_reserve(cpu_pool *pool, const nctmc_allocator *alloc, char *err, size_t err_size)

@@ -28,11 +28,6 @@
  * depending on the processor): inside a host application an idle pool must
  * give its cores back at once.
  */
-#if defined(__linux__)
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
-#include <sched.h>
-#endif
-
 #include "thread_pool.h"
 
 #include <pthread.h>
@@ -40,9 +35,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "base/alloc.h"
+#include "platform/platform.h"
 #include "pool_width.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -244,13 +239,7 @@ static void *worker_main(void *p)
  * beyond them, and each extra one is a thread the others wait for. */
 int cpu_online_cores(void)
 {
-#if defined(__linux__)
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 1)
-        return CPU_COUNT(&set);
-#endif
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n >= 1 ? (int)n : 1;
+    return plat_cpu_count();
 }
 
 cpu_pool *cpu_pool_create(int n_threads, const nctmc_allocator *alloc)

@@ -1,80 +1,20 @@
 /*
  * backend_module.c — finds, loads and checks the CUDA backend module
- * (libnctmc-cuda.so) with the dynamic loader, the way ggml loads its
- * backends: the core itself links no CUDA library, so a CPU-only program
- * pays nothing for a backend it does not use.
+ * (libnctmc-cuda.so; libnctmc-cuda.dll on Windows) with the system's
+ * module loader (platform/platform.h), the way ggml loads its backends: the
+ * core itself links no CUDA library, so a CPU-only program pays nothing for
+ * a backend it does not use.
  */
-#define _GNU_SOURCE /* dladdr1, RTLD_DL_LINKMAP, dl_iterate_phdr */
 #include "backend_module.h"
 
-#include <dlfcn.h>
-#include <limits.h>
-#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-/*
- * A program linked fully statically (-static, -static-pie) has no dynamic
- * loader of its own: glibc's static dlopen would have to bring a second C
- * library (and CUDA's C++ libraries) in beside the program's, which neither
- * glibc nor CUDA supports, so the module is not loaded there. Such a
- * program has no PT_INTERP header; a dynamically linked one has it, also
- * when started through ld.so explicitly. The first object dl_iterate_phdr
- * reports is the program.
- */
-static int program_has_interp(struct dl_phdr_info *info, size_t size, void *found)
-{
-    (void)size;
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_INTERP)
-            *(bool *)found = true;
-    return 1; /* stop after the program */
-}
+#include "platform/platform.h"
 
-static bool loader_available(void)
-{
-    bool found = false;
-    dl_iterate_phdr(program_has_interp, &found);
-    return found;
-}
-
-static const char *last_dl_error(void)
-{
-    const char *e = dlerror();
-    return e ? e : "unknown dynamic loader error";
-}
-
-/*
- * The folder of the file that holds this code: libnctmc.so when the core
- * is the shared library, the program when it linked libnctmc.a. The loader
- * names the main program "" in its link map, so its path comes from
- * /proc/self/exe. Writes "" when neither is known.
- */
-static void core_folder(char *dir, size_t size)
-{
-    dir[0] = '\0';
-    Dl_info info;
-    struct link_map *map = NULL;
-    if (!dladdr1((void *)&cuda_module_load, &info, (void **)&map, RTLD_DL_LINKMAP) ||
-        !map)
-        return;
-    char path[PATH_MAX];
-    if (map->l_name && map->l_name[0]) {
-        snprintf(path, sizeof path, "%s", map->l_name);
-    } else {
-        ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-        if (n <= 0)
-            return;
-        path[n] = '\0';
-    }
-    char *slash = strrchr(path, '/');
-    if (!slash)
-        return;
-    *slash = '\0';
-    snprintf(dir, size, "%s", slash == path ? "/" : path);
-}
+/* Room for a path (Linux's PATH_MAX; Windows' is shorter). */
+#define MODULE_PATH_MAX 4096
 
 /* Resolves the entry point of an opened module and checks that it was built
  * for this core's backend interface. */
@@ -84,12 +24,12 @@ static nctmc_status check_module(void *handle, const char *where,
     union {
         void *object;
         nctmc_backend_module_entry_fn fn;
-    } entry; /* dlsym returns an object pointer; POSIX allows the cast */
-    dlerror();
-    entry.object = dlsym(handle, NCTMC_BACKEND_MODULE_ENTRY);
+    } entry; /* the loader returns an object pointer; POSIX allows the cast */
+    char why[256];
+    entry.object = plat_module_symbol(handle, NCTMC_BACKEND_MODULE_ENTRY, why, sizeof why);
     if (!entry.object) {
         snprintf(err, err_size, "%s is not a libnctmc backend module (no %s: %s)", where,
-                 NCTMC_BACKEND_MODULE_ENTRY, last_dl_error());
+                 NCTMC_BACKEND_MODULE_ENTRY, why);
         return NCTMC_ERR_UNSUPPORTED;
     }
     const nctmc_backend_module *m = entry.fn();
@@ -113,23 +53,20 @@ static nctmc_status check_module(void *handle, const char *where,
     return NCTMC_OK;
 }
 
-/* dlopen's flags: the module and the CUDA libraries it brings are never
- * unloaded (RTLD_NODELETE), so closing the handle after the check only
- * balances the loader's count; RTLD_LOCAL keeps their symbols out of the
- * program's namespace. */
-#define MODULE_FLAGS (RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE)
-
+/* The module and the CUDA libraries it brings are never unloaded
+ * (plat_module_open()), so closing the handle after the check only balances
+ * the loader's count. */
 static nctmc_status open_checked(const char *path, const char *where,
                                  const nctmc_backend_module **out, char *err, size_t err_size)
 {
-    void *handle = dlopen(path, MODULE_FLAGS);
+    char why[256];
+    void *handle = plat_module_open(path, false, why, sizeof why);
     if (!handle) {
-        snprintf(err, err_size, "the CUDA backend module %s cannot be loaded: %s", where,
-                 last_dl_error());
+        snprintf(err, err_size, "the CUDA backend module %s cannot be loaded: %s", where, why);
         return NCTMC_ERR_UNSUPPORTED;
     }
     nctmc_status st = check_module(handle, where, out, err, err_size);
-    dlclose(handle);
+    plat_module_close(handle);
     return st;
 }
 
@@ -137,18 +74,20 @@ nctmc_status cuda_module_load(const nctmc_backend_module **out, char *err,
                               size_t err_size)
 {
     *out = NULL;
-    if (!loader_available()) {
+    char file[64];
+    plat_module_file_name(NCTMC_CUDA_MODULE_STEM, file, sizeof file);
+    if (!plat_module_loader_available()) {
         snprintf(err, err_size,
                  "the CUDA backend module %s cannot be loaded: this program is statically "
                  "linked and has no dynamic loader",
-                 NCTMC_CUDA_MODULE_FILE);
+                 file);
         return NCTMC_ERR_UNSUPPORTED;
     }
-    char where[PATH_MAX + 64];
+    char where[MODULE_PATH_MAX + 64];
     const char *env = getenv(NCTMC_CUDA_MODULE_ENV);
     if (env && env[0]) {
         snprintf(where, sizeof where, "%s (%s)", env, NCTMC_CUDA_MODULE_ENV);
-        if (access(env, F_OK) != 0) {
+        if (!plat_path_exists(env)) {
             snprintf(err, err_size, "the CUDA backend module %s is not installed: no such file",
                      where);
             return NCTMC_ERR_UNSUPPORTED;
@@ -157,42 +96,43 @@ nctmc_status cuda_module_load(const nctmc_backend_module **out, char *err,
     }
     /* next to the core: what an installed libnctmc (any prefix, DESTDIR
      * copies included) uses without help from the loader's path */
-    char dir[PATH_MAX];
-    core_folder(dir, sizeof dir);
+    char dir[MODULE_PATH_MAX];
+    plat_module_folder((const void *)&cuda_module_load, dir, sizeof dir);
     if (dir[0]) {
-        char path[PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s/%s", dir, NCTMC_CUDA_MODULE_FILE);
-        if (access(path, F_OK) == 0)
+        char path[MODULE_PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        if (plat_path_exists(path))
             return open_checked(path, path, out, err, err_size);
     }
-    void *handle = dlopen(NCTMC_CUDA_MODULE_FILE, MODULE_FLAGS);
+    char why[256];
+    void *handle = plat_module_open(file, false, why, sizeof why);
     if (!handle) {
         snprintf(err, err_size,
                  "the CUDA backend module %s is not installed (looked in %s and on the "
                  "loader's search path): %s",
-                 NCTMC_CUDA_MODULE_FILE, dir[0] ? dir : "the core's folder (unknown)",
-                 last_dl_error());
+                 file, dir[0] ? dir : "the core's folder (unknown)", why);
         return NCTMC_ERR_UNSUPPORTED;
     }
-    nctmc_status st = check_module(handle, NCTMC_CUDA_MODULE_FILE, out, err, err_size);
-    dlclose(handle);
+    nctmc_status st = check_module(handle, file, out, err, err_size);
+    plat_module_close(handle);
     return st;
 }
 
 bool cuda_driver_present(char *err, size_t err_size)
 {
-    if (!loader_available()) {
+    if (!plat_module_loader_available()) {
         snprintf(err, err_size, "this program is statically linked and cannot load the "
                                 "NVIDIA driver");
         return false;
     }
     /* RTLD_LAZY: only whether it loads matters; the CUDA runtime opens it
      * again by the same name when the module starts */
-    void *handle = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    char why[256];
+    void *handle = plat_module_open(plat_cuda_driver_file(), true, why, sizeof why);
     if (!handle) {
-        snprintf(err, err_size, "the NVIDIA driver is not installed: %s", last_dl_error());
+        snprintf(err, err_size, "the NVIDIA driver is not installed: %s", why);
         return false;
     }
-    dlclose(handle);
+    plat_module_close(handle);
     return true;
 }

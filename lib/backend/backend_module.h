@@ -12,9 +12,10 @@
 
 #include "backend.h"
 
-/* The CUDA backend module's file name, and the environment variable that
+/* The CUDA backend module's name (its file: plat_module_file_name(), e.g.
+ * libnctmc-cuda.so, libnctmc-cuda.dll), and the environment variable that
  * names its path instead (tests, unusual installs). */
-#define NCTMC_CUDA_MODULE_FILE "libnctmc-cuda.so"
+#define NCTMC_CUDA_MODULE_STEM "nctmc-cuda"
 #define NCTMC_CUDA_MODULE_ENV "NCTMC_CUDA_MODULE"
 
 /*
@@ -23,13 +24,13 @@
  *   1. at the path in $NCTMC_CUDA_MODULE when it is set and not empty (and
  *      then only there);
  *   2. in the folder of the file that holds the core (libnctmc.so, or the
- *      program that linked libnctmc.a), found with dladdr;
+ *      program that linked libnctmc.a), found with dladdr (GetModuleHandleEx on Windows);
  *   3. by name on the dynamic loader's search path.
  * Once loaded the module stays loaded for the rest of the process (the CUDA
  * libraries keep process-wide state that is not made to be unloaded), so
  * the descriptor and the backends it creates stay valid.
  * Fails with NCTMC_ERR_UNSUPPORTED and the reason in err: not found ("...
- * is not installed: <dlerror>"), found but not loadable, no entry point,
+ * is not installed: <the loader's reason>"), found but not loadable, no entry point,
  * or a backend interface other than this core's (NCTMC_BACKEND_ABI_VERSION).
  */
 nctmc_status cuda_module_load(const nctmc_backend_module **out, char *err,

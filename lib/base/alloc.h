@@ -48,6 +48,14 @@ typedef struct nctmc_allocator {
     void *user_data;
 } nctmc_allocator;
 
+/* The C library's memory when no hook is set: implemented by the platform
+ * layer (lib/platform/platform.h), because Windows' C library has no
+ * aligned_alloc() whose memory free() takes back. Declared here so that
+ * base/ needs no include from above; no file of base/ calls them. */
+void *plat_sys_alloc(size_t size, size_t alignment);
+void *plat_sys_realloc(void *p, size_t size);
+void plat_sys_free(void *p);
+
 static inline int mem_is_hooked(const nctmc_allocator *a)
 {
     return a && a->alloc_fn && a->free_fn;
@@ -81,11 +89,7 @@ static inline void *mem_alloc_aligned(const nctmc_allocator *a, size_t size,
         }
         return p;
     }
-    if (alignment == NCTMC_MEM_ALIGN)
-        return malloc(size);
-    /* C11 wants a multiple of the alignment */
-    size_t rounded = (size + alignment - 1) / alignment * alignment;
-    return rounded < size ? NULL : aligned_alloc(alignment, rounded);
+    return plat_sys_alloc(size, alignment);
 }
 
 static inline void *mem_alloc(const nctmc_allocator *a, size_t size)
@@ -114,7 +118,7 @@ static inline void mem_free(const nctmc_allocator *a, void *p)
     if (mem_is_hooked(a))
         a->free_fn(p, a->user_data);
     else
-        free(p);
+        plat_sys_free(p);
 }
 
 /* Grows or shrinks a block of old_size bytes (p may be NULL with old_size
@@ -125,7 +129,7 @@ static inline void *mem_realloc(const nctmc_allocator *a, void *p, size_t old_si
                                 size_t new_size)
 {
     if (!mem_is_hooked(a))
-        return realloc(p, new_size ? new_size : 1);
+        return plat_sys_realloc(p, new_size ? new_size : 1);
     void *q = mem_alloc(a, new_size);
     if (!q)
         return NULL;

@@ -19,7 +19,7 @@
 #include "core/ctx_report.h"
 #include "model/model_map.h"
 #include "model/model_quant.h"
-#include "base/numtext.h"
+#include "io/numtext.h"
 #include "text/tokenizer.h"
 
 #define KEY_FORMAT "nctmc.format"

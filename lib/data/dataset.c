@@ -9,7 +9,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/abi.h"
 #include "base/checked.h"
@@ -405,7 +404,7 @@ NCTMC_API nctmc_status nctmc_dataset_open(nctmc_context *ctx, const char *path,
     if (st == NCTMC_OK) {
         /* a mapping outlives its descriptor */
         st = read_shard(alloc, fd, size, path, &h, &map, &body, err, sizeof err);
-        close(fd);
+        file_close(fd);
     }
     nctmc_dataset *ds = st == NCTMC_OK ? mem_calloc(alloc, 1, sizeof *ds) : NULL;
     if (st == NCTMC_OK && !ds)

@@ -4,10 +4,8 @@
  */
 #include "byte_source.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/abi.h"
 #include "core/context.h"
@@ -24,15 +22,11 @@ NCTMC_API nctmc_status nctmc_reader_init_sized(nctmc_reader *reader, size_t size
 static int64_t file_read_at(void *user_data, void *dst, size_t n, int64_t offset)
 {
     byte_source *s = user_data;
-    for (;;) {
-        ssize_t r = pread(s->fd, dst, n, (off_t)offset);
-        if (r >= 0)
-            return (int64_t)r;
-        if (errno != EINTR) {
-            s->errnum = errno;
-            return -1;
-        }
-    }
+    int error = 0;
+    int64_t r = offset < 0 ? -1 : plat_read_at(s->fd, dst, n, (uint64_t)offset, &error);
+    if (r < 0)
+        s->errnum = error;
+    return r;
 }
 
 static int64_t memory_read_at(void *user_data, void *dst, size_t n, int64_t offset)
@@ -98,7 +92,7 @@ nctmc_status byte_source_init_reader(byte_source *s, const nctmc_reader *reader,
 void byte_source_close(byte_source *s)
 {
     if (s->fd >= 0)
-        close(s->fd);
+        file_close(s->fd);
     s->fd = -1;
 }
 
@@ -111,8 +105,8 @@ static nctmc_status read_failed(const byte_source *s, uint64_t offset, int64_t g
                                 size_t err_size)
 {
     char reason[128] = "";
-    if (s->errnum && strerror_r(s->errnum, reason, sizeof reason) != 0)
-        snprintf(reason, sizeof reason, "error %d", s->errnum);
+    if (s->errnum)
+        plat_error_text(s->errnum, reason, sizeof reason);
     if (reason[0])
         return fail_format(err, err_size, NCTMC_ERR_IO, "reading \"%.300s\": %s", s->name,
                            reason);

@@ -17,7 +17,7 @@ typedef struct byte_source {
     nctmc_reader reader;    /* every read goes through reader.read_at */
     const char *name;       /* for messages: a path or "<memory>"; not owned */
     int fd;                 /* a file: its descriptor (closed by close), else -1 */
-    int errnum;             /* a file: errno of the last failed read, else 0 */
+    int errnum;             /* a file: the system's code of the last failed read, else 0 */
     const uint8_t *data;    /* memory: the caller's bytes */
 } byte_source;
 

@@ -10,28 +10,20 @@
 #include <stdint.h>
 
 #include "nctmc.h"
+#include "platform/platform.h"
 
 struct nctmc_allocator; /* alloc.h */
 
-/* A file being written: data goes to tmp_path until commit renames it over
- * path. Readers of `path` see the old file or the complete new one, never a
- * mixture, and a crash leaves at most a stray "<path>.tmp-XXXXXX", which the
- * next write to the same target removes. The writer holds an exclusive
- * flock() on its temporary file until the rename (how that cleanup tells a
- * dead writer's file from a live one's). */
-typedef struct file_atomic {
-    int fd;             /* -1 when closed */
-    char *tmp_path;     /* NULL once renamed or removed */
-    char *path;         /* the file replaced: the caller's path, or the
-                           target of the symbolic link it names */
-    const struct nctmc_allocator *alloc;   /* of the two names (alloc.h) */
-} file_atomic;
+/* A file being written (platform/platform.h says how: data goes to a
+ * temporary file next to the target until commit renames it over path;
+ * readers see the old file or the complete new one). */
+typedef plat_atomic file_atomic;
 
 /* Creates the temporary file next to the target of path: path itself when
  * absent or a regular file, the target of a symbolic link to a regular file.
  * Anything else (directory, FIFO, device, socket, dangling link) is refused
  * with NCTMC_ERR_IO. Then removes stale temporary files of the same target
- * (file_io.c says which are safe to remove). The names af keeps come from
+ * (platform/platform_posix.c says which are safe to remove). The names af keeps come from
  * alloc (NULL = the C library). On failure nothing is left and af->path is
  * NULL. */
 nctmc_status file_atomic_begin(file_atomic *af, const struct nctmc_allocator *alloc,
@@ -63,6 +55,9 @@ nctmc_status file_open_read(const char *path, int *fd, uint64_t *size, char *err
  * NCTMC_ERR_FORMAT (it was truncated), a read error NCTMC_ERR_IO. */
 nctmc_status file_pread(int fd, uint64_t offset, void *buf, size_t n, const char *path,
                         char *err, size_t err_size);
+
+/* Closes a descriptor from file_open_read(). */
+void file_close(int fd);
 
 /* Reads a whole regular file of at most max_bytes (larger ones are
  * NCTMC_ERR_FORMAT) into a buffer from alloc (alloc.h; NULL = the C

@@ -17,7 +17,7 @@
 #include "base/alloc.h"
 #include "core/ctx_report.h"
 #include "io/file_io.h"
-#include "base/numtext.h"
+#include "io/numtext.h"
 #include "tokenizer.h"
 #include "tokenizer_bpe_io.h"
 #include "base/utf8.h"

@@ -16,7 +16,7 @@
 
 #include "base/abi.h"
 #include "checkpoint/model_io.h"
-#include "base/numtext.h"
+#include "io/numtext.h"
 #include "trainer.h"
 
 #define META_VALUE_MAX NUMTEXT_MAX

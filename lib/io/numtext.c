@@ -1,16 +1,18 @@
 /*
  * numtext.c — strict, locale-independent number text (see numtext.h).
  * Floats go through the C library in the "C" numeric locale, set for the
- * calling thread only (uselocale), so other threads are not disturbed.
+ * calling thread only (platform/platform.h: uselocale on POSIX, a
+ * per-thread locale on Windows), so other threads are not disturbed.
  */
 #include "numtext.h"
 
 #include <errno.h>
-#include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "platform/platform.h"
 
 static bool is_digit(char c)
 {
@@ -91,43 +93,18 @@ static bool json_number_syntax(const char *s)
     return *s == '\0';
 }
 
-/* Runs strtof / snprintf with the "C" numeric locale on this thread. */
-typedef struct c_locale_scope {
-    locale_t c_locale;
-    locale_t previous;
-} c_locale_scope;
-
-static bool c_locale_enter(c_locale_scope *scope)
-{
-    scope->c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
-    if (scope->c_locale == (locale_t)0)
-        return false;
-    scope->previous = uselocale(scope->c_locale);
-    if (scope->previous == (locale_t)0) {
-        freelocale(scope->c_locale);
-        return false;
-    }
-    return true;
-}
-
-static void c_locale_leave(c_locale_scope *scope)
-{
-    uselocale(scope->previous);
-    freelocale(scope->c_locale);
-}
-
 bool numtext_parse_f32(const char *s, float *out)
 {
     if (!s || strlen(s) >= 64 || !json_number_syntax(s))
         return false;
-    c_locale_scope scope;
-    if (!c_locale_enter(&scope))
+    plat_c_numeric scope;
+    if (!plat_c_numeric_enter(&scope))
         return false;
     char *end = NULL;
     errno = 0;
     float v = strtof(s, &end);
     int e = errno;
-    c_locale_leave(&scope);
+    plat_c_numeric_leave(&scope);
     /* ERANGE also flags underflow to a denormal or zero; only overflow is
      * out of range for us, and it shows as an infinite result. */
     if (!end || *end != '\0' || !isfinite(v) || (e == ERANGE && fabsf(v) > 1.0f))
@@ -140,10 +117,10 @@ bool numtext_format_f32(float v, char out[NUMTEXT_MAX])
 {
     if (!isfinite(v))
         return false;
-    c_locale_scope scope;
-    if (!c_locale_enter(&scope))
+    plat_c_numeric scope;
+    if (!plat_c_numeric_enter(&scope))
         return false;
     int n = snprintf(out, NUMTEXT_MAX, "%.9g", (double)v);
-    c_locale_leave(&scope);
+    plat_c_numeric_leave(&scope);
     return n > 0 && n < NUMTEXT_MAX;
 }
