@@ -1093,6 +1093,20 @@ typedef struct nctmc_trainer_params {
      *  so a larger batch fits on a GPU or in RAM. Not saved in trainer
      *  checkpoints: it changes how a step runs, not what it computes. */
     int32_t activation_recompute;
+    /** Gradient accumulation (default 1, appended after 0.7.0): micro-batches
+     *  of batch_size sequences per optimizer step, in [1, 4096] (0 = 1). A step
+     *  then takes batch_size x accumulation sequences (the global batch;
+     *  nctmc_trainer_step() reads that many) but holds the activations of
+     *  only batch_size at a time. It computes the step of the global batch:
+     *  sequence r of the global batch gets the time, noise, label dropout
+     *  and data position a trainer with batch_size x accumulation and
+     *  accumulation 1 draws for r; the loss is the mean over the global
+     *  batch; the gradient is the sum of the micro-batches' gradients, added
+     *  in order, times 1/accumulation; clipping uses its norm. The result
+     *  equals the one big batch up to float rounding, and is bit for bit
+     *  the defined sum on every backend and thread count (docs/training.md).
+     *  Saved in trainer checkpoints. */
+    int32_t accumulation;
 } nctmc_trainer_params;
 
 /** Fills *params with the defaults listed above (see "Versioned structs"). */

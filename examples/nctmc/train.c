@@ -423,9 +423,10 @@ static void describe_setup(const train_run *run)
     if (run->o->preset_name)
         fprintf(stderr, "preset: %s (the flags given override it)\n", run->o->preset_name);
     fprintf(stderr,
-            "trainer: batch %d, lr %g (%s), clip %g, EMA %g, label dropout %g, t ~ %s, "
-            "seed %llu; %s backend, %d threads\n",
-            (int)p->batch_size, (double)p->learning_rate, schedule, (double)p->grad_clip,
+            "trainer: batch %d x %d micro-batches = global batch %lld, lr %g (%s), clip %g, "
+            "EMA %g, label dropout %g, t ~ %s, seed %llu; %s backend, %d threads\n",
+            (int)p->batch_size, (int)p->accumulation,
+            (long long)p->batch_size * p->accumulation, (double)p->learning_rate, schedule, (double)p->grad_clip,
             (double)p->ema_decay, (double)p->label_dropout,
             cli_time_sampling_name(p->time_sampling), (unsigned long long)p->seed,
             nctmc_context_backend(run->ctx), nctmc_context_n_threads(run->ctx));
@@ -457,7 +458,8 @@ static int train(train_run *run, const cli_command *cmd)
     nctmc_model_config_init(&cfg);
     nctmc_model_get_config(run->model, &cfg);
     run->tokens_per_step =
-        (int64_t)run->params.batch_size * (run->params.seq_len ? run->params.seq_len : cfg.seq_len);
+        (int64_t)run->params.batch_size * run->params.accumulation *
+        (run->params.seq_len ? run->params.seq_len : cfg.seq_len);
     describe_setup(run);
 
     int64_t first = current_step(run), step = first;
@@ -608,7 +610,10 @@ int cmd_train(int argc, char **argv)
         CLI_OPT_INT("--vocab-pad", m->vocab_pad_multiple, "M", 0, 65536,
                     "pad the embedding/output rows to a multiple of M"),
         CLI_OPT_SECTION("trainer"),
-        CLI_OPT_INT("--batch", t->batch_size, "B", 1, 65536, "sequences per step"),
+        CLI_OPT_INT("--batch", t->batch_size, "B", 1, 65536,
+                    "sequences per micro-batch (per step without --accumulation)"),
+        CLI_OPT_INT("--accumulation", t->accumulation, "M", 1, 4096,
+                    "micro-batches per optimizer step (gradient accumulation)"),
         CLI_OPT_FLOAT("--lr", t->learning_rate, "LR", 0.0, 10.0, "peak learning rate"),
         CLI_OPT_FLOAT("--min-lr-ratio", t->min_lr_ratio, "R", 0.0, 1.0,
                       "the cosine decay ends at R x the peak"),

@@ -67,6 +67,7 @@ static const trainer_field trainer_fields[] = {
     PARAM("nctmc.trainer.label_dropout", FIELD_F32, label_dropout),
     PARAM("nctmc.trainer.seed", FIELD_U64, seed),
     PARAM_ADDED("nctmc.trainer.time_sampling", FIELD_I32, time_sampling),
+    PARAM_ADDED("nctmc.trainer.accumulation", FIELD_I32, accumulation),
     STATE("nctmc.trainer.state.step", FIELD_I64, step),
     STATE("nctmc.trainer.state.optimizer_steps", FIELD_I64, optimizer_steps),
     STATE("nctmc.trainer.state.data_position", FIELD_I64, data_position),
@@ -362,17 +363,23 @@ static nctmc_status restore_slabs(nctmc_trainer *t, const st_file *file, char *e
 }
 
 /* The caller's parameters replace the saved ones; *given is already read
- * into this build's struct (trainer_params_read()). */
+ * into this build's struct (trainer_params_read()). The global batch
+ * (batch_size x accumulation) and seq_len must stay: the draws of a step
+ * depend on them. How the global batch splits into micro-batches may
+ * change. */
 static nctmc_status check_override(const nctmc_trainer_params *given,
                                    const nctmc_trainer_params *saved, char *err,
                                    size_t err_size)
 {
-    if (given->batch_size != saved->batch_size || given->seq_len != saved->seq_len)
+    int64_t g = (int64_t)given->batch_size * given->accumulation;
+    int64_t s = (int64_t)saved->batch_size * saved->accumulation;
+    if (g != s || given->seq_len != saved->seq_len)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                           "resuming needs the saved batch_size %d and seq_len %d (given %d, "
-                           "%d)",
-                           saved->batch_size, saved->seq_len, given->batch_size,
-                           given->seq_len);
+                           "resuming needs the saved global batch %lld (batch_size %d x "
+                           "accumulation %d) and seq_len %d (given %lld = %d x %d, %d)",
+                           (long long)s, saved->batch_size, saved->accumulation,
+                           saved->seq_len, (long long)g, given->batch_size,
+                           given->accumulation, given->seq_len);
     return NCTMC_OK;
 }
 
