@@ -13,13 +13,14 @@
 # `tokenizers` matches with (16.0), from which
 # scripts/gen_unicode_tables.py made lib/text/unicode_tables.c. `fortunes` is the
 # text corpus of research/2026-11-26-text-model-cpu.md
-# (scripts/text_corpus.py).
+# (scripts/text_corpus.py). Open MPI (openmpi-bin, libopenmpi-dev) builds the
+# MPI module libnctmc-mpi.so and runs the data-parallel tests (docs/distributed.md).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="gcc pkg-config meson ninja-build libopenblas-dev"
 test_pkgs="clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-venv python3-pytest
-    python3-setuptools python3-wheel fortunes"
+    python3-setuptools python3-wheel fortunes openmpi-bin libopenmpi-dev"
 
 pkgs="$build_pkgs"
 [ "${1:-}" = "--build" ] || pkgs="$pkgs $test_pkgs"

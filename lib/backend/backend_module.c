@@ -1,8 +1,9 @@
 /*
- * backend_module.c — finds, loads and checks the CUDA backend module
- * (libnctmc-cuda.so) with the dynamic loader, the way ggml loads its
- * backends: the core itself links no CUDA library, so a CPU-only program
- * pays nothing for a backend it does not use.
+ * backend_module.c — finds and loads run-time modules with the dynamic
+ * loader (the CUDA backend libnctmc-cuda.so, the MPI communicator
+ * libnctmc-mpi.so of lib/comm), the way ggml loads its backends, and checks
+ * the CUDA backend's: the core itself links no CUDA or MPI library, so a
+ * CPU-only program pays nothing for an engine it does not use.
  */
 #define _GNU_SOURCE /* dladdr1, RTLD_DL_LINKMAP, dl_iterate_phdr */
 #include "backend_module.h"
@@ -113,47 +114,45 @@ static nctmc_status check_module(void *handle, const char *where,
     return NCTMC_OK;
 }
 
-/* dlopen's flags: the module and the CUDA libraries it brings are never
- * unloaded (RTLD_NODELETE), so closing the handle after the check only
- * balances the loader's count; RTLD_LOCAL keeps their symbols out of the
- * program's namespace. */
+/* dlopen's flags: a module and the libraries it brings are never unloaded
+ * (RTLD_NODELETE), so closing the handle after the check only balances the
+ * loader's count; RTLD_LOCAL keeps their symbols out of the program's
+ * namespace. */
 #define MODULE_FLAGS (RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE)
 
-static nctmc_status open_checked(const char *path, const char *where,
-                                 const nctmc_backend_module **out, char *err, size_t err_size)
+static nctmc_status open_at(const char *path, const char *where, const char *what,
+                            void **handle, char *err, size_t err_size)
 {
-    void *handle = dlopen(path, MODULE_FLAGS);
-    if (!handle) {
-        snprintf(err, err_size, "the CUDA backend module %s cannot be loaded: %s", where,
+    *handle = dlopen(path, MODULE_FLAGS);
+    if (!*handle) {
+        snprintf(err, err_size, "the %s module %s cannot be loaded: %s", what, where,
                  last_dl_error());
         return NCTMC_ERR_UNSUPPORTED;
     }
-    nctmc_status st = check_module(handle, where, out, err, err_size);
-    dlclose(handle);
-    return st;
+    return NCTMC_OK;
 }
 
-nctmc_status cuda_module_load(const nctmc_backend_module **out, char *err,
-                              size_t err_size)
+nctmc_status module_open(const char *file, const char *env_name, const char *what,
+                         void **handle, char *where, size_t where_size, char *err,
+                         size_t err_size)
 {
-    *out = NULL;
+    *handle = NULL;
     if (!loader_available()) {
         snprintf(err, err_size,
-                 "the CUDA backend module %s cannot be loaded: this program is statically "
-                 "linked and has no dynamic loader",
-                 NCTMC_CUDA_MODULE_FILE);
+                 "the %s module %s cannot be loaded: this program is statically linked and "
+                 "has no dynamic loader",
+                 what, file);
         return NCTMC_ERR_UNSUPPORTED;
     }
-    char where[PATH_MAX + 64];
-    const char *env = getenv(NCTMC_CUDA_MODULE_ENV);
+    const char *env = getenv(env_name);
     if (env && env[0]) {
-        snprintf(where, sizeof where, "%s (%s)", env, NCTMC_CUDA_MODULE_ENV);
+        snprintf(where, where_size, "%s (%s)", env, env_name);
         if (access(env, F_OK) != 0) {
-            snprintf(err, err_size, "the CUDA backend module %s is not installed: no such file",
+            snprintf(err, err_size, "the %s module %s is not installed: no such file", what,
                      where);
             return NCTMC_ERR_UNSUPPORTED;
         }
-        return open_checked(env, where, out, err, err_size);
+        return open_at(env, where, what, handle, err, err_size);
     }
     /* next to the core: what an installed libnctmc (any prefix, DESTDIR
      * copies included) uses without help from the loader's path */
@@ -161,20 +160,52 @@ nctmc_status cuda_module_load(const nctmc_backend_module **out, char *err,
     core_folder(dir, sizeof dir);
     if (dir[0]) {
         char path[PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s/%s", dir, NCTMC_CUDA_MODULE_FILE);
-        if (access(path, F_OK) == 0)
-            return open_checked(path, path, out, err, err_size);
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        if (access(path, F_OK) == 0) {
+            snprintf(where, where_size, "%s", path);
+            return open_at(path, path, what, handle, err, err_size);
+        }
     }
-    void *handle = dlopen(NCTMC_CUDA_MODULE_FILE, MODULE_FLAGS);
-    if (!handle) {
+    snprintf(where, where_size, "%s", file);
+    *handle = dlopen(file, MODULE_FLAGS);
+    if (!*handle) {
         snprintf(err, err_size,
-                 "the CUDA backend module %s is not installed (looked in %s and on the "
-                 "loader's search path): %s",
-                 NCTMC_CUDA_MODULE_FILE, dir[0] ? dir : "the core's folder (unknown)",
-                 last_dl_error());
+                 "the %s module %s is not installed (looked in %s and on the loader's search "
+                 "path): %s",
+                 what, file, dir[0] ? dir : "the core's folder (unknown)", last_dl_error());
         return NCTMC_ERR_UNSUPPORTED;
     }
-    nctmc_status st = check_module(handle, NCTMC_CUDA_MODULE_FILE, out, err, err_size);
+    return NCTMC_OK;
+}
+
+void *module_symbol(void *handle, const char *name)
+{
+    dlerror();
+    return dlsym(handle, name);
+}
+
+const char *module_error(void)
+{
+    return last_dl_error();
+}
+
+void module_close(void *handle)
+{
+    if (handle)
+        dlclose(handle);
+}
+
+nctmc_status cuda_module_load(const nctmc_backend_module **out, char *err,
+                              size_t err_size)
+{
+    *out = NULL;
+    char where[PATH_MAX + 64];
+    void *handle = NULL;
+    nctmc_status st = module_open(NCTMC_CUDA_MODULE_FILE, NCTMC_CUDA_MODULE_ENV,
+                                  "CUDA backend", &handle, where, sizeof where, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
+    st = check_module(handle, where, out, err, err_size);
     dlclose(handle);
     return st;
 }

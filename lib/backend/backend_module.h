@@ -35,6 +35,27 @@
 nctmc_status cuda_module_load(const nctmc_backend_module **out, char *err,
                               size_t err_size);
 
+/*
+ * Opens the module `file` (for messages: `what`, "CUDA backend") by the
+ * search above, with $env_name in place of $NCTMC_CUDA_MODULE, and writes
+ * where it was found into `where`. The module stays loaded for the rest of
+ * the process (RTLD_NODELETE): the caller resolves its entry point with
+ * module_symbol() and may then module_close() the handle. Fails with
+ * NCTMC_ERR_UNSUPPORTED and the reason in err.
+ */
+nctmc_status module_open(const char *file, const char *env_name, const char *what,
+                         void **handle, char *where, size_t where_size, char *err,
+                         size_t err_size);
+
+/* dlsym, after clearing the loader's error; NULL when not defined. */
+void *module_symbol(void *handle, const char *name);
+
+/* The dynamic loader's last message. */
+const char *module_error(void);
+
+/* Balances module_open() (the module itself stays loaded). */
+void module_close(void *handle);
+
 /* Whether the NVIDIA driver's library (libcuda.so.1) can be loaded: a
  * cheap test, before loading the module and CUDA's libraries (hundreds of
  * megabytes), that a CUDA device could exist at all. On false, err says

@@ -142,6 +142,7 @@ NCTMC_API void nctmc_trainer_free(nctmc_trainer *t)
     mem_free(&alloc, t->host_times);
     mem_free(&alloc, t->host_weights);
     mem_free(&alloc, t->host_rate_h);
+    mem_free(&alloc, t->host_reduce);
     model_release(t->model);
     mem_free(&alloc, t);
 }
@@ -176,9 +177,33 @@ static nctmc_status allocate_buffers(nctmc_trainer *t)
     t->host_rate_h = mem_alloc(be->alloc, B * L * sizeof(float));
     if (t->model->dims.n_labels > 0)
         t->host_labels = mem_alloc(be->alloc, R * sizeof(int32_t));
+    if (comm_size(t->params.comm) > 1)
+        t->host_reduce = mem_alloc(be->alloc, slab_bytes);
     if (!t->host_x0 || !t->host_xt || !t->host_times || !t->host_weights || !t->host_rate_h ||
+        (comm_size(t->params.comm) > 1 && !t->host_reduce) ||
         (t->model->dims.n_labels > 0 && !t->host_labels))
         return NCTMC_ERR_OUT_OF_MEMORY;
+    return NCTMC_OK;
+}
+
+/* The global batch of several ranks is saved as one process's split
+ * (accumulation = ranks x accumulation), so it stays within one process's
+ * limits: every checkpoint a run writes loads again. */
+static nctmc_status check_world(const nctmc_trainer_params *p, int32_t model_seq_len,
+                                char *err, size_t err_size)
+{
+    int64_t ranks = comm_size(p->comm);
+    if (ranks == 1)
+        return NCTMC_OK;
+    int64_t micro = ranks * p->accumulation;
+    int64_t tokens = (int64_t)p->batch_size * (p->seq_len > 0 ? p->seq_len : model_seq_len);
+    if (micro > TRAINER_MAX_ACCUMULATION || tokens * micro > TRAINER_MAX_STEP_TOKENS)
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                           "%lld ranks x accumulation %d = %lld micro-batches of %lld tokens "
+                           "per step: more than %d micro-batches or %lld tokens",
+                           (long long)ranks, p->accumulation, (long long)micro,
+                           (long long)tokens, TRAINER_MAX_ACCUMULATION,
+                           (long long)TRAINER_MAX_STEP_TOKENS);
     return NCTMC_OK;
 }
 
@@ -205,6 +230,8 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     params = &full;
     if (st == NCTMC_OK)
         st = trainer_params_validate(params, model->dims.L, err, err_size);
+    if (st == NCTMC_OK)
+        st = check_world(params, model->dims.L, err, err_size);
     if (st != NCTMC_OK)
         return st;
     /* the trainer updates the weights in place: a mapped model's are the
@@ -221,10 +248,12 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     t->be = model->ctx->backend;
     t->params = *params;
     t->seq_len = params->seq_len > 0 ? params->seq_len : model->dims.L;
+    /* rank r of N takes rows [r R, (r + 1) R) of the global N R */
+    int32_t rank = comm_rank(params->comm), ranks = comm_size(params->comm);
     t->rows = params->batch_size * params->accumulation;
-    t->row0 = 0;
-    t->global_rows = t->rows;
-    t->micro_total = params->accumulation;
+    t->row0 = (int64_t)rank * t->rows;
+    t->global_rows = (int64_t)ranks * t->rows;
+    t->micro_total = ranks * params->accumulation;
     nctmc_trainer_state_init(&t->state);
     t->state.seed = params->seed;
     st = allocate_buffers(t);
@@ -485,6 +514,39 @@ static nctmc_status run_micro_batch(nctmc_trainer *t, int32_t k, step_sums *sums
     return NCTMC_OK;
 }
 
+/* With several ranks: every rank's gradient (the sum of its micro-batches')
+ * and sums := the sums over the ranks in rank order, the same bits on
+ * every rank. One rank's gradient with one micro-batch is that
+ * micro-batch's, so N ranks add the same partials in the same order as one
+ * process accumulating N micro-batches. */
+static nctmc_status sum_over_ranks(nctmc_trainer *t, step_sums *sums)
+{
+    nctmc_comm *comm = t->params.comm;
+    if (comm_size(comm) == 1)
+        return NCTMC_OK;
+    nctmc_backend *be = t->be;
+    size_t bytes = trainer_slab_bytes(t);
+    be->ops->download(be, t->host_reduce, t->grads, bytes);
+    nctmc_status st = be->ops->synchronize(be);
+    if (st != NCTMC_OK)
+        return FAIL_INTO(t, st, "training step: %s", be->error);
+    char why[NCTMC_ERROR_SIZE];
+    double values[3] = {sums->loss, sums->log_rate, sums->log_rate_count};
+    st = comm_sum(comm, t->host_reduce, (int64_t)t->model->slab_floats, COMM_FLOAT, why,
+                  sizeof why);
+    if (st == NCTMC_OK)
+        st = comm_sum(comm, values, 3, COMM_DOUBLE, why, sizeof why);
+    if (st != NCTMC_OK)
+        return FAIL_INTO(t, st, "rank %d of %d, step %lld: summing the gradients: %s",
+                         (int)comm_rank(comm), (int)comm_size(comm),
+                         (long long)t->state.step, why);
+    be->ops->upload(be, t->grads, t->host_reduce, bytes);
+    sums->loss = values[0];
+    sums->log_rate = values[1];
+    sums->log_rate_count = values[2];
+    return NCTMC_OK;
+}
+
 /* The step proper, on the rows already staged in host_x0 / host_labels. */
 static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
 {
@@ -499,6 +561,9 @@ static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
         if (st != NCTMC_OK)
             return st;
     }
+    nctmc_status st = sum_over_ranks(t, &sums);
+    if (st != NCTMC_OK)
+        return st;
     /* the gradient of the mean over the global batch: the micro-batches'
      * gradients are each of their own mean */
     if (t->micro_total > 1)
@@ -508,7 +573,6 @@ static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
     double log_rate = sums.log_rate_count > 0.0 ? sums.log_rate / sums.log_rate_count : NAN;
     double grad_norm = sqrt(t->be->ops->sum_squares(t->be, (int64_t)m->slab_floats, t->grads));
     double lr = learning_rate_at(&t->params, t->state.step);
-    nctmc_status st;
     bool skip = !isfinite(loss) || !isfinite(grad_norm);
     if (!skip)
         apply_update(t, grad_norm, lr);
@@ -551,6 +615,8 @@ NCTMC_API nctmc_status nctmc_trainer_step(nctmc_trainer *t, const int32_t *token
         st = check_room(t, 0);
     if (st == NCTMC_OK)
         st = check_batch_tokens(t, tokens, labels);
+    if (st == NCTMC_OK && (!t->agreed || t->agreed_ds))
+        st = trainer_agree(t, NULL);
     if (st != NCTMC_OK)
         return st;
     size_t N = (size_t)t->rows * (size_t)t->seq_len;
@@ -639,6 +705,8 @@ NCTMC_API nctmc_status nctmc_trainer_step_dataset(nctmc_trainer *t, nctmc_datase
     if (st != NCTMC_OK)
         return FAIL_INTO(t, st, "dataset: %s", nctmc_dataset_last_error(ds));
     st = check_dataset(t, &info);
+    if (st == NCTMC_OK && (!t->agreed || t->agreed_ds != ds))
+        st = trainer_agree(t, ds);
     if (st == NCTMC_OK)
         st = stage_dataset_batch(t, ds, &info);
     if (st != NCTMC_OK)

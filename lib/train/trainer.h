@@ -5,6 +5,7 @@
 #ifndef NCTMC_TRAINER_H
 #define NCTMC_TRAINER_H
 
+#include "comm/comm.h"
 #include "dit/dit.h"
 #include "model/model.h"
 
@@ -35,6 +36,12 @@ struct nctmc_trainer {
     float *host_times;          /* [R] */
     float *host_weights;        /* [R] importance weights of the times */
     float *host_rate_h;         /* [B * L] for the mean log rate */
+    /* Data-parallel (params.comm of several ranks; else NULL / unused): the
+     * host copy of the gradient slab the ranks sum, and what the ranks last
+     * agreed on (trainer_agree.c): none yet, or the dataset of the steps. */
+    float *host_reduce;
+    bool agreed;
+    const nctmc_dataset *agreed_ds;
     nctmc_trainer_state state;
     char last_error[NCTMC_ERROR_SIZE];
 };
@@ -67,6 +74,14 @@ nctmc_status trainer_params_read(const nctmc_trainer_params *given, nctmc_traine
  * writes why on failure. */
 nctmc_status trainer_params_validate(const nctmc_trainer_params *p, int32_t model_seq_len,
                                      char *err, size_t err_size);
+
+/* Before the first step of a data-parallel run and whenever the dataset
+ * changes (ds NULL: the caller's batches), the ranks compare digests of the
+ * library version, the model's configuration, its weights and optimizer
+ * state, the parameters, the seed, the run's position and the dataset with
+ * rank 0's; collective. Any difference fails on every rank, naming it. A
+ * world of one agrees with itself. */
+nctmc_status trainer_agree(nctmc_trainer *t, nctmc_dataset *ds);
 
 /* Bytes of one parameter slab. */
 size_t trainer_slab_bytes(const nctmc_trainer *t);
