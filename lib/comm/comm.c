@@ -7,7 +7,6 @@
  */
 #include "comm.h"
 
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +59,7 @@ static nctmc_status check_module(const nctmc_comm_module *m, const char *where, 
 
 static nctmc_status load_mpi(const nctmc_comm_module **out, char *err, size_t err_size)
 {
-    char where[PATH_MAX + 64];
+    char where[4096 + 64]; /* a path (PATH_MAX on Linux) and a note */
     void *handle = NULL;
     nctmc_status st = module_open(NCTMC_MPI_MODULE_FILE, NCTMC_MPI_MODULE_ENV, "MPI", &handle,
                                   where, sizeof where, err, err_size);
