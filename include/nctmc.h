@@ -1094,6 +1094,79 @@ NCTMC_API nctmc_status nctmc_dataset_read_label(nctmc_dataset *ds, int64_t index
 NCTMC_API const char *nctmc_dataset_last_error(const nctmc_dataset *ds);
 
 /* ------------------------------------------------------------------------ */
+/* Data-parallel training: the communicator                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The processes (ranks) of a data-parallel training job and the engine
+ * they talk through (docs/distributed.md). A job of one process is the
+ * world of one: no engine, nothing to load. A larger one uses MPI through
+ * the module libnctmc-mpi.so, which libnctmc loads at run time from its own
+ * folder (or from the path in $NCTMC_MPI_MODULE), so that libnctmc itself
+ * links no MPI library and this header needs no mpi.h. Attach a
+ * communicator to a trainer with nctmc_trainer_params.comm. The
+ * communicator must outlive every trainer that uses it. */
+typedef struct nctmc_comm nctmc_comm;
+
+/**
+ * Makes the communicator of the job the launcher started, from its
+ * environment: Open MPI's mpirun (OMPI_COMM_WORLD_SIZE / _RANK), PMI
+ * (PMI_SIZE / PMI_RANK), Slurm's srun (SLURM_NTASKS / SLURM_PROCID), or a
+ * torchrun-style launcher (WORLD_SIZE / RANK), checked in that order. No
+ * such variable, or a job of one, gives the world of one. A larger job
+ * initialises MPI (MPI_Init_thread, which nctmc_comm_free() finalises) and
+ * checks that MPI sees the rank and size the launcher set. Collective: every
+ * rank calls it. A torchrun-style job of several processes needs the NCCL
+ * engine, which this build lacks: NCTMC_ERR_UNSUPPORTED. On failure *out is
+ * NULL and the reason is written to error_buffer (error_size bytes; may be
+ * NULL).
+ */
+NCTMC_API nctmc_status nctmc_comm_from_env(nctmc_comm **out, char *error_buffer,
+                                           size_t error_size);
+
+/**
+ * Makes a communicator over an existing MPI communicator, passed by
+ * pointer (`MPI_Comm c; nctmc_comm_from_mpi(&c, ...)`), which is
+ * duplicated (the library's messages never meet the caller's). MPI must be
+ * initialised by the caller, and stays so after nctmc_comm_free(); the
+ * program's MPI must be the one libnctmc-mpi.so was built with. Collective
+ * over that communicator. Errors as nctmc_comm_from_env().
+ */
+NCTMC_API nctmc_status nctmc_comm_from_mpi(const void *mpi_comm, nctmc_comm **out,
+                                           char *error_buffer, size_t error_size);
+
+/** This process's rank, 0 .. size - 1 (0 for NULL). */
+NCTMC_API int32_t nctmc_comm_rank(const nctmc_comm *comm);
+
+/** The number of ranks (1 for NULL). */
+NCTMC_API int32_t nctmc_comm_size(const nctmc_comm *comm);
+
+/** The engine's name: "mpi", or "none" for the world of one (and NULL). A
+ *  constant string. */
+NCTMC_API const char *nctmc_comm_engine(const nctmc_comm *comm);
+
+/** Copies `bytes` bytes at buf on rank `root` into buf on every rank (for
+ *  decisions the ranks must take alike: when to stop, what to load).
+ *  Collective. Errors are stored in comm. */
+NCTMC_API nctmc_status nctmc_comm_broadcast(nctmc_comm *comm, void *buf, int64_t bytes,
+                                            int32_t root);
+
+/** Waits until every rank has called it. Errors are stored in comm. */
+NCTMC_API nctmc_status nctmc_comm_barrier(nctmc_comm *comm);
+
+/** Ends the processes of every rank with exit status `code` (MPI_Abort):
+ *  what a rank calls after a failure the others cannot see, so that none
+ *  of them waits for it for ever. Does nothing for the world of one and
+ *  NULL (the caller exits on its own). */
+NCTMC_API void nctmc_comm_abort(nctmc_comm *comm, int32_t code);
+
+/** The message of the last failed call on comm ("" if none). */
+NCTMC_API const char *nctmc_comm_last_error(const nctmc_comm *comm);
+
+/** Releases comm (NULL is allowed); finalises MPI if nctmc_comm_from_env()
+ *  initialised it. Collective for a job of several ranks. */
+NCTMC_API void nctmc_comm_free(nctmc_comm *comm);
+
+/* ------------------------------------------------------------------------ */
 /* Training                                                                  */
 /* ------------------------------------------------------------------------ */
 
@@ -1166,6 +1239,34 @@ typedef struct nctmc_trainer_params {
      *  so a larger batch fits on a GPU or in RAM. Not saved in trainer
      *  checkpoints: it changes how a step runs, not what it computes. */
     int32_t activation_recompute;
+    /** Gradient accumulation (default 1, appended after 0.7.0): micro-batches
+     *  of batch_size sequences per optimizer step, in [1, 4096] (0 = 1). A step
+     *  then takes batch_size x accumulation sequences (the global batch;
+     *  nctmc_trainer_step() reads that many) but holds the activations of
+     *  only batch_size at a time. It computes the step of the global batch:
+     *  sequence r of the global batch gets the time, noise, label dropout
+     *  and data position a trainer with batch_size x accumulation and
+     *  accumulation 1 draws for r; the loss is the mean over the global
+     *  batch; the gradient is the sum of the micro-batches' gradients, added
+     *  in order, times 1/accumulation; clipping uses its norm. The result
+     *  equals the one big batch up to float rounding, and is bit for bit
+     *  the defined sum on every backend and thread count (docs/training.md).
+     *  Saved in trainer checkpoints. */
+    int32_t accumulation;
+    /** Data-parallel training (default NULL, the world of one; appended
+     *  after 0.7.0): the communicator of the job's ranks. Every rank creates
+     *  (or resumes) its trainer with the same parameters and this field set
+     *  (the creation is collective; ranks that disagree on the library
+     *  version, the model's configuration or initial weights, the
+     *  parameters or the seed refuse, naming the difference). With N ranks
+     *  a step's global batch is N x batch_size x accumulation sequences:
+     *  rank r takes sequences r x batch_size x accumulation onwards of it,
+     *  with the draws one process would make for them, and the ranks' summed
+     *  gradients are added in rank order. N ranks with accumulation 1 equal,
+     *  bit for bit, one process with accumulation N and the same batch_size
+     *  (docs/distributed.md). Every step is collective. Not saved in
+     *  checkpoints: a checkpoint saved by N ranks resumes on any number. */
+    nctmc_comm *comm;
 } nctmc_trainer_params;
 
 /** Fills *params with the defaults listed above (see "Versioned structs"). */

@@ -136,11 +136,13 @@ LAYOUTS_APPENDED(dataset_info, DATASET_INFO_HEAD, DATASET_INFO_HEAD_040, int32_t
     float beta1, beta2, adam_eps, weight_decay, grad_clip, ema_decay, time_eps;   \
     float label_dropout;
 /* 0.2.0 ended at seed; 0.3.0 appended time_sampling, 0.5.0
- * activation_recompute */
+ * activation_recompute, after 0.7.0 accumulation and comm */
 #define TRAINER_PARAMS_HEAD_030 TRAINER_PARAMS_HEAD uint64_t seed;
 #define TRAINER_PARAMS_HEAD_040 TRAINER_PARAMS_HEAD_030 nctmc_time_sampling time_sampling;
-LAYOUTS_APPENDED(trainer_params, TRAINER_PARAMS_HEAD, TRAINER_PARAMS_HEAD_040,
-                 int32_t activation_recompute;, activation_recompute, seed);
+#define TRAINER_PARAMS_HEAD_050 TRAINER_PARAMS_HEAD_040 int32_t activation_recompute;
+#define TRAINER_PARAMS_HEAD_070 TRAINER_PARAMS_HEAD_050 int32_t accumulation;
+LAYOUTS_APPENDED(trainer_params, TRAINER_PARAMS_HEAD, TRAINER_PARAMS_HEAD_070,
+                 nctmc_comm *comm;, comm, seed);
 
 #define TRAIN_STATS_HEAD                                                          \
     size_t struct_size;                                                           \

@@ -29,6 +29,8 @@ LAYERS = [
     ["lib/backend"],
     ["backends/cpu", "backends/cuda"],
     ["lib/core"],
+    ["lib/comm"],
+    ["backends/mpi"],
     ["lib/io"],
     ["lib/text"],
     ["lib/data"],

@@ -4,8 +4,8 @@
 - its soname is libnctmc.so.1;
 - it defines only nctmc_* symbols, each bound to its symbol version
   (objdump -T): NCTMC_1 for 0.2.0's functions, NCTMC_1.1 for those 0.3.0
-  added, NCTMC_1.2 for those 0.4.0 added, NCTMC_1.3 for those 0.8.0
-  adds; and the public functions of
+  added, NCTMC_1.2 for those 0.4.0 added, NCTMC_1.3 for those added after
+  0.7.0; and the public functions of
   nctmc.h are among them.
 
 Usage: check_symbols.py LIBNCTMC_SO [NCTMC_H]. Exits 0 when everything
@@ -40,6 +40,17 @@ ADDED = {
     "nctmc_tokenizer_pad_vocab": "NCTMC_1.2",
     "nctmc_features_init_sized": "NCTMC_1.3",
     "nctmc_get_features": "NCTMC_1.3",
+    # after 0.7.0: data-parallel training (docs/distributed.md)
+    "nctmc_comm_abort": "NCTMC_1.3",
+    "nctmc_comm_barrier": "NCTMC_1.3",
+    "nctmc_comm_broadcast": "NCTMC_1.3",
+    "nctmc_comm_engine": "NCTMC_1.3",
+    "nctmc_comm_free": "NCTMC_1.3",
+    "nctmc_comm_from_env": "NCTMC_1.3",
+    "nctmc_comm_from_mpi": "NCTMC_1.3",
+    "nctmc_comm_last_error": "NCTMC_1.3",
+    "nctmc_comm_rank": "NCTMC_1.3",
+    "nctmc_comm_size": "NCTMC_1.3",
 }
 NODES = {VERSION_NODE} | set(ADDED.values())
 

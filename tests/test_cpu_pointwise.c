@@ -1303,6 +1303,10 @@ static void test_scale_ema(const backends *bs, test_rng *rng)
         for (size_t e = 0; e < n; e++)
             want[e] = x[e] * s;
         check_same_bits(y, want, n, "scale vs x * s");
+        bs->be[t]->ops->add(bs->be[t], (int64_t)n, y, p);
+        for (size_t e = 0; e < n; e++)
+            want[e] = want[e] + p[e];
+        check_same_bits(y, want, n, "add vs y + x, one rounding");
         memcpy(y, x, n * sizeof *y);
         bs->be[t]->ops->ema_update(bs->be[t], (int64_t)n, y, p, decay);
         double *ref = dvec_new(n);

@@ -858,6 +858,7 @@ static double run_optim(nctmc_backend *be, int64_t n, float *const in[4], float 
     float *v = dputf(be, in[3], sz), *p = dputf(be, in[0], sz), *e = dputf(be, in[1], sz);
     double ss = be->ops->sum_squares(be, n, x);
     be->ops->scale(be, n, x, 0.37f);
+    be->ops->add(be, n, x, g);
     be->ops->adamw(be, n, p, g, m, v, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 3);
     be->ops->ema_update(be, n, e, p, 0.999f);
     sync_ok(be, "optimiser");
@@ -882,7 +883,7 @@ static void test_optim(test_rng *rng, int64_t n)
     CHECK(ss_got == ss_again, "sum_squares: two CUDA runs differ");
     printf("  %-52s %9.2e  (tol 1e-12)\n", "sum_squares (double)",
            fabs(ss_got - ss_want) / ss_want);
-    static const char *const names[OPT_COUNT] = {"scale", "adamw param", "adamw m", "adamw v",
+    static const char *const names[OPT_COUNT] = {"scale, add", "adamw param", "adamw m", "adamw v",
                                                  "ema"};
     for (int k = 0; k < OPT_COUNT; k++) {
         compare(names[k], got[k], want[k], (size_t)n, TOL_POINTWISE);

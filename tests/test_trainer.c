@@ -3,7 +3,7 @@
  * schedule (and its constant mode), that training lowers the loss,
  * determinism across runs and thread counts, bit-exact resume (20 steps =
  * 10 + save + resume + 10), skipped non-finite steps, clipping, the EMA,
- * dataset batches, and activation recomputation.
+ * dataset batches, activation recomputation, and gradient accumulation.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -675,6 +675,111 @@ done:
     nctmc_context_free(ctx);
 }
 
+/* One trainer of batch_size b and accumulation a on a 4-sequence global
+ * batch (mixture process, classes, label dropout, logit time sampling, a
+ * clip that binds): the first step's stats, and the weights after `steps`
+ * steps with n_threads threads. */
+static nctmc_model *accumulated_run(int32_t b, int32_t a, int n_threads, int steps,
+                                    nctmc_train_stats *first)
+{
+    nctmc_context *ctx = make_ctx(n_threads);
+    nctmc_model_config c = tiny_config(NCTMC_PROCESS_MIXTURE, 3);
+    nctmc_model *m = NULL;
+    nctmc_model_create(ctx, &c, &m);
+    nctmc_trainer_params p = tiny_params();
+    p.batch_size = b;
+    p.accumulation = a;
+    p.label_dropout = 0.5f;
+    p.grad_clip = 0.05f;
+    p.time_sampling = NCTMC_TIME_SAMPLING_LOGIT;
+    nctmc_trainer *t = NULL;
+    CHECK(nctmc_trainer_create(m, &p, &t) == NCTMC_OK, "create (batch %d x %d): %s", b, a,
+          nctmc_model_last_error(m));
+    int32_t tokens[BATCH * SEQ_LEN];
+    fill_batch(tokens, S_TOKENS - 1);
+    int32_t labels[BATCH] = {0, 2, 1, 1};
+    nctmc_train_stats s;
+    nctmc_train_stats_init(&s);
+    for (int k = 0; k < steps && t; k++) {
+        CHECK(nctmc_trainer_step(t, tokens, labels, &s) == NCTMC_OK, "step: %s",
+              nctmc_trainer_last_error(t));
+        if (k == 0)
+            *first = s;
+    }
+    nctmc_trainer_free(t);
+    nctmc_context_free(ctx);
+    return m;
+}
+
+/* nctmc_trainer_params.accumulation: 2 micro-batches of 2 draw what one
+ * batch of 4 draws (same times, noise, label dropout: the first step's loss
+ * and gradient norm agree to float rounding, the norm well above the clip);
+ * the accumulated run is the same bits on 1 and 3 threads; the parameter is
+ * checked. */
+static void test_accumulation(void)
+{
+    nctmc_train_stats one, two, three;
+    nctmc_model *m_one = accumulated_run(BATCH, 1, 1, 1, &one);
+    nctmc_model *m_two = accumulated_run(BATCH / 2, 2, 1, 4, &two);
+    nctmc_model *m_three = accumulated_run(BATCH / 2, 2, 3, 4, &three);
+    CHECK_CLOSE(two.loss, one.loss, 1e-6, 0.0, "accumulated loss vs one batch");
+    CHECK_CLOSE(two.grad_norm, one.grad_norm, 1e-4, 0.0, "accumulated gradient norm");
+    CHECK_CLOSE(two.mean_log_rate, one.mean_log_rate, 1e-6, 0.0, "accumulated log rate");
+    CHECK(one.grad_norm > 0.05 * 2.0, "the clip binds (norm %g)", one.grad_norm);
+    CHECK(two.loss == three.loss && same_weights(m_two, m_three),
+          "accumulation: the same bits on 1 and 3 threads");
+    nctmc_model_free(m_one);
+    nctmc_model_free(m_two);
+    nctmc_model_free(m_three);
+
+    nctmc_context *ctx = make_ctx(1);
+    nctmc_model_config c = tiny_config(NCTMC_PROCESS_UNIFORM, 0);
+    nctmc_model *m = NULL;
+    nctmc_model_create(ctx, &c, &m);
+    nctmc_trainer_params p = tiny_params();
+    nctmc_trainer *t = NULL;
+    p.accumulation = -1;
+    CHECK(nctmc_trainer_create(m, &p, &t) == NCTMC_ERR_INVALID_ARGUMENT &&
+              strstr(nctmc_model_last_error(m), "accumulation -1") != NULL,
+          "accumulation -1 refused: %s", nctmc_model_last_error(m));
+    p.accumulation = 0; /* an appended field's 0: the default, 1 */
+    CHECK(nctmc_trainer_create(m, &p, &t) == NCTMC_OK, "accumulation 0");
+    nctmc_trainer_params got;
+    nctmc_trainer_params_init(&got);
+    nctmc_trainer_get_params(t, &got);
+    CHECK(got.accumulation == 1, "accumulation 0 means 1 (got %d)", got.accumulation);
+    nctmc_trainer_free(t);
+    p.accumulation = 3;
+    CHECK(nctmc_trainer_create(m, &p, &t) == NCTMC_OK, "accumulation 3");
+    nctmc_trainer_params_init(&got);
+    nctmc_trainer_get_params(t, &got);
+    CHECK(got.accumulation == 3, "get_params reports accumulation %d", got.accumulation);
+    /* a resume keeps the global batch (4 x 3) but may split it otherwise */
+    char path[400];
+    snprintf(path, sizeof path, "%s/accumulated.safetensors", tmp_dir);
+    CHECK(nctmc_trainer_save(t, path) == NCTMC_OK, "save: %s", nctmc_trainer_last_error(t));
+    nctmc_trainer_free(t);
+    nctmc_model *rm = NULL;
+    nctmc_trainer *rt = NULL;
+    CHECK(nctmc_trainer_resume(ctx, path, NULL, &rm, &rt) == NCTMC_OK, "resume as saved");
+    nctmc_trainer_params_init(&got);
+    nctmc_trainer_get_params(rt, &got);
+    CHECK(got.accumulation == 3 && got.batch_size == BATCH, "the saved split comes back");
+    nctmc_trainer_free(rt);
+    nctmc_model_free(rm);
+    p.accumulation = 1;
+    CHECK(nctmc_trainer_resume(ctx, path, &p, &rm, &rt) == NCTMC_ERR_INVALID_ARGUMENT &&
+              strstr(nctmc_context_last_error(ctx), "global batch 12") != NULL,
+          "another global batch refused: %s", nctmc_context_last_error(ctx));
+    p.batch_size = 3 * BATCH;
+    CHECK(nctmc_trainer_resume(ctx, path, &p, &rm, &rt) == NCTMC_OK,
+          "the same global batch in one micro-batch: %s", nctmc_context_last_error(ctx));
+    nctmc_trainer_free(rt);
+    nctmc_model_free(rm);
+    nctmc_model_free(m);
+    nctmc_context_free(ctx);
+}
+
 int main(void)
 {
     if (!test_make_temp_dir(tmp_dir, sizeof tmp_dir)) {
@@ -688,6 +793,7 @@ int main(void)
     test_schedule_and_learning(NCTMC_PROCESS_MASKED, NCTMC_EXIT_LINK_SIGMA);
     test_determinism();
     test_activation_recompute();
+    test_accumulation();
     test_resume();
     test_non_finite_skip();
     test_bounded_noise_link();

@@ -104,6 +104,7 @@ static const nctmc_backend_ops cpu_ops = {
     .denoiser_backward = cpu_denoiser_backward,
     .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
+    .add = cpu_add,
     .adamw = cpu_adamw,
     .ema_update = cpu_ema_update,
     .sample_step = cpu_sample_step,

@@ -1,6 +1,6 @@
 /*
  * cpu_optim.c — the optimiser's operations over flat parameter arrays:
- * squared norm, scaling, AdamW and the EMA of the weights.
+ * squared norm, scaling, addition, AdamW and the EMA of the weights.
  */
 #include <math.h>
 
@@ -93,6 +93,27 @@ void cpu_scale(nctmc_backend *be, int64_t n, float *x, float s)
 {
     optim_job job = {.n = n, .x = x, .s = s};
     cpu_parallel_chunks(cpu_of(be)->pool, n, OPT_TASK_FLOATS, scale_task, &job);
+}
+
+static void add_span(float *restrict y, const float *restrict x, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++)
+        y[j] = y[j] + x[j];
+}
+
+static void add_task(void *arg, int64_t task, int worker)
+{
+    (void)worker;
+    const optim_job *job = arg;
+    int64_t begin = task * OPT_TASK_FLOATS;
+    add_span(job->x + begin, job->src + begin,
+             task_end(begin, OPT_TASK_FLOATS, job->n) - begin);
+}
+
+void cpu_add(nctmc_backend *be, int64_t n, float *y, const float *x)
+{
+    optim_job job = {.n = n, .x = y, .src = x};
+    cpu_parallel_chunks(cpu_of(be)->pool, n, OPT_TASK_FLOATS, add_task, &job);
 }
 
 static void adamw_span(const optim_job *job, float *restrict p, const float *restrict g,

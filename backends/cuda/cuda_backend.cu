@@ -82,6 +82,7 @@ static const nctmc_backend_ops cuda_ops = {
     .denoiser_backward = cuda_denoiser_backward,
     .sum_squares = cuda_sum_squares,
     .scale = cuda_scale,
+    .add = cuda_add,
     .adamw = cuda_adamw,
     .ema_update = cuda_ema_update,
     .sample_step = cuda_sample_step,

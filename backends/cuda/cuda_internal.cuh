@@ -285,6 +285,7 @@ void cuda_denoiser_backward(nctmc_backend *be, const nctmc_denoiser_args *args);
 /* cuda_optim.cu */
 double cuda_sum_squares(nctmc_backend *be, int64_t n, const float *x);
 void cuda_scale(nctmc_backend *be, int64_t n, float *x, float s);
+void cuda_add(nctmc_backend *be, int64_t n, float *y, const float *x);
 void cuda_adamw(nctmc_backend *be, int64_t n, float *param, const float *grad, float *m,
                 float *v, float lr, float beta1, float beta2, float eps, float weight_decay,
                 int64_t step);

@@ -90,6 +90,21 @@ void cuda_scale(nctmc_backend *be, int64_t n, float *x, float s)
     cuda_launched(cb, "scale");
 }
 
+__global__ void add_kernel(int64_t n, float *__restrict__ y, const float *__restrict__ x)
+{
+    GRID_STRIDE(i, n)
+    y[i] = __fadd_rn(y[i], x[i]);
+}
+
+void cuda_add(nctmc_backend *be, int64_t n, float *y, const float *x)
+{
+    cuda_backend *cb = cuda_of(be);
+    if (n <= 0)
+        return;
+    add_kernel<<<cuda_blocks(n, CUDA_THREADS), CUDA_THREADS, 0, cb->stream>>>(n, y, x);
+    cuda_launched(cb, "add");
+}
+
 typedef struct adamw_params {
     float lr, beta1, beta2, eps, weight_decay;
     float bias1, bias2; /* 1 - beta^step */

@@ -61,7 +61,7 @@ run preset train --data "$tmp/digits" --out "$tmp/p.safetensors" --layers 1 --pr
     --eval-sequences 8 --eval-time-samples 2
 has preset.err "preset: cpu-small"
 has preset.err "model: 1 layers, d 32, 2 heads, cond 64, S 17, L 64, 10 classes, uniform process"
-has preset.err "trainer: batch 4, lr 0.002 (warm-up 100, cosine to 0.1 x over 3 steps), clip 1, EMA 0.99"
+has preset.err "trainer: batch 4 x 1 micro-batches = global batch 4, lr 0.002 (warm-up 100, cosine to 0.1 x over 3 steps), clip 1, EMA 0.99"
 has preset.err "t ~ logit"
 has preset.err "cpu backend"
 run info_preset info "$tmp/p.safetensors"

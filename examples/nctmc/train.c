@@ -68,6 +68,8 @@ typedef struct train_run {
     double step_seconds;      /* time inside training steps only */
     int64_t steps_timed;
     int64_t skipped_reported;
+    nctmc_comm *comm;         /* the job's ranks (mpirun, srun); one without */
+    int32_t rank, ranks;
 } train_run;
 
 typedef enum stop_reason { STOP_FINISHED, STOP_BUDGET, STOP_INTERRUPTED, STOP_FAILED } stop_reason;
@@ -178,6 +180,7 @@ static bool create_fresh(train_run *run)
         return false;
     }
     run->params = run->o->trainer;
+    run->params.comm = run->comm;
     st = nctmc_trainer_create(run->model, &run->params, &run->trainer);
     if (st != NCTMC_OK) {
         cli_fail("train", "cannot create the trainer", st, nctmc_model_last_error(run->model));
@@ -220,26 +223,39 @@ static bool resume_from(train_run *run, const nctmc_trainer_params *params)
 }
 
 /* Resumes with the saved trainer parameters, except those given on this
- * command line (a longer --steps, a new --lr, ...), which win. */
+ * command line (a longer --steps, a new --lr, ...), which win. With N ranks
+ * the saved global batch (batch x accumulation, as one process takes it)
+ * is split over them: the saved batch, and accumulation / N, unless
+ * --batch or --accumulation say otherwise. */
 static bool resume_run(train_run *run, const cli_command *cmd)
 {
     warn_ignored_model_flags(cmd);
-    if (!resume_from(run, NULL))
-        return false;
-    nctmc_trainer_params_init(&run->params);
-    nctmc_status st = nctmc_trainer_get_params(run->trainer, &run->params);
+    nctmc_trainer_params merged;
+    nctmc_trainer_params_init(&merged);
+    nctmc_status st = nctmc_trainer_inspect(run->ctx, run->o->resume, &merged, NULL);
     if (st != NCTMC_OK) {
-        cli_fail("train", "cannot read the trainer's parameters", st,
-                 nctmc_trainer_last_error(run->trainer));
+        cli_fail("train", run->o->resume, st, nctmc_context_last_error(run->ctx));
         return false;
     }
-    nctmc_trainer_params merged = run->params;
-    if (cli_copy_given_fields(cmd, &run->o->trainer, &merged, sizeof merged) > 0) {
-        free_model_and_trainer(run);
-        if (!resume_from(run, &merged))
+    int32_t saved_accumulation = merged.accumulation;
+    cli_copy_given_fields(cmd, &run->o->trainer, &merged, sizeof merged);
+    if (run->ranks > 1 && !cli_option_given(cmd, "--batch") &&
+        !cli_option_given(cmd, "--accumulation")) {
+        if (saved_accumulation % run->ranks != 0) {
+            cli_error("train",
+                      "%s's global batch is %d micro-batches of %d: %d ranks cannot share "
+                      "it evenly; give --batch and --accumulation with ranks x batch x "
+                      "accumulation = %lld",
+                      run->o->resume, (int)saved_accumulation, (int)merged.batch_size,
+                      (int)run->ranks, (long long)saved_accumulation * merged.batch_size);
             return false;
-        run->params = merged;
+        }
+        merged.accumulation = saved_accumulation / run->ranks;
     }
+    merged.comm = run->comm;
+    if (!resume_from(run, &merged))
+        return false;
+    run->params = merged;
     if (nctmc_model_get_tokenizer(run->model) == NULL)
         nctmc_model_set_tokenizer(run->model, run->data.tok);
     return true;
@@ -312,12 +328,15 @@ static bool save(train_run *run, int64_t step)
         cli_fail("train", run->o->out, st, nctmc_trainer_last_error(run->trainer));
         return false;
     }
-    cli_printf(stderr, "step %lld: saved %s\n", (long long)step, run->o->out);
+    if (run->rank == 0)
+        cli_printf(stderr, "step %lld: saved %s\n", (long long)step, run->o->out);
     return true;
 }
 
 static void show_progress(train_run *run, const nctmc_train_stats *stats)
 {
+    if (run->rank != 0)
+        return;
     char fields[160], rate[32];
     double tok_s = run->step_seconds > 0.0
                        ? (double)(run->steps_timed * run->tokens_per_step) / run->step_seconds
@@ -374,15 +393,30 @@ static bool budget_allows_step(const train_run *run)
     return cli_now() + mean < run->deadline;
 }
 
+/* Whether to stop before the next step: Ctrl-C or the time budget, as rank
+ * 0 sees them, so that every rank stops at the same step. */
+static int32_t stop_decision(train_run *run)
+{
+    int32_t why = -1;
+    if (cli_interrupt_requested())
+        why = STOP_INTERRUPTED;
+    else if (!budget_allows_step(run))
+        why = STOP_BUDGET;
+    if (run->ranks > 1 && nctmc_comm_broadcast(run->comm, &why, sizeof why, 0) != NCTMC_OK) {
+        cli_error("train", "rank %d: %s", (int)run->rank, nctmc_comm_last_error(run->comm));
+        why = STOP_FAILED;
+    }
+    return why;
+}
+
 static stop_reason training_loop(train_run *run, int64_t *step)
 {
     const train_options *o = run->o;
     nctmc_train_stats stats;
     while (*step < run->params.total_steps) {
-        if (cli_interrupt_requested())
-            return STOP_INTERRUPTED;
-        if (!budget_allows_step(run))
-            return STOP_BUDGET;
+        int32_t stop = stop_decision(run);
+        if (stop >= 0)
+            return (stop_reason)stop;
         if (!take_step(run, &stats))
             return STOP_FAILED;
         *step = stats.step;
@@ -391,7 +425,7 @@ static stop_reason training_loop(train_run *run, int64_t *step)
             !save(run, *step))
             return STOP_FAILED;
         if (o->eval_every > 0 && *step % o->eval_every == 0 && *step < run->params.total_steps &&
-            !validate(run, *step))
+            run->rank == 0 && !validate(run, *step))
             return STOP_INTERRUPTED;
     }
     return STOP_FINISHED;
@@ -422,10 +456,20 @@ static void describe_setup(const train_run *run)
     cli_describe_lr_schedule(p, schedule, sizeof schedule);
     if (run->o->preset_name)
         fprintf(stderr, "preset: %s (the flags given override it)\n", run->o->preset_name);
+    if (run->ranks > 1)
+        fprintf(stderr, "world: %d ranks (%s engine); each takes %d x %d sequences of the "
+                        "global batch\n",
+                (int)run->ranks, nctmc_comm_engine(run->comm), (int)p->batch_size,
+                (int)p->accumulation);
+    char ranks[32] = "";
+    if (run->ranks > 1)
+        snprintf(ranks, sizeof ranks, "%d ranks x ", (int)run->ranks);
     fprintf(stderr,
-            "trainer: batch %d, lr %g (%s), clip %g, EMA %g, label dropout %g, t ~ %s, "
-            "seed %llu; %s backend, %d threads\n",
-            (int)p->batch_size, (double)p->learning_rate, schedule, (double)p->grad_clip,
+            "trainer: %sbatch %d x %d micro-batches = global batch %lld, lr %g (%s), "
+            "clip %g, EMA %g, label dropout %g, t ~ %s, seed %llu; %s backend, %d threads\n",
+            ranks, (int)p->batch_size, (int)p->accumulation,
+            (long long)run->ranks * p->batch_size * p->accumulation, (double)p->learning_rate,
+            schedule, (double)p->grad_clip,
             (double)p->ema_decay, (double)p->label_dropout,
             cli_time_sampling_name(p->time_sampling), (unsigned long long)p->seed,
             nctmc_context_backend(run->ctx), nctmc_context_n_threads(run->ctx));
@@ -433,6 +477,8 @@ static void describe_setup(const train_run *run)
 
 static void report_stop(train_run *run, stop_reason why, int64_t step, int64_t first)
 {
+    if (run->rank != 0 && why != STOP_FAILED)
+        return;
     char took[32];
     progress_format_duration(took, sizeof took, progress_elapsed(&run->bar));
     progress_end(&run->bar);
@@ -448,6 +494,14 @@ static void report_stop(train_run *run, stop_reason why, int64_t step, int64_t f
 static int train(train_run *run, const cli_command *cmd)
 {
     const train_options *o = run->o;
+    char why_comm[512];
+    nctmc_status st = nctmc_comm_from_env(&run->comm, why_comm, sizeof why_comm);
+    if (st != NCTMC_OK) {
+        cli_fail("train", "cannot join the job's ranks", st, why_comm);
+        return 1;
+    }
+    run->rank = nctmc_comm_rank(run->comm);
+    run->ranks = nctmc_comm_size(run->comm);
     if (cli_context_create("train", o->backend, o->threads, o->verbose, &run->ctx) != NCTMC_OK ||
         !open_data(run))
         return 1;
@@ -457,11 +511,14 @@ static int train(train_run *run, const cli_command *cmd)
     nctmc_model_config_init(&cfg);
     nctmc_model_get_config(run->model, &cfg);
     run->tokens_per_step =
-        (int64_t)run->params.batch_size * (run->params.seq_len ? run->params.seq_len : cfg.seq_len);
-    describe_setup(run);
+        (int64_t)run->ranks * run->params.batch_size * run->params.accumulation *
+        (run->params.seq_len ? run->params.seq_len : cfg.seq_len);
+    if (run->rank == 0)
+        describe_setup(run);
 
     int64_t first = current_step(run), step = first;
-    progress_begin(&run->bar, "train", first, run->params.total_steps, o->log_every);
+    progress_begin(&run->bar, "train", first, run->params.total_steps,
+                   run->rank == 0 ? o->log_every : INT64_MAX);
     if (o->minutes > 0.0f) {
         run->deadline = run->bar.start_time + 60.0 * (double)o->minutes;
         progress_set_deadline(&run->bar, run->deadline);
@@ -473,12 +530,14 @@ static int train(train_run *run, const cli_command *cmd)
     /* what was learned is kept whatever stopped the run */
     if (!save(run, step))
         return 1;
-    if (why == STOP_INTERRUPTED) {
+    if (why == STOP_INTERRUPTED && run->rank == 0) {
         cli_printf(stderr, "resume with: nctmc train --data %s --resume %s --out %s\n",
                 o->data_dir, o->out, o->out);
         return CLI_EXIT_INTERRUPTED;
     }
-    if (!validate(run, step))
+    if (why == STOP_INTERRUPTED)
+        return CLI_EXIT_INTERRUPTED;
+    if (run->rank == 0 && !validate(run, step))
         return CLI_EXIT_INTERRUPTED;
     return 0;
 }
@@ -612,7 +671,10 @@ int cmd_train(int argc, char **argv)
         CLI_OPT_INT("--vocab-pad", m->vocab_pad_multiple, "M", 0, 65536,
                     "pad the embedding/output rows to a multiple of M"),
         CLI_OPT_SECTION("trainer"),
-        CLI_OPT_INT("--batch", t->batch_size, "B", 1, 65536, "sequences per step"),
+        CLI_OPT_INT("--batch", t->batch_size, "B", 1, 65536,
+                    "sequences per micro-batch (per step without --accumulation)"),
+        CLI_OPT_INT("--accumulation", t->accumulation, "M", 1, 4096,
+                    "micro-batches per optimizer step (gradient accumulation)"),
         CLI_OPT_FLOAT("--lr", t->learning_rate, "LR", 0.0, 10.0, "peak learning rate"),
         CLI_OPT_FLOAT("--min-lr-ratio", t->min_lr_ratio, "R", 0.0, 1.0,
                       "the cosine decay ends at R x the peak"),
@@ -681,9 +743,17 @@ int cmd_train(int argc, char **argv)
     memset(&run, 0, sizeof run);
     run.o = &o;
     int rc = train(&run, &cmd);
+    /* a rank that fails ends the job: the others may be waiting for it in
+     * a collective operation, and must not wait for ever */
+    if (rc != 0 && run.ranks > 1) {
+        cli_error("train", "rank %d of %d failed: ending the job", (int)run.rank,
+                  (int)run.ranks);
+        nctmc_comm_abort(run.comm, rc);
+    }
     nctmc_model_free(run.eval_model);
     free_model_and_trainer(&run);
     close_data(&run.data);
     nctmc_context_free(run.ctx);
+    nctmc_comm_free(run.comm);
     return rc;
 }

@@ -305,6 +305,10 @@ typedef struct nctmc_backend_ops {
     double (*sum_squares)(nctmc_backend *be, int64_t n, const float *x);
     /* x *= s. */
     void (*scale)(nctmc_backend *be, int64_t n, float *x, float s);
+    /* y += x, one float addition per element (y[i] = y[i] + x[i], rounded
+     * once): the trainer's gradient accumulation, whose bits must equal a
+     * sum of the same partials done anywhere else in the same order. */
+    void (*add)(nctmc_backend *be, int64_t n, float *y, const float *x);
     /* One AdamW step with decoupled weight decay and bias correction:
      *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
      *   p -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps)
@@ -376,7 +380,7 @@ nctmc_backend *cpu_backend_create_with(int n_threads, const struct nctmc_allocat
  * per-row math it shares (lcond_math.h, sample_math.h, philox.h) is inline
  * in headers.
  */
-#define NCTMC_BACKEND_ABI_VERSION 5u
+#define NCTMC_BACKEND_ABI_VERSION 6u
 #define NCTMC_BACKEND_MODULE_ENTRY "nctmc_backend_module_entry"
 
 typedef struct nctmc_backend_module {

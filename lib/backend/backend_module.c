@@ -1,9 +1,10 @@
 /*
- * backend_module.c — finds, loads and checks the CUDA backend module
- * (libnctmc-cuda.so; libnctmc-cuda.dll on Windows) with the system's
- * module loader (platform/platform.h), the way ggml loads its backends: the
- * core itself links no CUDA library, so a CPU-only program pays nothing for
- * a backend it does not use.
+ * backend_module.c — finds and loads run-time modules with the system's
+ * module loader (platform/platform.h): the CUDA backend (libnctmc-cuda.so;
+ * libnctmc-cuda.dll on Windows) and the MPI communicator of lib/comm
+ * (libnctmc-mpi.so), the way ggml loads its backends, and checks the CUDA
+ * backend's: the core itself links no CUDA or MPI library, so a CPU-only
+ * program pays nothing for an engine it does not use.
  */
 #include "backend_module.h"
 
@@ -53,68 +54,93 @@ static nctmc_status check_module(void *handle, const char *where,
     return NCTMC_OK;
 }
 
-/* The module and the CUDA libraries it brings are never unloaded
- * (plat_module_open()), so closing the handle after the check only balances
+/* A module and the libraries it brings are never unloaded
+ * (plat_module_open()), so closing the handle after a check only balances
  * the loader's count. */
-static nctmc_status open_checked(const char *path, const char *where,
-                                 const nctmc_backend_module **out, char *err, size_t err_size)
+static nctmc_status open_at(const char *path, const char *where, const char *what,
+                            void **handle, char *err, size_t err_size)
 {
     char why[256];
-    void *handle = plat_module_open(path, false, why, sizeof why);
-    if (!handle) {
-        snprintf(err, err_size, "the CUDA backend module %s cannot be loaded: %s", where, why);
+    *handle = plat_module_open(path, false, why, sizeof why);
+    if (!*handle) {
+        snprintf(err, err_size, "the %s module %s cannot be loaded: %s", what, where, why);
         return NCTMC_ERR_UNSUPPORTED;
     }
-    nctmc_status st = check_module(handle, where, out, err, err_size);
-    plat_module_close(handle);
-    return st;
+    return NCTMC_OK;
+}
+
+nctmc_status module_open(const char *stem, const char *env_name, const char *what,
+                         void **handle, char *where, size_t where_size, char *err,
+                         size_t err_size)
+{
+    *handle = NULL;
+    char file[64];
+    plat_module_file_name(stem, file, sizeof file);
+    if (!plat_module_loader_available()) {
+        snprintf(err, err_size,
+                 "the %s module %s cannot be loaded: this program is statically linked and "
+                 "has no dynamic loader",
+                 what, file);
+        return NCTMC_ERR_UNSUPPORTED;
+    }
+    const char *env = getenv(env_name);
+    if (env && env[0]) {
+        snprintf(where, where_size, "%s (%s)", env, env_name);
+        if (!plat_path_exists(env)) {
+            snprintf(err, err_size, "the %s module %s is not installed: no such file", what,
+                     where);
+            return NCTMC_ERR_UNSUPPORTED;
+        }
+        return open_at(env, where, what, handle, err, err_size);
+    }
+    /* next to the core: what an installed libnctmc (any prefix, DESTDIR
+     * copies included) uses without help from the loader's path */
+    char dir[MODULE_PATH_MAX];
+    plat_module_folder((const void *)&module_open, dir, sizeof dir);
+    if (dir[0]) {
+        char path[MODULE_PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        if (plat_path_exists(path)) {
+            snprintf(where, where_size, "%s", path);
+            return open_at(path, path, what, handle, err, err_size);
+        }
+    }
+    snprintf(where, where_size, "%s", file);
+    char why[256];
+    *handle = plat_module_open(file, false, why, sizeof why);
+    if (!*handle) {
+        snprintf(err, err_size,
+                 "the %s module %s is not installed (looked in %s and on the loader's search "
+                 "path): %s",
+                 what, file, dir[0] ? dir : "the core's folder (unknown)", why);
+        return NCTMC_ERR_UNSUPPORTED;
+    }
+    return NCTMC_OK;
+}
+
+void *module_symbol(void *handle, const char *name, char *why, size_t why_size)
+{
+    return plat_module_symbol(handle, name, why, why_size);
+}
+
+void module_close(void *handle)
+{
+    if (handle)
+        plat_module_close(handle);
 }
 
 nctmc_status cuda_module_load(const nctmc_backend_module **out, char *err,
                               size_t err_size)
 {
     *out = NULL;
-    char file[64];
-    plat_module_file_name(NCTMC_CUDA_MODULE_STEM, file, sizeof file);
-    if (!plat_module_loader_available()) {
-        snprintf(err, err_size,
-                 "the CUDA backend module %s cannot be loaded: this program is statically "
-                 "linked and has no dynamic loader",
-                 file);
-        return NCTMC_ERR_UNSUPPORTED;
-    }
     char where[MODULE_PATH_MAX + 64];
-    const char *env = getenv(NCTMC_CUDA_MODULE_ENV);
-    if (env && env[0]) {
-        snprintf(where, sizeof where, "%s (%s)", env, NCTMC_CUDA_MODULE_ENV);
-        if (!plat_path_exists(env)) {
-            snprintf(err, err_size, "the CUDA backend module %s is not installed: no such file",
-                     where);
-            return NCTMC_ERR_UNSUPPORTED;
-        }
-        return open_checked(env, where, out, err, err_size);
-    }
-    /* next to the core: what an installed libnctmc (any prefix, DESTDIR
-     * copies included) uses without help from the loader's path */
-    char dir[MODULE_PATH_MAX];
-    plat_module_folder((const void *)&cuda_module_load, dir, sizeof dir);
-    if (dir[0]) {
-        char path[MODULE_PATH_MAX + 64];
-        snprintf(path, sizeof path, "%s/%s", dir, file);
-        if (plat_path_exists(path))
-            return open_checked(path, path, out, err, err_size);
-    }
-    char why[256];
-    void *handle = plat_module_open(file, false, why, sizeof why);
-    if (!handle) {
-        snprintf(err, err_size,
-                 "the CUDA backend module %s is not installed (looked in %s and on the "
-                 "loader's search path): %s",
-                 file, dir[0] ? dir : "the core's folder (unknown)", why);
-        return NCTMC_ERR_UNSUPPORTED;
-    }
-    nctmc_status st = check_module(handle, file, out, err, err_size);
-    plat_module_close(handle);
+    void *handle = NULL;
+    nctmc_status st = module_open(NCTMC_CUDA_MODULE_STEM, NCTMC_CUDA_MODULE_ENV,
+                                  "CUDA backend", &handle, where, sizeof where, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
+    st = check_module(handle, where, out, err, err_size);
+    module_close(handle);
     return st;
 }
 

@@ -36,6 +36,25 @@
 nctmc_status cuda_module_load(const nctmc_backend_module **out, char *err,
                               size_t err_size);
 
+/*
+ * Opens the module named by `stem` ("nctmc-mpi": libnctmc-mpi.so, or
+ * libnctmc-mpi.dll on Windows; for messages `what`, "MPI") by the same
+ * search as the CUDA module, with $env_name in place of $NCTMC_CUDA_MODULE,
+ * and writes where it was found into `where`. The module stays loaded for
+ * the rest of the process: the caller resolves its entry point with
+ * module_symbol() and may then module_close() the handle. Fails with
+ * NCTMC_ERR_UNSUPPORTED and the reason in err.
+ */
+nctmc_status module_open(const char *stem, const char *env_name, const char *what,
+                         void **handle, char *where, size_t where_size, char *err,
+                         size_t err_size);
+
+/* A symbol of an opened module, or NULL with the loader's reason in why. */
+void *module_symbol(void *handle, const char *name, char *why, size_t why_size);
+
+/* Balances module_open() (the module itself stays loaded). */
+void module_close(void *handle);
+
 /* Whether the NVIDIA driver's library (libcuda.so.1) can be loaded: a
  * cheap test, before loading the module and CUDA's libraries (hundreds of
  * megabytes), that a CUDA device could exist at all. On false, err says

@@ -1,8 +1,9 @@
 /*
  * trainer.c — the training step: draw times, noise and label dropout from
- * Philox streams keyed by (seed, step), run the L_cond loss and its
- * gradients, clip, AdamW, EMA. Everything per step lives in buffers made at
- * creation, so the step loop never allocates.
+ * Philox streams keyed by (seed, step, global row), run the L_cond loss and
+ * its gradients one micro-batch at a time (gradient accumulation: the
+ * partials added in order), clip, AdamW, EMA. Everything per step lives in
+ * buffers made at creation, so the step loop never allocates.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ NCTMC_API nctmc_status nctmc_trainer_params_init_sized(nctmc_trainer_params *par
     d.time_eps = 1e-3f;
     d.label_dropout = 0.1f;
     d.seed = 0;
+    d.accumulation = 1;
     return abi_init(params, size, &d, &abi_trainer_params);
 }
 
@@ -54,7 +56,11 @@ nctmc_status trainer_params_read(const nctmc_trainer_params *given, nctmc_traine
     if (!given)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "trainer params are NULL");
     nctmc_trainer_params_init(p);
-    return abi_read(given, p, sizeof *p, &abi_trainer_params, err, err_size);
+    nctmc_status st = abi_read(given, p, sizeof *p, &abi_trainer_params, err, err_size);
+    /* an appended field's 0 means its default (docs/api.md) */
+    if (p->accumulation == 0)
+        p->accumulation = 1;
+    return st;
 }
 
 /* true when lo <= x <= hi (NaN fails) */
@@ -99,6 +105,13 @@ nctmc_status trainer_params_validate(const nctmc_trainer_params *p, int32_t mode
         return BAD("time_eps %g is outside (0, 0.5)", (double)p->time_eps);
     if (!in_range(p->label_dropout, 0.0, 1.0))
         return BAD("label_dropout %g is outside [0, 1]", (double)p->label_dropout);
+    if (p->accumulation < 1 || p->accumulation > TRAINER_MAX_ACCUMULATION)
+        return BAD("accumulation %d is outside [1, %d] (0 = 1)", p->accumulation,
+                   TRAINER_MAX_ACCUMULATION);
+    if (tokens * p->accumulation > TRAINER_MAX_STEP_TOKENS)
+        return BAD("%lld tokens per micro-batch x accumulation %d is more than %lld tokens "
+                   "per step",
+                   (long long)tokens, p->accumulation, (long long)TRAINER_MAX_STEP_TOKENS);
     if (!ts_mode_valid(p->time_sampling))
         return BAD("time_sampling %d is not one of 0 (uniform), 1 (logit), 2 (sqrt)",
                    (int)p->time_sampling);
@@ -116,7 +129,7 @@ NCTMC_API void nctmc_trainer_free(nctmc_trainer *t)
     if (!t)
         return;
     nctmc_backend *be = t->be;
-    float *slabs[] = {t->grads, t->adam_m, t->adam_v, t->ema};
+    float *slabs[] = {t->grads, t->grad_part, t->adam_m, t->adam_v, t->ema};
     for (size_t k = 0; k < sizeof slabs / sizeof slabs[0]; k++)
         if (slabs[k])
             be->ops->free(be, slabs[k]);
@@ -129,6 +142,7 @@ NCTMC_API void nctmc_trainer_free(nctmc_trainer *t)
     mem_free(&alloc, t->host_times);
     mem_free(&alloc, t->host_weights);
     mem_free(&alloc, t->host_rate_h);
+    mem_free(&alloc, t->host_reduce);
     model_release(t->model);
     mem_free(&alloc, t);
 }
@@ -149,17 +163,47 @@ static nctmc_status allocate_buffers(nctmc_trainer *t)
         if (!t->ema)
             return NCTMC_ERR_OUT_OF_MEMORY;
     }
-    size_t B = (size_t)t->params.batch_size, N = B * (size_t)t->seq_len;
-    t->host_x0 = mem_alloc(be->alloc, N * sizeof(int32_t));
-    t->host_xt = mem_alloc(be->alloc, N * sizeof(int32_t));
-    t->host_times = mem_alloc(be->alloc, B * sizeof(float));
-    t->host_weights = mem_alloc(be->alloc, B * sizeof(float));
-    t->host_rate_h = mem_alloc(be->alloc, N * sizeof(float));
+    if (t->params.accumulation > 1) {
+        t->grad_part = be->ops->alloc(be, slab_bytes);
+        if (!t->grad_part)
+            return NCTMC_ERR_OUT_OF_MEMORY;
+    }
+    size_t R = (size_t)t->rows, L = (size_t)t->seq_len;
+    size_t B = (size_t)t->params.batch_size;
+    t->host_x0 = mem_alloc(be->alloc, R * L * sizeof(int32_t));
+    t->host_xt = mem_alloc(be->alloc, R * L * sizeof(int32_t));
+    t->host_times = mem_alloc(be->alloc, R * sizeof(float));
+    t->host_weights = mem_alloc(be->alloc, R * sizeof(float));
+    t->host_rate_h = mem_alloc(be->alloc, B * L * sizeof(float));
     if (t->model->dims.n_labels > 0)
-        t->host_labels = mem_alloc(be->alloc, B * sizeof(int32_t));
+        t->host_labels = mem_alloc(be->alloc, R * sizeof(int32_t));
+    if (comm_size(t->params.comm) > 1)
+        t->host_reduce = mem_alloc(be->alloc, slab_bytes);
     if (!t->host_x0 || !t->host_xt || !t->host_times || !t->host_weights || !t->host_rate_h ||
+        (comm_size(t->params.comm) > 1 && !t->host_reduce) ||
         (t->model->dims.n_labels > 0 && !t->host_labels))
         return NCTMC_ERR_OUT_OF_MEMORY;
+    return NCTMC_OK;
+}
+
+/* The global batch of several ranks is saved as one process's split
+ * (accumulation = ranks x accumulation), so it stays within one process's
+ * limits: every checkpoint a run writes loads again. */
+static nctmc_status check_world(const nctmc_trainer_params *p, int32_t model_seq_len,
+                                char *err, size_t err_size)
+{
+    int64_t ranks = comm_size(p->comm);
+    if (ranks == 1)
+        return NCTMC_OK;
+    int64_t micro = ranks * p->accumulation;
+    int64_t tokens = (int64_t)p->batch_size * (p->seq_len > 0 ? p->seq_len : model_seq_len);
+    if (micro > TRAINER_MAX_ACCUMULATION || tokens * micro > TRAINER_MAX_STEP_TOKENS)
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                           "%lld ranks x accumulation %d = %lld micro-batches of %lld tokens "
+                           "per step: more than %d micro-batches or %lld tokens",
+                           (long long)ranks, p->accumulation, (long long)micro,
+                           (long long)tokens, TRAINER_MAX_ACCUMULATION,
+                           (long long)TRAINER_MAX_STEP_TOKENS);
     return NCTMC_OK;
 }
 
@@ -186,6 +230,8 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     params = &full;
     if (st == NCTMC_OK)
         st = trainer_params_validate(params, model->dims.L, err, err_size);
+    if (st == NCTMC_OK)
+        st = check_world(params, model->dims.L, err, err_size);
     if (st != NCTMC_OK)
         return st;
     /* the trainer updates the weights in place: a mapped model's are the
@@ -202,6 +248,12 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     t->be = model->ctx->backend;
     t->params = *params;
     t->seq_len = params->seq_len > 0 ? params->seq_len : model->dims.L;
+    /* rank r of N takes rows [r R, (r + 1) R) of the global N R */
+    int32_t rank = comm_rank(params->comm), ranks = comm_size(params->comm);
+    t->rows = params->batch_size * params->accumulation;
+    t->row0 = (int64_t)rank * t->rows;
+    t->global_rows = (int64_t)ranks * t->rows;
+    t->micro_total = ranks * params->accumulation;
     nctmc_trainer_state_init(&t->state);
     t->state.seed = params->seed;
     st = allocate_buffers(t);
@@ -250,20 +302,21 @@ static philox4x32 draw(const nctmc_trainer *t, uint32_t purpose, uint32_t a, uin
     return philox4x32_10(counter, t->params.seed);
 }
 
-/* Stratified times: one offset u per step, sequence b gets the stratum
- * v = (b + u) / B of [0, 1) — low discrepancy across the batch — mapped to
- * (eps, 1 - eps) through the inverse CDF of the time_sampling density, and
- * the importance weight of the time it gets (1 for the uniform mode, whose
- * map is the affine one the trainer always used). */
+/* Stratified times: one offset u per step, global row g of the G rows of
+ * the global batch gets the stratum v = (g + u) / G of [0, 1) — low
+ * discrepancy across the batch — mapped to (eps, 1 - eps) through the
+ * inverse CDF of the time_sampling density, and the importance weight of
+ * the time it gets (1 for the uniform mode, whose map is the affine one the
+ * trainer always used). This trainer fills its rows [row0, row0 + rows). */
 static void draw_times(nctmc_trainer *t)
 {
-    int32_t B = t->params.batch_size;
+    double G = (double)t->global_rows;
     double eps = t->params.time_eps;
     nctmc_time_sampling mode = t->params.time_sampling;
     philox4x32 r = draw(t, NCTMC_RNG_TRAIN_TIME, (uint32_t)t->state.step, 0, 0);
     double u = philox_uniform(r.v[0]);
-    for (int32_t b = 0; b < B; b++) {
-        double t_b = ts_inverse_cdf(mode, eps, ((double)b + u) / (double)B);
+    for (int32_t b = 0; b < t->rows; b++) {
+        double t_b = ts_inverse_cdf(mode, eps, ((double)(t->row0 + b) + u) / G);
         t->host_times[b] = (float)t_b;
         /* the weight of the time the model actually sees */
         t->host_weights[b] = (float)ts_weight(mode, eps, (double)t->host_times[b]);
@@ -286,17 +339,17 @@ static int32_t draw_prior(const nctmc_fp *fp, float u_choice, float u_token)
 }
 
 /* x_t ~ q_{t|0}(. | x0) = a_t e_{x0} + (1 - a_t) pi, one Philox block per
- * position keyed by (step, sequence, position). */
+ * position keyed by (step, global row, position). */
 static void draw_noise(nctmc_trainer *t)
 {
     const nctmc_fp *fp = &t->model->fp;
-    int32_t B = t->params.batch_size, L = t->seq_len;
-    for (int32_t b = 0; b < B; b++) {
+    int32_t L = t->seq_len;
+    for (int32_t b = 0; b < t->rows; b++) {
         double alpha = fp_alpha(fp, t->host_times[b]);
         for (int32_t p = 0; p < L; p++) {
             size_t r = (size_t)b * (size_t)L + (size_t)p;
             philox4x32 u = draw(t, NCTMC_RNG_TRAIN_NOISE, (uint32_t)t->state.step,
-                                (uint32_t)b, (uint32_t)p);
+                                (uint32_t)(t->row0 + b), (uint32_t)p);
             bool keep = (double)philox_uniform(u.v[0]) < alpha;
             t->host_xt[r] = keep ? t->host_x0[r]
                                  : draw_prior(fp, philox_uniform(u.v[1]),
@@ -305,12 +358,14 @@ static void draw_noise(nctmc_trainer *t)
     }
 }
 
-/* Replaces labels by the null label with probability label_dropout. */
+/* Replaces labels by the null label with probability label_dropout, one
+ * draw per global row. */
 static void drop_labels(nctmc_trainer *t)
 {
     int32_t null_label = t->model->config.n_classes;
-    for (int32_t b = 0; b < t->params.batch_size; b++) {
-        philox4x32 u = draw(t, NCTMC_RNG_TRAIN_LABEL, (uint32_t)t->state.step, (uint32_t)b, 0);
+    for (int32_t b = 0; b < t->rows; b++) {
+        philox4x32 u = draw(t, NCTMC_RNG_TRAIN_LABEL, (uint32_t)t->state.step,
+                            (uint32_t)(t->row0 + b), 0);
         if ((double)philox_uniform(u.v[0]) < (double)t->params.label_dropout)
             t->host_labels[b] = null_label;
     }
@@ -335,24 +390,22 @@ static double learning_rate_at(const nctmc_trainer_params *p, int64_t step)
     return floor_lr + (peak - floor_lr) * 0.5 * (1.0 + cos(NCTMC_PI * progress));
 }
 
-/* Mean log lambda_theta over the positions whose rate is non-zero. */
-static double mean_log_rate(nctmc_trainer *t)
+/* Adds log lambda_theta of micro-batch k's positions whose rate is
+ * non-zero to *sum and their number to *count (the last forward's). */
+static void add_log_rates(nctmc_trainer *t, int32_t k, double *sum, double *count)
 {
     const nctmc_fp *fp = &t->model->fp;
     int32_t B = t->params.batch_size, L = t->seq_len;
-    size_t N = (size_t)B * (size_t)L;
+    size_t N = (size_t)B * (size_t)L, first = (size_t)k * N;
     t->be->ops->download(t->be, t->host_rate_h, dit_ws_rate_h(t->ws), N * sizeof(float));
-    double sum = 0.0;
-    int64_t count = 0;
     for (size_t r = 0; r < N; r++) {
-        double lr = fp_model_log_rate(fp, t->host_times[r / (size_t)L], t->host_xt[r],
-                                      t->host_rate_h[r]);
+        double lr = fp_model_log_rate(fp, t->host_times[(first + r) / (size_t)L],
+                                      t->host_xt[first + r], t->host_rate_h[r]);
         if (isfinite(lr)) {
-            sum += lr;
-            count++;
+            *sum += lr;
+            *count += 1.0;
         }
     }
-    return count > 0 ? sum / (double)count : NAN;
 }
 
 static void apply_update(nctmc_trainer *t, double grad_norm, double lr)
@@ -381,7 +434,7 @@ static nctmc_status check_batch_tokens(nctmc_trainer *t, const int32_t *tokens,
 {
     const nctmc_model *m = t->model;
     int32_t n_data = fp_n_data(&m->fp);
-    size_t N = (size_t)t->params.batch_size * (size_t)t->seq_len;
+    size_t N = (size_t)t->rows * (size_t)t->seq_len;
     for (size_t r = 0; r < N; r++)
         if (tokens[r] < 0 || tokens[r] >= n_data)
             return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
@@ -390,7 +443,7 @@ static nctmc_status check_batch_tokens(nctmc_trainer *t, const int32_t *tokens,
     if (labels && m->config.n_classes == 0)
         return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
                          "labels were given but the model has no classes");
-    for (int32_t b = 0; labels && b < t->params.batch_size; b++)
+    for (int32_t b = 0; labels && b < t->rows; b++)
         if (labels[b] < 0 || labels[b] >= m->config.n_classes)
             return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT,
                              "label %d of sequence %d is outside [0, %d)", labels[b], b,
@@ -420,7 +473,81 @@ static nctmc_status check_room(nctmc_trainer *t, int64_t sequences)
     return NCTMC_OK;
 }
 
-/* The step proper, on the batch already staged in host_x0 / host_labels. */
+/* The sums a step's micro-batches add up, in micro-batch order. */
+typedef struct step_sums {
+    double loss;            /* of the micro-batches' mean losses */
+    double log_rate;        /* of the finite log rates */
+    double log_rate_count;  /* their number */
+} step_sums;
+
+/* Micro-batch k of the staged rows: its loss and gradient, the gradient
+ * written into t->grads (k = 0) or added to it (k > 0, computed apart in
+ * grad_part and added with one rounding per element, so that the sum is
+ * the same bits as any other sum of the same partials in the same order). */
+static nctmc_status run_micro_batch(nctmc_trainer *t, int32_t k, step_sums *sums)
+{
+    nctmc_model *m = t->model;
+    int32_t B = t->params.batch_size;
+    size_t first = (size_t)k * (size_t)B;
+    dit_batch batch = {
+        .batch = B,
+        .length = t->seq_len,
+        .x_t = t->host_xt + first * (size_t)t->seq_len,
+        .times = t->host_times + first,
+        .labels = t->host_labels ? t->host_labels + first : NULL,
+        .x_0 = t->host_x0 + first * (size_t)t->seq_len,
+        /* NULL keeps the uniform mode's loss unweighted, bit for bit */
+        .weights = t->params.time_sampling != NCTMC_TIME_SAMPLING_UNIFORM
+                       ? t->host_weights + first
+                       : NULL,
+    };
+    float *dst = k == 0 ? t->grads : t->grad_part;
+    double loss = 0.0;
+    nctmc_status st =
+        dit_loss(m, t->ws, &batch, dst, false, &loss, t->last_error, sizeof t->last_error);
+    if (st != NCTMC_OK)
+        return st;
+    if (k > 0)
+        t->be->ops->add(t->be, (int64_t)m->slab_floats, t->grads, t->grad_part);
+    sums->loss += loss;
+    add_log_rates(t, k, &sums->log_rate, &sums->log_rate_count);
+    return NCTMC_OK;
+}
+
+/* With several ranks: every rank's gradient (the sum of its micro-batches')
+ * and sums := the sums over the ranks in rank order, the same bits on
+ * every rank. One rank's gradient with one micro-batch is that
+ * micro-batch's, so N ranks add the same partials in the same order as one
+ * process accumulating N micro-batches. */
+static nctmc_status sum_over_ranks(nctmc_trainer *t, step_sums *sums)
+{
+    nctmc_comm *comm = t->params.comm;
+    if (comm_size(comm) == 1)
+        return NCTMC_OK;
+    nctmc_backend *be = t->be;
+    size_t bytes = trainer_slab_bytes(t);
+    be->ops->download(be, t->host_reduce, t->grads, bytes);
+    nctmc_status st = be->ops->synchronize(be);
+    if (st != NCTMC_OK)
+        return FAIL_INTO(t, st, "training step: %s", be->error);
+    char why[NCTMC_ERROR_SIZE];
+    double values[3] = {sums->loss, sums->log_rate, sums->log_rate_count};
+    st = comm_sum(comm, t->host_reduce, (int64_t)t->model->slab_floats, COMM_FLOAT, why,
+                  sizeof why);
+    if (st == NCTMC_OK)
+        st = comm_sum(comm, values, 3, COMM_DOUBLE, why, sizeof why);
+    if (st != NCTMC_OK)
+        return FAIL_INTO(t, st, "rank %d of %d, step %lld: summing the gradients: %s",
+                         (int)comm_rank(comm), (int)comm_size(comm),
+                         (long long)t->state.step, why);
+    be->ops->upload(be, t->grads, t->host_reduce, bytes);
+    sums->loss = values[0];
+    sums->log_rate = values[1];
+    sums->log_rate_count = values[2];
+    return NCTMC_OK;
+}
+
+/* The step proper, on the rows already staged in host_x0 / host_labels. */
 static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
 {
     nctmc_model *m = t->model;
@@ -428,25 +555,24 @@ static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
     draw_noise(t);
     if (t->host_labels)
         drop_labels(t);
-    dit_batch batch = {
-        .batch = t->params.batch_size,
-        .length = t->seq_len,
-        .x_t = t->host_xt,
-        .times = t->host_times,
-        .labels = t->host_labels,
-        .x_0 = t->host_x0,
-        /* NULL keeps the uniform mode's loss unweighted, bit for bit */
-        .weights = t->params.time_sampling != NCTMC_TIME_SAMPLING_UNIFORM ? t->host_weights
-                                                                           : NULL,
-    };
-    double loss = 0.0;
-    nctmc_status st = dit_loss(m, t->ws, &batch, t->grads, false, &loss, t->last_error,
-                               sizeof t->last_error);
+    step_sums sums = {0.0, 0.0, 0.0};
+    for (int32_t k = 0; k < t->params.accumulation; k++) {
+        nctmc_status st = run_micro_batch(t, k, &sums);
+        if (st != NCTMC_OK)
+            return st;
+    }
+    nctmc_status st = sum_over_ranks(t, &sums);
     if (st != NCTMC_OK)
         return st;
+    /* the gradient of the mean over the global batch: the micro-batches'
+     * gradients are each of their own mean */
+    if (t->micro_total > 1)
+        t->be->ops->scale(t->be, (int64_t)m->slab_floats, t->grads,
+                          (float)(1.0 / (double)t->micro_total));
+    double loss = sums.loss / (double)t->micro_total;
+    double log_rate = sums.log_rate_count > 0.0 ? sums.log_rate / sums.log_rate_count : NAN;
     double grad_norm = sqrt(t->be->ops->sum_squares(t->be, (int64_t)m->slab_floats, t->grads));
     double lr = learning_rate_at(&t->params, t->state.step);
-    double log_rate = mean_log_rate(t);
     bool skip = !isfinite(loss) || !isfinite(grad_norm);
     if (!skip)
         apply_update(t, grad_norm, lr);
@@ -489,11 +615,13 @@ NCTMC_API nctmc_status nctmc_trainer_step(nctmc_trainer *t, const int32_t *token
         st = check_room(t, 0);
     if (st == NCTMC_OK)
         st = check_batch_tokens(t, tokens, labels);
+    if (st == NCTMC_OK && (!t->agreed || t->agreed_ds))
+        st = trainer_agree(t, NULL);
     if (st != NCTMC_OK)
         return st;
-    size_t N = (size_t)t->params.batch_size * (size_t)t->seq_len;
+    size_t N = (size_t)t->rows * (size_t)t->seq_len;
     memcpy(t->host_x0, tokens, N * sizeof(int32_t));
-    for (int32_t b = 0; t->host_labels && b < t->params.batch_size; b++)
+    for (int32_t b = 0; t->host_labels && b < t->rows; b++)
         t->host_labels[b] = labels ? labels[b] : t->model->config.n_classes;
     return run_step(t, stats);
 }
@@ -542,8 +670,8 @@ static nctmc_status stage_dataset_batch(nctmc_trainer *t, nctmc_dataset *ds,
                                         const nctmc_dataset_info *info)
 {
     int32_t L = t->seq_len;
-    for (int32_t b = 0; b < t->params.batch_size; b++) {
-        int64_t pos = t->state.data_position + b;
+    for (int32_t b = 0; b < t->rows; b++) {
+        int64_t pos = t->state.data_position + t->row0 + b;
         bool stream = info->seq_len == 0;
         uint64_t n_choices = stream ? (uint64_t)(info->n_tokens - L + 1)
                                     : (uint64_t)info->n_sequences;
@@ -568,7 +696,7 @@ NCTMC_API nctmc_status nctmc_trainer_step_dataset(nctmc_trainer *t, nctmc_datase
         return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT, "dataset is NULL");
     nctmc_status st = check_stats(t, stats);
     if (st == NCTMC_OK)
-        st = check_room(t, t->params.batch_size);
+        st = check_room(t, t->global_rows);
     if (st != NCTMC_OK)
         return st;
     nctmc_dataset_info info;
@@ -577,11 +705,13 @@ NCTMC_API nctmc_status nctmc_trainer_step_dataset(nctmc_trainer *t, nctmc_datase
     if (st != NCTMC_OK)
         return FAIL_INTO(t, st, "dataset: %s", nctmc_dataset_last_error(ds));
     st = check_dataset(t, &info);
+    if (st == NCTMC_OK && (!t->agreed || t->agreed_ds != ds))
+        st = trainer_agree(t, ds);
     if (st == NCTMC_OK)
         st = stage_dataset_batch(t, ds, &info);
     if (st != NCTMC_OK)
         return st;
-    t->state.data_position += t->params.batch_size;
+    t->state.data_position += t->global_rows;
     return run_step(t, stats);
 }
 

@@ -5,6 +5,7 @@
 #ifndef NCTMC_TRAINER_H
 #define NCTMC_TRAINER_H
 
+#include "comm/comm.h"
 #include "dit/dit.h"
 #include "model/model.h"
 
@@ -14,18 +15,33 @@ struct nctmc_trainer {
     nctmc_trainer_params params;
     int32_t seq_len;            /* L of every batch */
     dit_workspace *ws;          /* training activation arena */
+    /* The step's share of the global batch: rows (sequences) [row0, row0 +
+     * rows) of global_rows, in micro-batches of params.batch_size. */
+    int32_t rows;               /* batch_size x accumulation */
+    int64_t row0;
+    int64_t global_rows;
+    int32_t micro_total;        /* micro-batches of the global batch */
     /* Backend slabs with the model's parameter layout. */
     float *grads;
+    float *grad_part;           /* a micro-batch's gradient; NULL without
+                                   accumulation */
     float *adam_m;
     float *adam_v;
     float *ema;                 /* NULL when params.ema_decay is 0 */
-    /* Host staging for one batch, allocated once. */
-    int32_t *host_x0;           /* [B * L] */
-    int32_t *host_xt;           /* [B * L] */
-    int32_t *host_labels;       /* [B], or NULL for an unconditional model */
-    float *host_times;          /* [B] */
-    float *host_weights;        /* [B] importance weights of the times */
+    /* Host staging for the step's rows R = rows (all its micro-batches),
+     * allocated once. */
+    int32_t *host_x0;           /* [R * L] */
+    int32_t *host_xt;           /* [R * L] */
+    int32_t *host_labels;       /* [R], or NULL for an unconditional model */
+    float *host_times;          /* [R] */
+    float *host_weights;        /* [R] importance weights of the times */
     float *host_rate_h;         /* [B * L] for the mean log rate */
+    /* Data-parallel (params.comm of several ranks; else NULL / unused): the
+     * host copy of the gradient slab the ranks sum, and what the ranks last
+     * agreed on (trainer_agree.c): none yet, or the dataset of the steps. */
+    float *host_reduce;
+    bool agreed;
+    const nctmc_dataset *agreed_ds;
     nctmc_trainer_state state;
     char last_error[NCTMC_ERROR_SIZE];
 };
@@ -48,10 +64,24 @@ nctmc_status trainer_params_read(const nctmc_trainer_params *given, nctmc_traine
  * bounded like every size a file can ask for (docs/api.md). */
 #define TRAINER_MAX_BATCH_TOKENS ((int64_t)1 << 22)
 
+/* The most micro-batches per step (nctmc_trainer_params.accumulation), and
+ * the most tokens one step's micro-batches together may hold (the host
+ * staging of x_0 and x_t grows with it). */
+#define TRAINER_MAX_ACCUMULATION 4096
+#define TRAINER_MAX_STEP_TOKENS ((int64_t)1 << 26)
+
 /* Checks trainer parameters for a model of sequence length model_seq_len;
  * writes why on failure. */
 nctmc_status trainer_params_validate(const nctmc_trainer_params *p, int32_t model_seq_len,
                                      char *err, size_t err_size);
+
+/* Before the first step of a data-parallel run and whenever the dataset
+ * changes (ds NULL: the caller's batches), the ranks compare digests of the
+ * library version, the model's configuration, its weights and optimizer
+ * state, the parameters, the seed, the run's position and the dataset with
+ * rank 0's; collective. Any difference fails on every rank, naming it. A
+ * world of one agrees with itself. */
+nctmc_status trainer_agree(nctmc_trainer *t, nctmc_dataset *ds);
 
 /* Bytes of one parameter slab. */
 size_t trainer_slab_bytes(const nctmc_trainer *t);

@@ -67,6 +67,7 @@ static const trainer_field trainer_fields[] = {
     PARAM("nctmc.trainer.label_dropout", FIELD_F32, label_dropout),
     PARAM("nctmc.trainer.seed", FIELD_U64, seed),
     PARAM_ADDED("nctmc.trainer.time_sampling", FIELD_I32, time_sampling),
+    PARAM_ADDED("nctmc.trainer.accumulation", FIELD_I32, accumulation),
     STATE("nctmc.trainer.state.step", FIELD_I64, step),
     STATE("nctmc.trainer.state.optimizer_steps", FIELD_I64, optimizer_steps),
     STATE("nctmc.trainer.state.data_position", FIELD_I64, data_position),
@@ -197,22 +198,24 @@ static nctmc_status build_tensor_refs(nctmc_trainer *t, save_buffers *b)
     return NCTMC_OK;
 }
 
+/* The metadata names the run as one process would take it: the global
+ * batch as micro_total micro-batches of batch_size (N ranks x
+ * accumulation), so that any number of ranks can resume it. */
 static void build_meta(nctmc_trainer *t, save_buffers *b)
 {
+    nctmc_trainer_params saved = t->params;
+    saved.accumulation = t->micro_total;
+    saved.comm = NULL;
     for (int32_t k = 0; k < N_TRAINER_FIELDS; k++) {
         const trainer_field *f = &trainer_fields[k];
-        format_field(f, field_ptr(f, &t->params, &t->state), b->values[k]);
+        format_field(f, field_ptr(f, &saved, &t->state), b->values[k]);
         b->meta[k].key = f->key;
         b->meta[k].value = b->values[k];
     }
 }
 
-NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *t, const char *path)
+static nctmc_status save_local(nctmc_trainer *t, const char *path)
 {
-    if (!t)
-        return NCTMC_ERR_INVALID_ARGUMENT;
-    if (!path || !*path)
-        return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT, "checkpoint path is empty");
     save_buffers b;
     memset(&b, 0, sizeof b);
     nctmc_status st = download_slabs(t, &b);
@@ -239,6 +242,39 @@ NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *t, const char *path)
     if (st == NCTMC_OK)
         t->last_error[0] = '\0';
     return st;
+}
+
+/* With several ranks rank 0 writes the file and tells the others how it
+ * went: every rank returns the same status, after the file is complete. */
+NCTMC_API nctmc_status nctmc_trainer_save(nctmc_trainer *t, const char *path)
+{
+    if (!t)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    if (!path || !*path)
+        return FAIL_INTO(t, NCTMC_ERR_INVALID_ARGUMENT, "checkpoint path is empty");
+    nctmc_comm *comm = t->params.comm;
+    if (comm_size(comm) == 1)
+        return save_local(t, path);
+    struct {
+        int32_t status;
+        char message[NCTMC_ERROR_SIZE];
+    } outcome;
+    memset(&outcome, 0, sizeof outcome);
+    if (comm_rank(comm) == 0) {
+        outcome.status = save_local(t, path);
+        memcpy(outcome.message, t->last_error, sizeof outcome.message);
+    }
+    char why[NCTMC_ERROR_SIZE];
+    nctmc_status st = comm_broadcast(comm, &outcome, (int64_t)sizeof outcome, 0, why,
+                                     sizeof why);
+    if (st != NCTMC_OK)
+        return FAIL_INTO(t, st, "saving the checkpoint: %s", why);
+    if (outcome.status != NCTMC_OK && comm_rank(comm) != 0)
+        return FAIL_INTO(t, outcome.status, "rank 0 did not write the checkpoint: %s",
+                         outcome.message);
+    if (outcome.status == NCTMC_OK)
+        t->last_error[0] = '\0';
+    return outcome.status;
 }
 
 /* ---- resume ----------------------------------------------------------- */
@@ -362,17 +398,25 @@ static nctmc_status restore_slabs(nctmc_trainer *t, const st_file *file, char *e
 }
 
 /* The caller's parameters replace the saved ones; *given is already read
- * into this build's struct (trainer_params_read()). */
+ * into this build's struct (trainer_params_read()). The global batch
+ * (batch_size x accumulation) and seq_len must stay: the draws of a step
+ * depend on them. How the global batch splits into micro-batches may
+ * change. */
 static nctmc_status check_override(const nctmc_trainer_params *given,
                                    const nctmc_trainer_params *saved, char *err,
                                    size_t err_size)
 {
-    if (given->batch_size != saved->batch_size || given->seq_len != saved->seq_len)
+    int32_t ranks = comm_size(given->comm);
+    int64_t g = (int64_t)ranks * given->batch_size * given->accumulation;
+    int64_t s = (int64_t)saved->batch_size * saved->accumulation;
+    if (g != s || given->seq_len != saved->seq_len)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                           "resuming needs the saved batch_size %d and seq_len %d (given %d, "
+                           "resuming needs the saved global batch %lld (batch_size %d x "
+                           "accumulation %d) and seq_len %d (given %lld = %d ranks x %d x %d, "
                            "%d)",
-                           saved->batch_size, saved->seq_len, given->batch_size,
-                           given->seq_len);
+                           (long long)s, saved->batch_size, saved->accumulation,
+                           saved->seq_len, (long long)g, ranks, given->batch_size,
+                           given->accumulation, given->seq_len);
     return NCTMC_OK;
 }
 

@@ -190,6 +190,9 @@ class TrainerParams(Structure):
         ("seed", c_uint64),
         ("time_sampling", c_int32),
         ("activation_recompute", c_int32),
+        # appended after 0.7.0; an older library leaves it 0 and refuses a
+        # non-zero value it cannot see
+        ("accumulation", c_int32),
     ]
 
 

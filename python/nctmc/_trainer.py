@@ -55,6 +55,9 @@ class Trainer(Handle):
         self.model = model
         p = self.params
         self.batch_size = p["batch_size"]
+        #: sequences per step: batch_size x accumulation (0 from a library
+        #: without accumulation means 1)
+        self.step_rows = p["batch_size"] * (p["accumulation"] or 1)
         self.seq_len = p["seq_len"] or model.seq_len
 
     @classmethod
@@ -103,13 +106,13 @@ class Trainer(Handle):
                 "skipped": bool(s.skipped), "n_skipped": s.n_skipped}
 
     def step(self, tokens, labels=None):
-        """One step on a batch [batch_size, seq_len] of clean tokens; returns
-        the step's statistics as a dict."""
+        """One step on a batch [batch_size x accumulation, seq_len] of clean
+        tokens; returns the step's statistics as a dict."""
         t = C.int32_array(tokens, "tokens")
-        if t.size != self.batch_size * self.seq_len:
-            raise ValueError("tokens must hold batch_size x seq_len = %d x %d values"
-                             % (self.batch_size, self.seq_len))
-        lab = None if labels is None else C.int32_array(labels, "labels", count=self.batch_size)
+        if t.size != self.step_rows * self.seq_len:
+            raise ValueError("tokens must hold batch_size x accumulation x seq_len = %d x %d "
+                             "values" % (self.step_rows, self.seq_len))
+        lab = None if labels is None else C.int32_array(labels, "labels", count=self.step_rows)
         s = N.new(N.TrainStats)
         check(N.nctmc_trainer_step(self, _ptr(t), _ptr(lab), ctypes.byref(s)), self._error)
         return self._stats(s)

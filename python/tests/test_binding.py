@@ -775,6 +775,23 @@ def test_activation_recompute_gives_the_same_training(ctx):
     assert runs[0][1] == runs[1][1]
 
 
+def test_accumulation_draws_the_global_batch(ctx):
+    """Trainer(accumulation=2): a step takes batch_size x 2 sequences and
+    draws what one batch of that size draws (the first loss agrees to float
+    rounding); the parameter is reported back."""
+    batch = _markov_data(4, 77)
+    losses = []
+    for batch_size, accumulation in ((4, 1), (2, 2)):
+        model = nctmc.Model.create(ctx, vocab_size=S_TOKENS, seq_len=SEQ_LEN, n_layers=1,
+                                   d_model=32, n_heads=2, cond_dim=16, seed=5)
+        t = nctmc.Trainer(model, batch_size=batch_size, accumulation=accumulation, seed=2)
+        assert t.params["accumulation"] == accumulation
+        losses.append(t.step(batch)["loss"])
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6)
+    with pytest.raises(ValueError):
+        t.step(batch[:2])
+
+
 def test_labels_image_tokenizer_and_write_file(ctx, tmp_path):
     data = _markov_data(6, 3)
     nctmc.Dataset.write(tmp_path / "l.bin", data, vocab_size=S_TOKENS, seq_len=SEQ_LEN,

@@ -1,0 +1,146 @@
+#!/bin/sh
+# Data-parallel training over MPI through the nctmc tool (issue 35,
+# docs/distributed.md), on a tiny model, a few steps each:
+#   1. `mpirun -n 2` and `-n 3 nctmc train` write the same checkpoint bytes
+#      (weights, AdamW moments, EMA, metadata) as one process accumulating
+#      the same micro-batches: uniform and masked processes, class labels,
+#      clipping active (--clip 0.05 is far below the gradient norm);
+#   2. resume 2 -> 1 ranks equals the uninterrupted 2-rank run, and 2 -> 3
+#      ranks equals one process resuming with the same micro-batches;
+#   3. ranks that disagree (seed, model configuration) refuse, naming it;
+#   4. a rank killed with SIGKILL mid-run ends the job, non-zero, within
+#      60 s, and the last checkpoint loads.
+#
+#   test_distributed.sh PATH/TO/nctmc PATH/TO/digits.txt MPIRUN
+set -u
+nctmc=$1
+digits=$2
+mpirun=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# CI runs as root, which mpirun refuses unless told; shared memory between
+# the ranks of one machine (no network needed in a container)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
+failed=0
+ok() { :; }
+bad() {
+    failed=$((failed + 1))
+    echo "FAIL: $*"
+}
+# mpi N NAME ARGS...: runs N ranks of nctmc, output in $tmp/NAME.log
+mpi() {
+    n=$1 name=$2
+    shift 2
+    if timeout 300 "$mpirun" --oversubscribe -n "$n" "$nctmc" "$@" >"$tmp/$name.log" 2>&1; then
+        ok
+    else
+        bad "mpirun -n $n nctmc $* (status $?)"
+        tail -15 "$tmp/$name.log" | sed 's/^/  | /'
+    fi
+}
+one() {
+    name=$1
+    shift
+    if "$nctmc" "$@" >"$tmp/$name.log" 2>&1; then ok; else
+        bad "nctmc $* (status $?)"
+        tail -15 "$tmp/$name.log" | sed 's/^/  | /'
+    fi
+}
+same() {
+    if cmp "$tmp/$1" "$tmp/$2" >/dev/null 2>&1; then ok; else bad "$1 and $2 differ"; fi
+}
+has() {
+    if grep -q -- "$2" "$tmp/$1"; then ok; else
+        bad "'$2' not in $1"
+        tail -12 "$tmp/$1" | sed 's/^/  | /'
+    fi
+}
+
+"$nctmc" prepare --digits "$digits" --out "$tmp/dg" >/dev/null 2>&1 || bad "prepare"
+# constant rate after the warm-up, so that a resumed run with more --steps
+# follows the same schedule as an uninterrupted one
+tiny="--data $tmp/dg --layers 1 --d-model 32 --heads 2 --cond-dim 16 --threads 1 --warmup 2
+      --lr 1e-3 --min-lr-ratio 1 --clip 0.05 --ema 0.9 --eval-sequences 4
+      --eval-time-samples 1"
+
+# --- 1. N ranks = one process accumulating N micro-batches ---------------
+mpi 2 u2 train $tiny --steps 4 --batch 3 --out "$tmp/u2.st"
+one u1 train $tiny --steps 4 --batch 3 --accumulation 2 --out "$tmp/u1.st"
+same u2.st u1.st
+has u2.log "world: 2 ranks (mpi engine)"
+has u2.log "global batch 6"
+has u2.log "clip 0.05"
+has u2.log "10 classes"
+# only rank 0 prints
+[ "$(grep -c '^model:' "$tmp/u2.log")" = 1 ] || bad "more than one rank printed the setup"
+mpi 3 m3 train $tiny --steps 4 --batch 2 --process masked --out "$tmp/m3.st"
+one m1 train $tiny --steps 4 --batch 2 --accumulation 3 --process masked --out "$tmp/m1.st"
+same m3.st m1.st
+# the control: one batch of 6 is the same run only up to rounding
+one m6 train $tiny --steps 4 --batch 6 --process masked --out "$tmp/m6.st"
+cmp "$tmp/m6.st" "$tmp/m3.st" >/dev/null 2>&1 && bad "batch 6 and 3 ranks x 2 agree bit for bit"
+
+# --- 2. resume across rank counts ----------------------------------------
+mpi 2 full train $tiny --steps 8 --batch 3 --out "$tmp/full.st"
+# 2 -> 1: the saved split (batch 3 x 2 micro-batches) on one process
+one r21 train --data "$tmp/dg" --threads 1 --resume "$tmp/u2.st" --steps 8 \
+    --out "$tmp/r21.st"
+same r21.st full.st
+# 2 -> 3: 3 ranks x batch 2 = one process with 3 micro-batches of 2
+mpi 3 r23 train --data "$tmp/dg" --threads 1 --resume "$tmp/u2.st" --steps 8 --batch 2 \
+    --accumulation 1 --out "$tmp/r23.st"
+one r23ref train --data "$tmp/dg" --threads 1 --resume "$tmp/u2.st" --steps 8 --batch 2 \
+    --accumulation 3 --out "$tmp/r23ref.st"
+same r23.st r23ref.st
+has r23.log "global batch 6"
+
+# --- 3. ranks that disagree refuse ---------------------------------------
+refuse() {
+    name=$1 text=$2
+    shift 2
+    if timeout 300 "$mpirun" --oversubscribe "$@" >"$tmp/$name.log" 2>&1; then
+        bad "$name: ranks that disagree trained"
+    fi
+    has "$name.log" "$text"
+}
+refuse seed "differ from rank 0 in .*the seed" \
+    -n 1 "$nctmc" train $tiny --steps 2 --batch 2 --seed 1 --out "$tmp/s.st" : \
+    -n 1 "$nctmc" train $tiny --steps 2 --batch 2 --seed 2 --out "$tmp/s.st"
+refuse config "differ from rank 0 in the model's configuration" \
+    -n 1 "$nctmc" train $tiny --steps 2 --batch 2 --out "$tmp/c.st" : \
+    -n 1 "$nctmc" train $tiny --steps 2 --batch 2 --layers 2 --out "$tmp/c.st"
+[ -e "$tmp/s.st" ] && bad "a refused run wrote a checkpoint"
+
+# --- 4. a rank killed mid-run --------------------------------------------
+"$mpirun" --oversubscribe -n 2 "$nctmc" train $tiny --steps 1000000 --batch 2 \
+    --save-every 5 --out "$tmp/k.st" >"$tmp/kill.log" 2>&1 &
+job=$!
+waited=0
+while [ ! -e "$tmp/k.st" ] && [ $waited -lt 600 ]; do sleep 0.1; waited=$((waited + 1)); done
+victim=$(pgrep -P "$job" -f "$nctmc" | tail -1)
+if [ -z "$victim" ]; then
+    bad "no rank to kill (the job: $(tail -3 "$tmp/kill.log"))"
+else
+    kill -9 "$victim"
+    waited=0
+    while kill -0 "$job" 2>/dev/null && [ $waited -lt 600 ]; do sleep 0.1; waited=$((waited + 1)); done
+    if kill -0 "$job" 2>/dev/null; then
+        bad "the job still runs 60 s after a rank was killed"
+        pkill -9 -P "$job"
+        kill -9 "$job"
+    fi
+    wait "$job"
+    status=$?
+    [ "$status" -ne 0 ] || bad "the job exited 0 after a rank was killed"
+    has kill.log "signal 9"
+    one killinfo info "$tmp/k.st"
+    one killresume train --data "$tmp/dg" --threads 1 --resume "$tmp/k.st" --steps 6 \
+        --out "$tmp/k1.st"
+fi
+
+if [ "$failed" -ne 0 ]; then
+    echo "$failed check(s) failed"
+    exit 1
+fi
+echo "distributed: all checks passed"

@@ -1,0 +1,37 @@
+/*
+ * comm.h — the communicator the trainer uses for data-parallel training:
+ * rank, size, and the collective operations it needs (a fixed-order sum of
+ * float and double buffers, broadcast, barrier, abort). A world of one
+ * process needs no engine: every operation is then a no-op. Otherwise the
+ * engine is a run-time module (comm_module.h); the trainer never knows
+ * which.
+ */
+#ifndef NCTMC_COMM_H
+#define NCTMC_COMM_H
+
+#include "base/fail.h"
+#include "comm_module.h"
+
+struct nctmc_comm {
+    int32_t rank;
+    int32_t size;
+    const nctmc_comm_module *module; /* NULL for a world of one */
+    comm_engine *engine;
+    char launcher[64];               /* what started the job, for messages */
+    char last_error[NCTMC_ERROR_SIZE];
+};
+
+/* The rank and size of c; a NULL c is the world of one. */
+int32_t comm_rank(const nctmc_comm *c);
+int32_t comm_size(const nctmc_comm *c);
+
+/* buf[0..n) := the sum over ranks in rank order (comm_module.h). Writes why
+ * into err on failure. */
+nctmc_status comm_sum(nctmc_comm *c, void *buf, int64_t n, comm_type type, char *err,
+                      size_t err_size);
+
+/* buf[0..bytes) := rank `root`'s. */
+nctmc_status comm_broadcast(nctmc_comm *c, void *buf, int64_t bytes, int32_t root, char *err,
+                            size_t err_size);
+
+#endif /* NCTMC_COMM_H */
