@@ -1216,6 +1216,31 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
                                             const nctmc_trainer_params *params,
                                             nctmc_trainer **out);
 
+/**
+ * The memory nctmc_trainer_create() with the same model and params would
+ * allocate and the trainer then holds until nctmc_trainer_free(), without
+ * allocating anything (since 0.8.0, NCTMC_1.3); counted by the code that
+ * allocates, as for nctmc_sampler_memory():
+ *   *backend_bytes: the gradient and AdamW slabs (and the EMA slab when
+ *     ema_decay > 0), each the size of the model's weights, and the
+ *     training workspace (every block's activations, or with
+ *     activation_recompute the residual stream and one block's), each
+ *     request rounded up to 64 bytes;
+ *   *host_bytes: the trainer's struct, the workspace's tables and the batch
+ *     staging buffers, through the context's allocator hook.
+ * Not counted: the model's own weights; for a mapped model
+ * (nctmc_model_load_ex()) the copy of the weights that
+ * nctmc_trainer_create() first makes (owned by the model, as large as its
+ * weights); and a temporary host copy
+ * of the weights that creation holds for a moment to start the EMA (when
+ * ema_decay > 0). Either pointer may be NULL; both are set to 0 on failure.
+ * The same checks and errors as nctmc_trainer_create(), stored in the
+ * model (a const call: a success leaves the model's message alone).
+ */
+NCTMC_API nctmc_status nctmc_trainer_memory(const nctmc_model *model,
+                                            const nctmc_trainer_params *params,
+                                            size_t *backend_bytes, size_t *host_bytes);
+
 /** Releases a trainer and its reference to the model (which is destroyed
  *  now if the caller has freed it and nothing else holds it). */
 NCTMC_API void nctmc_trainer_free(nctmc_trainer *trainer);
@@ -1545,6 +1570,30 @@ NCTMC_API nctmc_status nctmc_sampler_params_init_sized(nctmc_sampler_params *par
 NCTMC_API nctmc_status nctmc_sampler_create(const nctmc_model *model,
                                             const nctmc_sampler_params *params,
                                             nctmc_sampler **out);
+
+/**
+ * The memory nctmc_sampler_create() with the same model and params would
+ * allocate and the sampler then holds until nctmc_sampler_free(), without
+ * allocating anything (since 0.8.0, NCTMC_1.3). Added up by the code that
+ * allocates, so the figures are exact for this build:
+ *   *backend_bytes: backend memory (the activation workspace and the
+ *     sampler's token buffers), each request rounded up to 64 bytes as the
+ *     CPU backend allocates it; on the CPU backend this is host memory that
+ *     goes through the context's allocator hook, on a GPU backend device
+ *     memory (whose allocator may round each request further).
+ *   *host_bytes: the host memory the sampler allocates through the
+ *     context's allocator (its struct, the workspace's tables and staging,
+ *     the sampler's host buffers), as the sizes the hook is asked for.
+ * Not counted: the model's weights (already allocated, or mapped), the
+ * context and its thread pool, OpenBLAS's own buffers, the CUDA runtime's.
+ * nctmc_sample() allocates nothing; nctmc_infill() allocates its
+ * tokenizer work (see there). Either pointer may be NULL; both are set to
+ * 0 on failure. The same checks and errors as nctmc_sampler_create(),
+ * stored in the same place (params->ctx when given, else the model).
+ */
+NCTMC_API nctmc_status nctmc_sampler_memory(const nctmc_model *model,
+                                            const nctmc_sampler_params *params,
+                                            size_t *backend_bytes, size_t *host_bytes);
 
 /** Releases a sampler and its references to the model and context (which are
  *  destroyed now if the caller has freed them and nothing else holds

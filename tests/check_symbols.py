@@ -40,6 +40,8 @@ ADDED = {
     "nctmc_tokenizer_pad_vocab": "NCTMC_1.2",
     "nctmc_features_init_sized": "NCTMC_1.3",
     "nctmc_get_features": "NCTMC_1.3",
+    "nctmc_sampler_memory": "NCTMC_1.3",
+    "nctmc_trainer_memory": "NCTMC_1.3",
 }
 NODES = {VERSION_NODE} | set(ADDED.values())
 
