@@ -267,6 +267,35 @@ enum {
  *  library call. */
 typedef void (*nctmc_log_fn)(nctmc_log_level level, const char *message, void *user_data);
 
+/**
+ * The process-wide log callback (since 0.8.0, NCTMC_1.3): receives the
+ * messages of calls made without a context, which have no other channel —
+ * the errors of tokenizer and dataset calls given a NULL ctx
+ * (nctmc_tokenizer_load(), nctmc_dataset_open(), nctmc_dataset_write(),
+ * nctmc_dataset_writer_create(), ...) and of nctmc_context_create() when its
+ * params set no log_fn — at or above `level`. Calls with a context log to
+ * that context's callback only. fn NULL removes the callback (user_data and
+ * level are then ignored). NCTMC_OK; NCTMC_ERR_INVALID_ARGUMENT for a level
+ * outside NCTMC_LOG_DEBUG .. NCTMC_LOG_ERROR; NCTMC_ERR_OUT_OF_MEMORY when
+ * the system cannot make the mutex that guards it.
+ *
+ * This is the library's one piece of process-wide mutable state, and the
+ * reason for it: a call made without a context has no handle whose callback
+ * could receive its message, and an application (or a binding) wants those
+ * messages in its own log without passing a context everywhere.
+ *
+ * Thread-safe: callable from any thread at any time, also from inside the
+ * callback. Messages are delivered one at a time (a mutex is held while the
+ * callback runs), on the thread that made the library call; the callback
+ * may call into the library, but must not wait for another thread that
+ * does. When this returns, no other thread is inside the callback it
+ * replaced, so that callback's user data may be released (a callback that
+ * replaces itself finishes its own call). The callback stays set until
+ * replaced (it is never reset at exit).
+ */
+NCTMC_API nctmc_status nctmc_set_log_callback(nctmc_log_fn fn, void *user_data,
+                                              nctmc_log_level level);
+
 typedef struct nctmc_context_params {
     size_t struct_size;
     /** "cpu"; "cuda" (NVIDIA GPU 0: TF32 matrix products, float16

@@ -41,6 +41,7 @@ ADDED = {
     "nctmc_features_init_sized": "NCTMC_1.3",
     "nctmc_get_features": "NCTMC_1.3",
     "nctmc_sampler_memory": "NCTMC_1.3",
+    "nctmc_set_log_callback": "NCTMC_1.3",
     "nctmc_trainer_memory": "NCTMC_1.3",
 }
 NODES = {VERSION_NODE} | set(ADDED.values())
