@@ -884,7 +884,12 @@ NCTMC_API nctmc_status nctmc_model_save(const nctmc_model *model, const char *pa
  * shape and byte range, the configuration, the checksum, and that every
  * value is finite. On the CPU backend the weights are then mapped from the
  * file rather than copied when its layout allows (NCTMC_LOAD_MAP_AUTO of
- * nctmc_model_load_ex(), which says what that means for the file).
+ * nctmc_model_load_ex(), which says what that means for the file). A
+ * checkpoint of bf16 or int8 weights (nctmc_model_convert()) is always
+ * copied: the reduced-precision kernels read one packed block with every
+ * tensor and scale on a 64-byte boundary, which a file's back-to-back
+ * tensors cannot provide (docs/formats.md, "Memory-mapped loading"); a
+ * mapped load says so at NCTMC_LOG_INFO.
  * NCTMC_ERR_IO when the file cannot be read, NCTMC_ERR_FORMAT when it cannot
  * be trusted. Errors are stored in ctx.
  */
