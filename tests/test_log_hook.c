@@ -74,11 +74,14 @@ static counted cb_a, cb_b;
 
 /* Stays a moment inside the callback, so that a setter that did not wait
  * for it would see it still running. */
+static atomic_uint linger_sink;
+
 static void linger(void)
 {
-    volatile unsigned x = 0;
+    unsigned x = 0;
     for (int k = 0; k < 20000; k++)
-        x += (unsigned)k;
+        x = x * 31u + (unsigned)k;
+    atomic_fetch_add_explicit(&linger_sink, x, memory_order_relaxed);
 }
 
 static void call_a(nctmc_log_level level, const char *msg, void *user)
