@@ -267,6 +267,35 @@ enum {
  *  library call. */
 typedef void (*nctmc_log_fn)(nctmc_log_level level, const char *message, void *user_data);
 
+/**
+ * The process-wide log callback (since 0.8.0, NCTMC_1.3): receives the
+ * messages of calls made without a context, which have no other channel —
+ * the errors of tokenizer and dataset calls given a NULL ctx
+ * (nctmc_tokenizer_load(), nctmc_dataset_open(), nctmc_dataset_write(),
+ * nctmc_dataset_writer_create(), ...) and of nctmc_context_create() when its
+ * params set no log_fn — at or above `level`. Calls with a context log to
+ * that context's callback only. fn NULL removes the callback (user_data and
+ * level are then ignored). NCTMC_OK; NCTMC_ERR_INVALID_ARGUMENT for a level
+ * outside NCTMC_LOG_DEBUG .. NCTMC_LOG_ERROR; NCTMC_ERR_OUT_OF_MEMORY when
+ * the system cannot make the mutex that guards it.
+ *
+ * This is the library's one piece of process-wide mutable state, and the
+ * reason for it: a call made without a context has no handle whose callback
+ * could receive its message, and an application (or a binding) wants those
+ * messages in its own log without passing a context everywhere.
+ *
+ * Thread-safe: callable from any thread at any time, also from inside the
+ * callback. Messages are delivered one at a time (a mutex is held while the
+ * callback runs), on the thread that made the library call; the callback
+ * may call into the library, but must not wait for another thread that
+ * does. When this returns, no other thread is inside the callback it
+ * replaced, so that callback's user data may be released (a callback that
+ * replaces itself finishes its own call). The callback stays set until
+ * replaced (it is never reset at exit).
+ */
+NCTMC_API nctmc_status nctmc_set_log_callback(nctmc_log_fn fn, void *user_data,
+                                              nctmc_log_level level);
+
 typedef struct nctmc_context_params {
     size_t struct_size;
     /** "cpu"; "cuda" (NVIDIA GPU 0: TF32 matrix products, float16
@@ -855,7 +884,12 @@ NCTMC_API nctmc_status nctmc_model_save(const nctmc_model *model, const char *pa
  * shape and byte range, the configuration, the checksum, and that every
  * value is finite. On the CPU backend the weights are then mapped from the
  * file rather than copied when its layout allows (NCTMC_LOAD_MAP_AUTO of
- * nctmc_model_load_ex(), which says what that means for the file).
+ * nctmc_model_load_ex(), which says what that means for the file). A
+ * checkpoint of bf16 or int8 weights (nctmc_model_convert()) is always
+ * copied: the reduced-precision kernels read one packed block with every
+ * tensor and scale on a 64-byte boundary, which a file's back-to-back
+ * tensors cannot provide (docs/formats.md, "Memory-mapped loading"); a
+ * mapped load says so at NCTMC_LOG_INFO.
  * NCTMC_ERR_IO when the file cannot be read, NCTMC_ERR_FORMAT when it cannot
  * be trusted. Errors are stored in ctx.
  */
@@ -1317,6 +1351,31 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
                                             const nctmc_trainer_params *params,
                                             nctmc_trainer **out);
 
+/**
+ * The memory nctmc_trainer_create() with the same model and params would
+ * allocate and the trainer then holds until nctmc_trainer_free(), without
+ * allocating anything (since 0.8.0, NCTMC_1.3); counted by the code that
+ * allocates, as for nctmc_sampler_memory():
+ *   *backend_bytes: the gradient and AdamW slabs (and the EMA slab when
+ *     ema_decay > 0), each the size of the model's weights, and the
+ *     training workspace (every block's activations, or with
+ *     activation_recompute the residual stream and one block's), each
+ *     request rounded up to 64 bytes;
+ *   *host_bytes: the trainer's struct, the workspace's tables and the batch
+ *     staging buffers, through the context's allocator hook.
+ * Not counted: the model's own weights; for a mapped model
+ * (nctmc_model_load_ex()) the copy of the weights that
+ * nctmc_trainer_create() first makes (owned by the model, as large as its
+ * weights); and a temporary host copy
+ * of the weights that creation holds for a moment to start the EMA (when
+ * ema_decay > 0). Either pointer may be NULL; both are set to 0 on failure.
+ * The same checks and errors as nctmc_trainer_create(), stored in the
+ * model (a const call: a success leaves the model's message alone).
+ */
+NCTMC_API nctmc_status nctmc_trainer_memory(const nctmc_model *model,
+                                            const nctmc_trainer_params *params,
+                                            size_t *backend_bytes, size_t *host_bytes);
+
 /** Releases a trainer and its reference to the model (which is destroyed
  *  now if the caller has freed it and nothing else holds it). */
 NCTMC_API void nctmc_trainer_free(nctmc_trainer *trainer);
@@ -1646,6 +1705,30 @@ NCTMC_API nctmc_status nctmc_sampler_params_init_sized(nctmc_sampler_params *par
 NCTMC_API nctmc_status nctmc_sampler_create(const nctmc_model *model,
                                             const nctmc_sampler_params *params,
                                             nctmc_sampler **out);
+
+/**
+ * The memory nctmc_sampler_create() with the same model and params would
+ * allocate and the sampler then holds until nctmc_sampler_free(), without
+ * allocating anything (since 0.8.0, NCTMC_1.3). Added up by the code that
+ * allocates, so the figures are exact for this build:
+ *   *backend_bytes: backend memory (the activation workspace and the
+ *     sampler's token buffers), each request rounded up to 64 bytes as the
+ *     CPU backend allocates it; on the CPU backend this is host memory that
+ *     goes through the context's allocator hook, on a GPU backend device
+ *     memory (whose allocator may round each request further).
+ *   *host_bytes: the host memory the sampler allocates through the
+ *     context's allocator (its struct, the workspace's tables and staging,
+ *     the sampler's host buffers), as the sizes the hook is asked for.
+ * Not counted: the model's weights (already allocated, or mapped), the
+ * context and its thread pool, OpenBLAS's own buffers, the CUDA runtime's.
+ * nctmc_sample() allocates nothing; nctmc_infill() allocates its
+ * tokenizer work (see there). Either pointer may be NULL; both are set to
+ * 0 on failure. The same checks and errors as nctmc_sampler_create(),
+ * stored in the same place (params->ctx when given, else the model).
+ */
+NCTMC_API nctmc_status nctmc_sampler_memory(const nctmc_model *model,
+                                            const nctmc_sampler_params *params,
+                                            size_t *backend_bytes, size_t *host_bytes);
 
 /** Releases a sampler and its references to the model and context (which are
  *  destroyed now if the caller has freed them and nothing else holds

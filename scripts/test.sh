@@ -107,7 +107,7 @@ UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 # operations, the samplers and training (about a minute under TSan on two
 # cores; eval's enumerations take minutes there and add no thread use).
 echo "== gcc + TSan: the thread tests =="
-tsan_tests="thread_pool api cpu_dense sampler sampler_math trainer lifetimes errors cancel quant_kernels"
+tsan_tests="thread_pool api cpu_dense sampler sampler_math trainer lifetimes errors cancel quant_kernels log_hook"
 configure build-ci-tsan -Dreference_tests=disabled -Dcuda=disabled -Db_sanitize=thread \
     -Dbuildtype=debugoptimized -Db_lundef=false
 ninja -C build-ci-tsan $(for t in $tsan_tests; do printf 'tests/test_%s ' "$t"; done)

@@ -40,6 +40,9 @@ ADDED = {
     "nctmc_tokenizer_pad_vocab": "NCTMC_1.2",
     "nctmc_features_init_sized": "NCTMC_1.3",
     "nctmc_get_features": "NCTMC_1.3",
+    "nctmc_sampler_memory": "NCTMC_1.3",
+    "nctmc_set_log_callback": "NCTMC_1.3",
+    "nctmc_trainer_memory": "NCTMC_1.3",
     # after 0.7.0: data-parallel training (docs/distributed.md)
     "nctmc_comm_abort": "NCTMC_1.3",
     "nctmc_comm_barrier": "NCTMC_1.3",

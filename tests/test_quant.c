@@ -2,7 +2,8 @@
  * test_quant.c — models with reduced-precision weights through the public
  * API only (libnctmc.so and nctmc.h): nctmc_model_convert(), its forward
  * pass against the float model's, sampling, the format-3 checkpoint (round
- * trip bit for bit) and the calls a sampling-only model refuses. What a
+ * trip bit for bit; copied, never mapped, with the reason logged at INFO)
+ * and the calls a sampling-only model refuses. What a
  * converted model holds against the library's own rounding, the file's
  * layout and every damaged variant are test_quant_internal.c's.
  */
@@ -153,6 +154,46 @@ static void test_refusals(nctmc_context *ctx, nctmc_model *f, nctmc_model *b)
 
 /* ---- checkpoints ---------------------------------------------------------- */
 
+static char copy_note[512];
+
+static void keep_copy_note(nctmc_log_level level, const char *msg, void *user)
+{
+    (void)user;
+    if (level == NCTMC_LOG_INFO && strstr(msg, "copying the weights"))
+        snprintf(copy_note, sizeof copy_note, "%s", msg);
+}
+
+/* A reduced checkpoint is copied, never mapped, and a mapped load says why
+ * at NCTMC_LOG_INFO (docs/formats.md, "Memory-mapped loading"). */
+static void test_not_mapped(const char *path, const char *type)
+{
+    nctmc_context_params cp;
+    nctmc_context_params_init(&cp);
+    cp.backend = "cpu";
+    cp.n_threads = 1;
+    cp.log_fn = keep_copy_note;
+    cp.log_level = NCTMC_LOG_INFO;
+    nctmc_context *ctx = NULL;
+    CHECK(nctmc_context_create(&cp, &ctx) == NCTMC_OK, "context");
+    nctmc_load_mapping modes[] = {NCTMC_LOAD_MAP_AUTO, NCTMC_LOAD_MAP_LAZY};
+    for (size_t i = 0; i < 2 && ctx; i++) {
+        copy_note[0] = '\0';
+        nctmc_load_params lp;
+        nctmc_load_params_init(&lp);
+        lp.mapping = modes[i];
+        nctmc_model *m = NULL;
+        CHECK(nctmc_model_load_ex(ctx, path, &lp, &m) == NCTMC_OK, "load %s", path);
+        CHECK(m && nctmc_model_is_mapped(m) == 0, "%s weights are copied (mapping %d)", type,
+              (int)modes[i]);
+        char want[64];
+        snprintf(want, sizeof want, "not mapped: %s weights", type);
+        CHECK(strstr(copy_note, want), "%s, mapping %d: INFO says why: \"%s\"", type,
+              (int)modes[i], copy_note);
+        nctmc_model_free(m);
+    }
+    nctmc_context_free(ctx);
+}
+
 static void test_round_trip(nctmc_context *ctx, const nctmc_model *m, const char *name)
 {
     char path[256];
@@ -182,6 +223,7 @@ static void test_round_trip(nctmc_context *ctx, const nctmc_model *m, const char
     sample(back, t2);
     CHECK(memcmp(t1, t2, sizeof t1) == 0, "%s: the loaded model samples the same tokens", name);
     nctmc_model_free(back);
+    test_not_mapped(path, nctmc_model_weight_type(m) == NCTMC_WEIGHT_BF16 ? "bf16" : "int8");
 }
 
 int main(void)

@@ -150,4 +150,44 @@ static inline char *mem_strdup(const nctmc_allocator *a, const char *s)
     return c;
 }
 
+/* The memory a handle will take, added up by the same code that allocates
+ * it (nctmc_sampler_memory(), nctmc_trainer_memory()): host bytes as
+ * mem_alloc is asked for them (0 counts as 1), backend bytes as the CPU
+ * backend allocates them (each request rounded up to NCTMC_MEM_SLAB_ALIGN,
+ * 0 as one granule). overflow: some size did not fit a size_t. */
+typedef struct mem_need {
+    size_t backend_bytes;
+    size_t host_bytes;
+    int overflow;
+} mem_need;
+
+static inline void mem_need_add(size_t *total, int *overflow, size_t n, size_t elem,
+                                size_t granule)
+{
+    if (elem != 0 && n > SIZE_MAX / elem) {
+        *overflow = 1;
+        return;
+    }
+    size_t bytes = n * elem;
+    if (bytes == 0)
+        bytes = 1;
+    size_t rounded = (bytes + granule - 1) / granule * granule;
+    if (rounded < bytes || *total > SIZE_MAX - rounded)
+        *overflow = 1;
+    else
+        *total += rounded;
+}
+
+/* Counts n * elem host bytes. */
+static inline void mem_need_host(mem_need *need, size_t n, size_t elem)
+{
+    mem_need_add(&need->host_bytes, &need->overflow, n, elem, 1);
+}
+
+/* Counts n * elem backend bytes. */
+static inline void mem_need_backend(mem_need *need, size_t n, size_t elem)
+{
+    mem_need_add(&need->backend_bytes, &need->overflow, n, elem, NCTMC_MEM_SLAB_ALIGN);
+}
+
 #endif /* NCTMC_ALLOC_H */

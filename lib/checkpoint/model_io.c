@@ -637,11 +637,20 @@ nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
     nctmc_weight_type weight_type = NCTMC_WEIGHT_F32;
     nctmc_tokenizer *tok = NULL;
     nctmc_status st = read_config(file, &cfg, &dims, &weight_type, !lazy, err, err_size);
-    /* reduced weights are copied (model_quant.c packs them), so a lazy
-     * load of them checks the checksum after all */
+    /* reduced weights are copied into the packed storage (model_quant.h:
+     * each tensor's data and int8 scales on a QUANT_PACK_ALIGN boundary,
+     * addressed from the shapes), which a safetensors file's back-to-back
+     * tensors cannot provide (docs/formats.md, "Memory-mapped loading");
+     * a lazy load of them checks the checksum after all */
     if (st == NCTMC_OK && weight_type != NCTMC_WEIGHT_F32) {
         if (lazy)
             st = st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size);
+        if (map)
+            ctx_log(ctx, NCTMC_LOG_INFO,
+                    "model: copying the weights (not mapped: %s weights are read into the "
+                    "packed storage of the reduced-precision kernels, whose 64-byte-aligned "
+                    "layout a checkpoint file cannot have)",
+                    quant_type_name(weight_type));
         map = lazy = false;
     }
     if (st == NCTMC_OK)

@@ -13,6 +13,7 @@
 #include "base/abi.h"
 #include "backend/backend_module.h"
 #include "base/text_escape.h"
+#include "log_hook.h"
 
 static void log_message(nctmc_log_fn fn, void *user, nctmc_log_level min_level,
                         nctmc_log_level level, const char *fmt, va_list ap)
@@ -27,8 +28,14 @@ static void log_message(nctmc_log_fn fn, void *user, nctmc_log_level min_level,
 
 void ctx_log(const nctmc_context *ctx, nctmc_log_level level, const char *fmt, ...)
 {
-    if (!ctx)
+    if (!ctx) {
+        /* a call without a context: the process-wide callback, if any */
+        va_list ap;
+        va_start(ap, fmt);
+        log_hook_vemit(level, fmt, ap);
+        va_end(ap);
         return;
+    }
     /* The lock is taken on a const context: it guards the callback, which
      * nctmc_context_free() may detach from another thread. */
     nctmc_context *c = (nctmc_context *)ctx;
@@ -65,6 +72,8 @@ static nctmc_status fail_params(const nctmc_context_params *p, nctmc_status stat
     write_error_buffer(p, msg);
     if (p && p->log_fn)
         p->log_fn(NCTMC_LOG_ERROR, msg, p->log_user_data);
+    else
+        log_hook_emit(NCTMC_LOG_ERROR, "%s", msg);
     return status;
 }
 

@@ -41,7 +41,9 @@ void ctx_retain(nctmc_context *ctx);
  * NULL does nothing. */
 void ctx_release(nctmc_context *ctx);
 
-/* Delivers a message to the context's log callback if its level is enabled. */
+/* Delivers a message to the context's log callback if its level is enabled;
+ * with a NULL ctx (a call made without a context), to the process-wide
+ * callback (nctmc_set_log_callback()) if one is set. */
 void ctx_log(const nctmc_context *ctx, nctmc_log_level level, const char *fmt, ...)
     NCTMC_PRINTF(3, 4);
 

@@ -1,5 +1,6 @@
 /*
- * ctx_report.c — see ctx_report.h.
+ * ctx_report.c — see ctx_report.h. Without a context the message goes to
+ * the process-wide log callback (log_hook.h).
  */
 #include "ctx_report.h"
 
@@ -7,16 +8,20 @@
 #include <stdio.h>
 
 #include "base/text_escape.h"
+#include "log_hook.h"
 
 nctmc_status ctx_report_fail(nctmc_context *ctx, nctmc_status status, const char *fmt, ...)
 {
-    if (!ctx)
-        return status;
     char raw[NCTMC_ERROR_SIZE];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    if (!ctx) {
+        /* no context to hold it: the process-wide callback, if any */
+        log_hook_emit(NCTMC_LOG_ERROR, "%s", raw);
+        return status;
+    }
     text_escape(ctx->last_error, sizeof ctx->last_error, raw);
     return ctx_report_logged(ctx, status);
 }

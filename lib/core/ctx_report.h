@@ -1,7 +1,9 @@
 /*
  * ctx_report.h — failing from an entry point whose errors belong to a
  * context that may be NULL (tokenizer creation and loading, datasets): the
- * message is stored in the context and logged at NCTMC_LOG_ERROR.
+ * message is stored in the context and logged at NCTMC_LOG_ERROR; with a
+ * NULL context it goes to the process-wide log callback
+ * (nctmc_set_log_callback()).
  */
 #ifndef NCTMC_CTX_REPORT_H
 #define NCTMC_CTX_REPORT_H

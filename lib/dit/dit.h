@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/alloc.h"
 #include "model/model.h"
 
 /* One batch, host memory. x_0 is needed only by the loss. */
@@ -46,6 +47,14 @@ enum {
 nctmc_status dit_workspace_create(const nctmc_model *model, nctmc_backend *be,
                                   int32_t max_batch, int32_t max_length, int32_t mode,
                                   dit_workspace **out, char *err, size_t err_size);
+
+/* Adds to *need what dit_workspace_create with the same arguments would
+ * allocate (the arena as backend bytes; the struct, tables and staging as
+ * host bytes), computed by the same planning code, without allocating;
+ * the same checks and errors as creation. */
+nctmc_status dit_workspace_need(const nctmc_model *model, nctmc_backend *be, int32_t max_batch,
+                                int32_t max_length, int32_t mode, mem_need *need, char *err,
+                                size_t err_size);
 
 /* The bytes of the workspace's backend arena (activations and scratch). */
 size_t dit_workspace_bytes(const dit_workspace *ws);

@@ -114,11 +114,16 @@ static void plan_workspace(arena_plan *p, dit_workspace *ws, const ws_sizes *z)
     plan_f(p, &ws->t_a3, z->B, z->c);
     plan_f(p, &ws->cond, z->B, z->c);
     plan_f(p, &ws->x_embed, z->N, z->d);
+    /* while sizing without a layer table (dit_workspace_need), the
+     * pointers go to scratch: only p->bytes matters */
+    dit_layer_acts scratch[2];
     for (int32_t k = 0; k < ws->n_layer_acts; k++) {
+        dit_layer_acts *a = ws->layers ? &ws->layers[k] : &scratch[k > 0];
+        const dit_layer_acts *first = ws->layers ? &ws->layers[0] : &scratch[0];
         if (ws->recompute && k > 0)
-            plan_stream_layer(p, &ws->layers[k], &ws->layers[0], z);
+            plan_stream_layer(p, a, first, z);
         else
-            plan_layer(p, &ws->layers[k], z, ws->training);
+            plan_layer(p, a, z, ws->training);
     }
     plan_f(p, &ws->modf, z->B, 2 * z->d);
     plan_f(p, &ws->lnf_mean, z->N, 1);
@@ -191,14 +196,46 @@ static nctmc_status check_shape(const nctmc_model *m, int32_t B, int32_t L, char
     return NCTMC_OK;
 }
 
-static nctmc_status alloc_host_staging(dit_workspace *ws, const nctmc_model *m, size_t N,
-                                       char *err, size_t err_size)
+/* The host blocks of a workspace, in bytes: its struct, the layer table,
+ * the gradient views (training) and the staging buffers. */
+typedef struct ws_host_sizes {
+    size_t self, layers, grad_blocks, labels, loss, time_input;
+} ws_host_sizes;
+
+static void host_sizes(const nctmc_model *m, const dit_workspace *ws, size_t N,
+                       ws_host_sizes *h)
 {
-    ws->host_labels = mem_alloc(ws->be->alloc, (size_t)ws->max_batch * sizeof(int32_t));
-    ws->host_loss = mem_alloc(ws->be->alloc, N * sizeof(float));
-    if (m->config.time_input != NCTMC_TIME_INPUT_T) {
-        ws->host_time_input =
-            mem_alloc(ws->be->alloc, (size_t)ws->max_batch * sizeof(float));
+    h->self = sizeof(dit_workspace);
+    h->layers = (size_t)ws->n_layer_acts * sizeof(dit_layer_acts);
+    h->grad_blocks = ws->training ? (size_t)m->dims.n_layers * sizeof *ws->grad_blocks : 0;
+    h->labels = (size_t)ws->max_batch * sizeof(int32_t);
+    h->loss = N * sizeof(float);
+    h->time_input =
+        m->config.time_input != NCTMC_TIME_INPUT_T ? (size_t)ws->max_batch * sizeof(float) : 0;
+}
+
+/* Sets what the workspace's layout depends on (before any planning). */
+static void describe(dit_workspace *ws, const nctmc_model *m, nctmc_backend *be, int32_t B,
+                     int32_t L, int32_t mode)
+{
+    ws->be = be;
+    ws->training = mode != DIT_WS_INFERENCE;
+    ws->recompute = mode == DIT_WS_TRAINING_RECOMPUTE;
+    ws->acts_layer = -1;
+    ws->max_batch = B;
+    ws->max_length = L;
+    ws->time_input_kind = m->config.time_input;
+    ws->denoiser = model_config_denoiser(&m->config);
+    ws->n_layer_acts = ws->training ? m->dims.n_layers : 1;
+}
+
+static nctmc_status alloc_host_staging(dit_workspace *ws, const nctmc_model *m,
+                                       const ws_host_sizes *h, char *err, size_t err_size)
+{
+    ws->host_labels = mem_alloc(ws->be->alloc, h->labels);
+    ws->host_loss = mem_alloc(ws->be->alloc, h->loss);
+    if (h->time_input) {
+        ws->host_time_input = mem_alloc(ws->be->alloc, h->time_input);
         if (!ws->host_time_input)
             return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                                "out of host memory for the workspace");
@@ -211,45 +248,74 @@ static nctmc_status alloc_host_staging(dit_workspace *ws, const nctmc_model *m, 
     return NCTMC_OK;
 }
 
+/* The checks and sizes both creation and dit_workspace_need start with. */
+static nctmc_status prepare(const nctmc_model *m, nctmc_backend *be, int32_t B, int32_t L,
+                            int32_t mode, ws_sizes *z, char *err, size_t err_size)
+{
+    if (mode != DIT_WS_INFERENCE && mode != DIT_WS_TRAINING && mode != DIT_WS_TRAINING_RECOMPUTE)
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "workspace mode %d",
+                           (int)mode);
+    nctmc_status st = check_shape(m, B, L, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
+    return size_workspace(m, be, B, L, z, err, err_size);
+}
+
+static nctmc_status arena_overflow(int32_t B, int32_t L, char *err, size_t err_size)
+{
+    return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                       "workspace for batch %d x length %d overflows", B, L);
+}
+
+nctmc_status dit_workspace_need(const nctmc_model *m, nctmc_backend *be, int32_t B, int32_t L,
+                                int32_t mode, mem_need *need, char *err, size_t err_size)
+{
+    ws_sizes z;
+    nctmc_status st = prepare(m, be, B, L, mode, &z, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
+    dit_workspace ws;
+    memset(&ws, 0, sizeof ws);
+    describe(&ws, m, be, B, L, mode);
+    arena_plan sizing = {NULL, 0, false};
+    plan_workspace(&sizing, &ws, &z);
+    if (sizing.overflow)
+        return arena_overflow(B, L, err, err_size);
+    ws_host_sizes h;
+    host_sizes(m, &ws, z.N, &h);
+    mem_need_backend(need, sizing.bytes, 1);
+    size_t host[] = {h.self, h.layers, h.grad_blocks, h.labels, h.loss, h.time_input};
+    for (size_t k = 0; k < sizeof host / sizeof host[0]; k++)
+        if (host[k])
+            mem_need_host(need, host[k], 1);
+    return NCTMC_OK;
+}
+
 nctmc_status dit_workspace_create(const nctmc_model *m, nctmc_backend *be, int32_t B,
                                   int32_t L, int32_t mode, dit_workspace **out, char *err,
                                   size_t err_size)
 {
     *out = NULL;
-    if (mode != DIT_WS_INFERENCE && mode != DIT_WS_TRAINING && mode != DIT_WS_TRAINING_RECOMPUTE)
-        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "workspace mode %d",
-                           (int)mode);
-    bool training = mode != DIT_WS_INFERENCE;
-    nctmc_status st = check_shape(m, B, L, err, err_size);
-    if (st != NCTMC_OK)
-        return st;
     ws_sizes z;
-    if ((st = size_workspace(m, be, B, L, &z, err, err_size)) != NCTMC_OK)
+    nctmc_status st = prepare(m, be, B, L, mode, &z, err, err_size);
+    if (st != NCTMC_OK)
         return st;
     dit_workspace *ws = mem_calloc(be->alloc, 1, sizeof *ws);
     if (!ws)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
-    ws->be = be;
-    ws->training = training;
-    ws->recompute = mode == DIT_WS_TRAINING_RECOMPUTE;
-    ws->acts_layer = -1;
-    ws->max_batch = B;
-    ws->max_length = L;
-    ws->time_input_kind = m->config.time_input;
-    ws->denoiser = model_config_denoiser(&m->config);
-    ws->n_layer_acts = training ? m->dims.n_layers : 1;
-    ws->layers = mem_calloc(be->alloc, (size_t)ws->n_layer_acts, sizeof *ws->layers);
-    if (training)
-        ws->grad_blocks =
-            mem_calloc(be->alloc, (size_t)m->dims.n_layers, sizeof *ws->grad_blocks);
-    if (!ws->layers || (training && !ws->grad_blocks))
+    describe(ws, m, be, B, L, mode);
+    ws_host_sizes h;
+    host_sizes(m, ws, z.N, &h);
+    ws->layers = mem_calloc(be->alloc, 1, h.layers);
+    if (h.grad_blocks)
+        ws->grad_blocks = mem_calloc(be->alloc, 1, h.grad_blocks);
+    if (!ws->layers || (h.grad_blocks && !ws->grad_blocks))
         st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     arena_plan sizing = {NULL, 0, false};
     if (st == NCTMC_OK) {
         plan_workspace(&sizing, ws, &z);
         if (sizing.overflow)
-            st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
-                             "workspace for batch %d x length %d overflows", B, L);
+            st = arena_overflow(B, L, err, err_size);
     }
     if (st == NCTMC_OK && !(ws->arena = be->ops->alloc(be, sizing.bytes)))
         st = fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
@@ -260,7 +326,7 @@ nctmc_status dit_workspace_create(const nctmc_model *m, nctmc_backend *be, int32
         plan_workspace(&placing, ws, &z);
         ws->arena_bytes = placing.bytes;
         link_residual_stream(ws);
-        st = alloc_host_staging(ws, m, z.N, err, err_size);
+        st = alloc_host_staging(ws, m, &h, err, err_size);
     }
     if (st != NCTMC_OK) {
         dit_workspace_free(ws);

@@ -56,8 +56,14 @@ static nctmc_status check_sampler_params(const nctmc_model *m, const nctmc_sampl
     return NCTMC_OK;
 }
 
-static void *backend_alloc(nctmc_sampler *s, size_t n, size_t elem, bool *ok)
+/* The buffers are listed once, in sampler_buffers: with `need` set it only
+ * adds up their sizes (nctmc_sampler_memory()), without it allocates them. */
+static void *backend_alloc(nctmc_sampler *s, mem_need *need, size_t n, size_t elem, bool *ok)
 {
+    if (need) {
+        mem_need_backend(need, n, elem);
+        return NULL;
+    }
     size_t bytes;
     void *p = checked_mul(n, elem, &bytes) ? s->be->ops->alloc(s->be, bytes) : NULL;
     if (!p)
@@ -65,8 +71,12 @@ static void *backend_alloc(nctmc_sampler *s, size_t n, size_t elem, bool *ok)
     return p;
 }
 
-static void *host_alloc(nctmc_sampler *s, size_t n, size_t elem, bool *ok)
+static void *host_alloc(nctmc_sampler *s, mem_need *need, size_t n, size_t elem, bool *ok)
 {
+    if (need) {
+        mem_need_host(need, n, elem);
+        return NULL;
+    }
     size_t bytes;
     void *p = checked_mul(n, elem, &bytes) ? mem_alloc(s->be->alloc, bytes) : NULL;
     if (!p)
@@ -74,27 +84,42 @@ static void *host_alloc(nctmc_sampler *s, size_t n, size_t elem, bool *ok)
     return p;
 }
 
-static nctmc_status alloc_buffers(nctmc_sampler *s, char *err, size_t err_size)
+static bool sampler_buffers(nctmc_sampler *s, mem_need *need)
 {
     size_t n = (size_t)s->max_batch * (size_t)s->max_length;
     size_t n_model = (size_t)s->ws_batch * (size_t)s->max_length;
     bool ok = true;
-    s->d_tokens = backend_alloc(s, n, sizeof(int32_t), &ok);
-    s->d_fixed_mask = backend_alloc(s, n, sizeof(uint8_t), &ok);
-    s->d_fixed_tokens = backend_alloc(s, n, sizeof(int32_t), &ok);
-    s->d_proposal = backend_alloc(s, n, sizeof(int32_t), &ok);
-    s->d_prob = backend_alloc(s, n, sizeof(float), &ok);
-    s->h_tokens = host_alloc(s, n_model, sizeof(int32_t), &ok);
-    s->h_times = host_alloc(s, (size_t)s->ws_batch, sizeof(float), &ok);
-    s->h_labels = host_alloc(s, (size_t)s->ws_batch, sizeof(int32_t), &ok);
-    s->h_proposal = host_alloc(s, n, sizeof(int32_t), &ok);
-    s->h_prob = host_alloc(s, n, sizeof(float), &ok);
-    s->h_done = host_alloc(s, (size_t)s->max_batch, sizeof(bool), &ok);
-    if (!ok)
+    s->d_tokens = backend_alloc(s, need, n, sizeof(int32_t), &ok);
+    s->d_fixed_mask = backend_alloc(s, need, n, sizeof(uint8_t), &ok);
+    s->d_fixed_tokens = backend_alloc(s, need, n, sizeof(int32_t), &ok);
+    s->d_proposal = backend_alloc(s, need, n, sizeof(int32_t), &ok);
+    s->d_prob = backend_alloc(s, need, n, sizeof(float), &ok);
+    s->h_tokens = host_alloc(s, need, n_model, sizeof(int32_t), &ok);
+    s->h_times = host_alloc(s, need, (size_t)s->ws_batch, sizeof(float), &ok);
+    s->h_labels = host_alloc(s, need, (size_t)s->ws_batch, sizeof(int32_t), &ok);
+    s->h_proposal = host_alloc(s, need, n, sizeof(int32_t), &ok);
+    s->h_prob = host_alloc(s, need, n, sizeof(float), &ok);
+    s->h_done = host_alloc(s, need, (size_t)s->max_batch, sizeof(bool), &ok);
+    return ok;
+}
+
+static nctmc_status alloc_buffers(nctmc_sampler *s, char *err, size_t err_size)
+{
+    if (!sampler_buffers(s, NULL))
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                            "cannot allocate the sampler's buffers for %d x %d tokens",
                            s->max_batch, s->max_length);
     return NCTMC_OK;
+}
+
+/* The shape a sampler for these (checked) parameters has. */
+static void sampler_shape(nctmc_sampler *s, const nctmc_model *model,
+                          const nctmc_sampler_params *params, nctmc_context *ctx)
+{
+    s->be = ctx->backend;
+    s->max_batch = params->max_batch;
+    s->max_length = params->max_length ? params->max_length : model->dims.L;
+    s->ws_batch = model->config.n_classes > 0 ? 2 * s->max_batch : s->max_batch;
 }
 
 /* Where a failed nctmc_sampler_create() leaves its message: the context the
@@ -131,11 +156,8 @@ static nctmc_status sampler_build(const nctmc_model *model, const nctmc_sampler_
     ctx_retain(ctx);
     s->model = model;
     s->ctx = ctx;
-    s->be = ctx->backend;
     atomic_init(&s->cancel, 0);
-    s->max_batch = params->max_batch;
-    s->max_length = params->max_length ? params->max_length : model->dims.L;
-    s->ws_batch = model->config.n_classes > 0 ? 2 * s->max_batch : s->max_batch;
+    sampler_shape(s, model, params, ctx);
     st = dit_workspace_create(model, s->be, s->ws_batch, s->max_length, DIT_WS_INFERENCE, &s->ws, err,
                               err_size);
     if (st == NCTMC_OK)
@@ -148,24 +170,30 @@ static nctmc_status sampler_build(const nctmc_model *model, const nctmc_sampler_
     return NCTMC_OK;
 }
 
+/* Reads the caller's parameters into *p (defaults for NULL); a struct that
+ * cannot be read still names the context for the error when it is big
+ * enough to hold the field. */
+static nctmc_status read_sampler_params(const nctmc_sampler_params *params,
+                                        nctmc_sampler_params *p, char *err, size_t err_size)
+{
+    nctmc_sampler_params_init(p);
+    if (!params)
+        return NCTMC_OK;
+    nctmc_status st = abi_read(params, p, sizeof *p, &abi_sampler_params, err, err_size);
+    if (st != NCTMC_OK && abi_size(params) >= abi_sampler_params.first_size)
+        p->ctx = params->ctx;
+    return st;
+}
+
 NCTMC_API nctmc_status nctmc_sampler_create(const nctmc_model *model,
                                             const nctmc_sampler_params *params,
                                             nctmc_sampler **out)
 {
     if (out)
         *out = NULL;
-    /* The caller's struct read into this build's; a struct that cannot be
-     * read still names the context for the error when it is big enough to
-     * hold the field. */
     nctmc_sampler_params p;
-    nctmc_sampler_params_init(&p);
     char err[NCTMC_ERROR_SIZE];
-    nctmc_status st = NCTMC_OK;
-    if (params) {
-        st = abi_read(params, &p, sizeof p, &abi_sampler_params, err, sizeof err);
-        if (st != NCTMC_OK && abi_size(params) >= abi_sampler_params.first_size)
-            p.ctx = params->ctx;
-    }
+    nctmc_status st = read_sampler_params(params, &p, err, sizeof err);
     nctmc_context *given = p.ctx;
     if (!given && !model)
         return NCTMC_ERR_INVALID_ARGUMENT;
@@ -184,6 +212,62 @@ NCTMC_API nctmc_status nctmc_sampler_create(const nctmc_model *model,
      * alone (other threads may be reading it: a const-model call) */
     if (given)
         given->last_error[0] = '\0';
+    return NCTMC_OK;
+}
+
+/* What sampler_build would allocate, added up by the same code. */
+static nctmc_status sampler_need(const nctmc_model *model, const nctmc_sampler_params *params,
+                                 nctmc_context *ctx, mem_need *need, char *err,
+                                 size_t err_size)
+{
+    nctmc_status st = check_sampler_params(model, params, ctx, err, err_size);
+    if (st != NCTMC_OK)
+        return st;
+    nctmc_sampler s;
+    memset(&s, 0, sizeof s);
+    sampler_shape(&s, model, params, ctx);
+    mem_need_host(need, 1, sizeof s);
+    st = dit_workspace_need(model, s.be, s.ws_batch, s.max_length, DIT_WS_INFERENCE, need, err,
+                            err_size);
+    if (st != NCTMC_OK)
+        return st;
+    sampler_buffers(&s, need);
+    if (need->overflow)
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                           "the sampler's memory for %d x %d tokens overflows", s.max_batch,
+                           s.max_length);
+    return NCTMC_OK;
+}
+
+NCTMC_API nctmc_status nctmc_sampler_memory(const nctmc_model *model,
+                                            const nctmc_sampler_params *params,
+                                            size_t *backend_bytes, size_t *host_bytes)
+{
+    if (backend_bytes)
+        *backend_bytes = 0;
+    if (host_bytes)
+        *host_bytes = 0;
+    nctmc_sampler_params p;
+    char err[NCTMC_ERROR_SIZE];
+    nctmc_status st = read_sampler_params(params, &p, err, sizeof err);
+    nctmc_context *given = p.ctx;
+    if (!given && !model)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    if (st != NCTMC_OK)
+        return create_fail(model, given, st, err);
+    if (!model)
+        return create_fail(model, given, NCTMC_ERR_INVALID_ARGUMENT,
+                           "nctmc_sampler_memory: model is NULL");
+    mem_need need = {0, 0, 0};
+    st = sampler_need(model, &p, given ? given : model->ctx, &need, err, sizeof err);
+    if (st != NCTMC_OK)
+        return create_fail(model, given, st, err);
+    if (given)
+        given->last_error[0] = '\0';
+    if (backend_bytes)
+        *backend_bytes = need.backend_bytes;
+    if (host_bytes)
+        *host_bytes = need.host_bytes;
     return NCTMC_OK;
 }
 

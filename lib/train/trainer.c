@@ -147,38 +147,62 @@ NCTMC_API void nctmc_trainer_free(nctmc_trainer *t)
     mem_free(&alloc, t);
 }
 
-static nctmc_status allocate_buffers(nctmc_trainer *t)
+/* The trainer's slabs and staging are listed once, here: with `need` set
+ * this only adds up their sizes (nctmc_trainer_memory()), without it
+ * allocates them. */
+static void *slab_alloc(nctmc_backend *be, mem_need *need, size_t bytes)
+{
+    if (need) {
+        mem_need_backend(need, bytes, 1);
+        return NULL;
+    }
+    return be->ops->alloc(be, bytes);
+}
+
+static void *staging_alloc(nctmc_backend *be, mem_need *need, size_t n, size_t elem)
+{
+    if (need) {
+        mem_need_host(need, n, elem);
+        return NULL;
+    }
+    size_t bytes;
+    return checked_mul(n, elem, &bytes) ? mem_alloc(be->alloc, bytes) : NULL;
+}
+
+static nctmc_status allocate_buffers(nctmc_trainer *t, mem_need *need)
 {
     size_t slab_bytes;
     if (!checked_mul(t->model->slab_floats, sizeof(float), &slab_bytes))
         return NCTMC_ERR_OUT_OF_MEMORY;
     nctmc_backend *be = t->be;
-    t->grads = be->ops->alloc(be, slab_bytes);
-    t->adam_m = be->ops->alloc(be, slab_bytes);
-    t->adam_v = be->ops->alloc(be, slab_bytes);
-    if (!t->grads || !t->adam_m || !t->adam_v)
+    t->grads = slab_alloc(be, need, slab_bytes);
+    t->adam_m = slab_alloc(be, need, slab_bytes);
+    t->adam_v = slab_alloc(be, need, slab_bytes);
+    if (!need && (!t->grads || !t->adam_m || !t->adam_v))
         return NCTMC_ERR_OUT_OF_MEMORY;
     if (t->params.ema_decay > 0.0f) {
-        t->ema = be->ops->alloc(be, slab_bytes);
-        if (!t->ema)
+        t->ema = slab_alloc(be, need, slab_bytes);
+        if (!need && !t->ema)
             return NCTMC_ERR_OUT_OF_MEMORY;
     }
     if (t->params.accumulation > 1) {
-        t->grad_part = be->ops->alloc(be, slab_bytes);
-        if (!t->grad_part)
+        t->grad_part = slab_alloc(be, need, slab_bytes);
+        if (!need && !t->grad_part)
             return NCTMC_ERR_OUT_OF_MEMORY;
     }
     size_t R = (size_t)t->rows, L = (size_t)t->seq_len;
     size_t B = (size_t)t->params.batch_size;
-    t->host_x0 = mem_alloc(be->alloc, R * L * sizeof(int32_t));
-    t->host_xt = mem_alloc(be->alloc, R * L * sizeof(int32_t));
-    t->host_times = mem_alloc(be->alloc, R * sizeof(float));
-    t->host_weights = mem_alloc(be->alloc, R * sizeof(float));
-    t->host_rate_h = mem_alloc(be->alloc, B * L * sizeof(float));
+    t->host_x0 = staging_alloc(be, need, R * L, sizeof(int32_t));
+    t->host_xt = staging_alloc(be, need, R * L, sizeof(int32_t));
+    t->host_times = staging_alloc(be, need, R, sizeof(float));
+    t->host_weights = staging_alloc(be, need, R, sizeof(float));
+    t->host_rate_h = staging_alloc(be, need, B * L, sizeof(float));
     if (t->model->dims.n_labels > 0)
-        t->host_labels = mem_alloc(be->alloc, R * sizeof(int32_t));
+        t->host_labels = staging_alloc(be, need, R, sizeof(int32_t));
     if (comm_size(t->params.comm) > 1)
-        t->host_reduce = mem_alloc(be->alloc, slab_bytes);
+        t->host_reduce = staging_alloc(be, need, slab_bytes, 1);
+    if (need)
+        return need->overflow ? NCTMC_ERR_OUT_OF_MEMORY : NCTMC_OK;
     if (!t->host_x0 || !t->host_xt || !t->host_times || !t->host_weights || !t->host_rate_h ||
         (comm_size(t->params.comm) > 1 && !t->host_reduce) ||
         (t->model->dims.n_labels > 0 && !t->host_labels))
@@ -207,6 +231,30 @@ static nctmc_status check_world(const nctmc_trainer_params *p, int32_t model_seq
     return NCTMC_OK;
 }
 
+/* The checks creation and nctmc_trainer_memory() share: the model's weight
+ * type and the caller's parameters, read into *full. */
+static nctmc_status trainer_check(const nctmc_model *model, const char *fn,
+                                  const nctmc_trainer_params *params,
+                                  nctmc_trainer_params *full, char *err, size_t err_size)
+{
+    if (model->weight_type != NCTMC_WEIGHT_F32)
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                           "%s: the model holds reduced-precision (%s) "
+                           "weights, which are for sampling only; train the float model",
+                           fn, model->weight_type == NCTMC_WEIGHT_BF16 ? "bf16" : "int8");
+    nctmc_status st = trainer_params_read(params, full, err, err_size);
+    if (st == NCTMC_OK)
+        st = trainer_params_validate(full, model->dims.L, err, err_size);
+    if (st == NCTMC_OK)
+        st = check_world(full, model->dims.L, err, err_size);
+    return st;
+}
+
+static int32_t workspace_mode(const nctmc_trainer_params *p)
+{
+    return p->activation_recompute ? DIT_WS_TRAINING_RECOMPUTE : DIT_WS_TRAINING;
+}
+
 NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
                                             const nctmc_trainer_params *params,
                                             nctmc_trainer **out)
@@ -220,18 +268,9 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     if (!out)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
                            "nctmc_trainer_create: out is NULL");
-    if (model->weight_type != NCTMC_WEIGHT_F32)
-        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
-                           "nctmc_trainer_create: the model holds reduced-precision (%s) "
-                           "weights, which are for sampling only; train the float model",
-                           model->weight_type == NCTMC_WEIGHT_BF16 ? "bf16" : "int8");
     nctmc_trainer_params full;
-    nctmc_status st = trainer_params_read(params, &full, err, err_size);
+    nctmc_status st = trainer_check(model, "nctmc_trainer_create", params, &full, err, err_size);
     params = &full;
-    if (st == NCTMC_OK)
-        st = trainer_params_validate(params, model->dims.L, err, err_size);
-    if (st == NCTMC_OK)
-        st = check_world(params, model->dims.L, err, err_size);
     if (st != NCTMC_OK)
         return st;
     /* the trainer updates the weights in place: a mapped model's are the
@@ -256,15 +295,13 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     t->micro_total = ranks * params->accumulation;
     nctmc_trainer_state_init(&t->state);
     t->state.seed = params->seed;
-    st = allocate_buffers(t);
+    st = allocate_buffers(t, NULL);
     if (st != NCTMC_OK) {
         nctmc_trainer_free(t);
         return fail_format(err, err_size, st, "out of memory allocating the trainer's slabs");
     }
     st = dit_workspace_create(model, t->be, params->batch_size, t->seq_len,
-                              params->activation_recompute ? DIT_WS_TRAINING_RECOMPUTE
-                                                           : DIT_WS_TRAINING,
-                              &t->ws, err, err_size);
+                              workspace_mode(params), &t->ws, err, err_size);
     if (st != NCTMC_OK) {
         nctmc_trainer_free(t);
         return st;
@@ -290,6 +327,48 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     }
     model_clear_error(model);
     *out = t;
+    return NCTMC_OK;
+}
+
+NCTMC_API nctmc_status nctmc_trainer_memory(const nctmc_model *model,
+                                            const nctmc_trainer_params *params,
+                                            size_t *backend_bytes, size_t *host_bytes)
+{
+    if (backend_bytes)
+        *backend_bytes = 0;
+    if (host_bytes)
+        *host_bytes = 0;
+    if (!model)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    char err[NCTMC_ERROR_SIZE];
+    nctmc_trainer_params full;
+    nctmc_status st = trainer_check(model, "nctmc_trainer_memory", params, &full, err, sizeof err);
+    if (st != NCTMC_OK)
+        return model_fail(model, st, "%s", err);
+    /* the same shape as nctmc_trainer_create's, on a trainer that owns
+     * nothing */
+    nctmc_trainer t;
+    memset(&t, 0, sizeof t);
+    t.model = (nctmc_model *)model;
+    t.be = model->ctx->backend;
+    t.params = full;
+    t.seq_len = full.seq_len > 0 ? full.seq_len : model->dims.L;
+    t.rows = full.batch_size * full.accumulation;
+    mem_need need = {0, 0, 0};
+    mem_need_host(&need, 1, sizeof t);
+    if (allocate_buffers(&t, &need) != NCTMC_OK)
+        st = fail_format(err, sizeof err, NCTMC_ERR_OUT_OF_MEMORY,
+                         "the trainer's slabs for %d x %d tokens overflow", full.batch_size,
+                         t.seq_len);
+    if (st == NCTMC_OK)
+        st = dit_workspace_need(model, t.be, full.batch_size, t.seq_len, workspace_mode(&full),
+                                &need, err, sizeof err);
+    if (st != NCTMC_OK)
+        return model_fail(model, st, "%s", err);
+    if (backend_bytes)
+        *backend_bytes = need.backend_bytes;
+    if (host_bytes)
+        *host_bytes = need.host_bytes;
     return NCTMC_OK;
 }
 
