@@ -4,6 +4,9 @@
 #
 #   scripts/install-deps.sh          build + test dependencies
 #   scripts/install-deps.sh --build  only what building needs
+#   scripts/install-deps.sh --arm64  the aarch64 cross toolchain and qemu
+#                                    too (then scripts/arm64-sysroot.sh;
+#                                    docs/install.md, "64-bit ARM")
 #
 # The test set also makes a Python virtual environment, build-pyenv/, that
 # sees Debian's packages (torch, numpy) and adds the `safetensors` and
@@ -21,8 +24,11 @@ build_pkgs="gcc pkg-config meson ninja-build libopenblas-dev"
 test_pkgs="clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-venv python3-pytest
     python3-setuptools python3-wheel fortunes"
 
+arm64_pkgs="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
+
 pkgs="$build_pkgs"
 [ "${1:-}" = "--build" ] || pkgs="$pkgs $test_pkgs"
+[ "${1:-}" = "--arm64" ] && pkgs="$pkgs $arm64_pkgs"
 
 missing=""
 for p in $pkgs; do
