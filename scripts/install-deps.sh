@@ -6,6 +6,9 @@
 #   scripts/install-deps.sh --build  only what building needs
 #   scripts/install-deps.sh --windows  the Windows cross build's tools: MinGW-w64
 #                                      and Wine (scripts/windows.sh)
+#   scripts/install-deps.sh --arm64  the aarch64 cross toolchain and qemu
+#                                    too (then scripts/arm64-sysroot.sh;
+#                                    docs/install.md, "64-bit ARM")
 #
 # The test set also makes a Python virtual environment, build-pyenv/, that
 # sees Debian's packages (torch, numpy) and adds the `safetensors` and
@@ -29,10 +32,13 @@ test_pkgs="clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-
 
 windows_pkgs="mingw-w64 wine wine64 clang python3-pip"
 
+arm64_pkgs="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
+
 pkgs="$build_pkgs"
 case "${1:-}" in
     --build) ;;
     --windows) pkgs="$windows_pkgs" ;;
+    --arm64) pkgs="$pkgs $test_pkgs $arm64_pkgs" ;;
     *) pkgs="$pkgs $test_pkgs" ;;
 esac
 

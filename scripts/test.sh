@@ -171,4 +171,27 @@ fi
     results="$results $root/build-win/meson-logs/testlog-windows.json"
 # ---- end of the Windows stage ----
 
+# ==== 64-bit ARM: cross build, test subset under qemu-aarch64 ===========
+# Debian's aarch64 gcc, an arm64 OpenBLAS sysroot (scripts/arm64-sysroot.sh,
+# made once), tests under qemu's "max" CPU (BFDOT present: both linear
+# kernels run) and quant_kernels + sampler again on a Cortex-A57 (no BF16:
+# the baseline build runs there). Only the subset below: the rest is the
+# same C code the native stages test, and qemu runs it 10-50x slower.
+echo "== aarch64 cross build, tests under qemu =="
+arm_start=$(date +%s)
+scripts/install-deps.sh --arm64 >/dev/null
+scripts/arm64-sysroot.sh
+configure build-ci-arm64 -Dcuda=disabled -Dreference_tests=disabled \
+    --cross-file build-arm64-sysroot/sysroot.ini --cross-file cross/aarch64-linux-gnu.txt
+arm_tests="api abi abi_internal lifetimes errors cancel load_sources mmap legacy checkpoint
+    tokenizer tokenizer_bpe sampler sampler_math trainer file_io thread_pool cpu_dense
+    quant_kernels quant cli_help_sample cli_usage"
+ninja -C build-ci-arm64
+# shellcheck disable=SC2086
+run_suite build-ci-arm64 arm64 --no-rebuild $arm_tests
+# shellcheck disable=SC2086
+QEMU_CPU=cortex-a57 run_suite build-ci-arm64 arm64-a57 --no-rebuild quant_kernels sampler
+echo "aarch64 stage: $(($(date +%s) - arm_start)) s"
+# ==== end of the 64-bit ARM stage =========================================
+
 /usr/bin/python3 scripts/summarize_tests.py $results

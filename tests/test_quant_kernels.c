@@ -2,8 +2,8 @@
  * test_quant_kernels.c — the CPU backend's reduced-precision linear layer
  * (cpu_linear_packed.c) and the rounding of model_quant.c.
  *
- * Each kernel (the portable one, and the AVX512-BF16 one where the CPU has
- * it) runs on random odd shapes and is compared with a double-precision
+ * Each kernel (the portable one, and the bf16 dot-product one where the CPU
+ * has it: AVX512-BF16 on x86-64, BFDOT on AArch64) runs on random odd shapes and is compared with a double-precision
  * product over the same dequantised weights, within the bound its
  * arithmetic implies (u = 2^-24 for float, 2^-8 for bf16, n = in):
  *   portable:    |y - ref| <= (n + 3) u_f32 (sum |x||w| + |b|)
@@ -151,7 +151,7 @@ static void test_shapes(nctmc_backend *one, nctmc_backend *three, bool bf16_dot)
             layer l = make_layer(&rng, shapes[s][0], (int32_t)shapes[s][1],
                                  (int32_t)shapes[s][2], type, s % 2 == 0);
             char what[128];
-            snprintf(what, sizeof what, "%s %s %lldx%dx%d", bf16_dot ? "avx512-bf16" : "portable",
+            snprintf(what, sizeof what, "%s %s %lldx%dx%d", bf16_dot ? "bf16-dot" : "portable",
                      type == NCTMC_WEIGHT_BF16 ? "bf16" : "int8", (long long)l.rows, l.in,
                      l.out);
             float *y1 = run(one, &l), *y3 = run(three, &l);
@@ -203,7 +203,7 @@ static void test_shapes(nctmc_backend *one, nctmc_backend *three, bool bf16_dot)
     }
     printf("%s kernel: worst error / bound %.3f (vs dequantised), bf16 %.3f, int8 %.3f "
            "(vs float weights)\n",
-           bf16_dot ? "avx512-bf16" : "portable", worst_kernel, worst_format[1],
+           bf16_dot ? "bf16-dot" : "portable", worst_kernel, worst_format[1],
            worst_format[2]);
 }
 
@@ -264,7 +264,8 @@ int main(void)
     if (fast)
         test_shapes(one, three, true);
     else
-        printf("this CPU has no AVX512-BF16: only the portable kernel was tested\n");
+        printf("this CPU has no bf16 dot product (AVX512-BF16, BFDOT): only the portable "
+               "kernel was tested\n");
     one->ops->destroy(one);
     three->ops->destroy(three);
     return test_finish("quant_kernels");

@@ -12,13 +12,19 @@
  * - portable: the panel becomes float (bf16 by a shift, int8 exactly) and
  *   one single-threaded OpenBLAS sgemm multiplies it. x stays float, so
  *   the only error is the weights' own rounding.
- * - AVX512-BF16 (chosen at run time where the CPU has it): the panel
- *   becomes bf16 pairs (int8 values are exact in bf16), x is rounded to
- *   bf16, and a register-blocked kernel built on vdpbf16ps accumulates in
+ * - bf16 dot product (chosen at run time where the CPU has it: AVX512-BF16
+ *   on x86-64, FEAT_BF16 on AArch64): the panel becomes bf16 pairs (int8
+ *   values are exact in bf16), x is rounded to bf16, and a register-blocked
+ *   kernel built on vdpbf16ps (x86-64) or BFDOT (AArch64) accumulates in
  *   float. Debian's OpenBLAS 0.3.21 is built without its bfloat16
  *   extension (libopenblas exports no cblas_sbgemm), hence our own kernel.
  *   Rounding x costs a second 2^-8 relative error per product; in return
- *   a bf16 product does two multiply-adds where a float FMA does one.
+ *   a bf16 product does two multiply-adds where a float FMA does one. The
+ *   two instructions round each pair's sum differently (BFDOT: to odd,
+ *   without denormals), so their bits differ; both meet the same bound
+ *   (tests/test_quant_kernels.c). int8 weights take this kernel too, not
+ *   SDOT/SMMLA: those multiply int8 by int8, and x rounded to int8 (one
+ *   scale per row) loses far more than the 2^-8 relative of bf16.
  *
  * The int8 scale and the bias are applied to each finished tile:
  * y = scale[o] * (x . q[o]) + bias[o].
@@ -127,34 +133,16 @@ static void tile_portable(const packed_job *job, float *scratch, int64_t row0, i
     }
 }
 
-/* ---- AVX512-BF16 ------------------------------------------------------------ */
+/* ---- bf16 dot-product kernels: shared packing ------------------------------- */
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))) || \
+    (defined(__aarch64__) && defined(__GNUC__) && !defined(__clang__))
 #define HAVE_BF16_KERNEL 1
-#include <cpuid.h>
-#include <immintrin.h>
+#else
+#define HAVE_BF16_KERNEL 0
+#endif
 
-#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-
-/* AVX512-BF16 in the CPU and ZMM state enabled by the OS. */
-static bool cpu_has_avx512_bf16(void)
-{
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)))   /* OSXSAVE */
-        return false;
-    unsigned lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    (void)hi;
-    if ((lo & 0xe6u) != 0xe6u)   /* XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM */
-        return false;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 16)) || !(b & (1u << 30)) ||
-        !(b & (1u << 31)))       /* AVX512F, BW, VL */
-        return false;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d))
-        return false;
-    return (a & (1u << 5)) != 0; /* AVX512_BF16 */
-}
-
+#if HAVE_BF16_KERNEL
 /* int8 values are exact in bf16 (7 significant bits at most), so the
  * float's top half is the bf16, without rounding. */
 static inline uint16_t bf16_of_int8(int8_t q)
@@ -208,6 +196,35 @@ static void round_rows(const float *x, int64_t k, int64_t rows, uint32_t *restri
     }
 }
 
+#endif
+
+/* ---- AVX512-BF16 ------------------------------------------------------------ */
+
+#if HAVE_BF16_KERNEL && defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* AVX512-BF16 in the CPU and ZMM state enabled by the OS. */
+static bool cpu_has_avx512_bf16(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)))   /* OSXSAVE */
+        return false;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    if ((lo & 0xe6u) != 0xe6u)   /* XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM */
+        return false;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 16)) || !(b & (1u << 30)) ||
+        !(b & (1u << 31)))       /* AVX512F, BW, VL */
+        return false;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d))
+        return false;
+    return (a & (1u << 5)) != 0; /* AVX512_BF16 */
+}
+
 /* mr (<= MR) rows by up to 32 outputs: acc = sum over k-pairs of
  * xpair (broadcast) . wpairs, then y = acc * scale + bias on `cols` lanes. */
 static inline __attribute__((always_inline)) BF16_TARGET void
@@ -259,6 +276,81 @@ BF16_TARGET static void block_rows(int64_t rows, const uint32_t *xp, int64_t kp_
     }
 }
 
+static bool cpu_has_bf16_dot(void)
+{
+    return cpu_has_avx512_bf16();
+}
+#endif
+
+/* ---- AArch64 BFDOT ------------------------------------------------------------ */
+
+#if HAVE_BF16_KERNEL && defined(__aarch64__)
+#include <arm_neon.h>
+#include <sys/auxv.h>
+
+/* FEAT_BF16 (BFDOT), from the kernel's hardware capabilities; the rest of
+ * the build targets baseline ARMv8-A, so only these functions use it. */
+#define BF16_TARGET __attribute__((target("arch=armv8.2-a+bf16")))
+#ifndef HWCAP2_BF16
+#define HWCAP2_BF16 (1UL << 14)
+#endif
+
+static bool cpu_has_bf16_dot(void)
+{
+    return (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
+}
+
+/* mr (<= 4) rows by up to 32 outputs in eight 4-lane accumulators per row,
+ * each lane summing its output's pair products in k order (as the x86
+ * kernel's lanes do); then y = acc * scale + bias on `cols` lanes. */
+static inline __attribute__((always_inline)) BF16_TARGET void
+neon_kernel(int mr, const uint32_t *xp, int64_t kp_n, const uint32_t *wp, int64_t width,
+            int64_t cols, const float *scale, const float *bias, float *y, int64_t ldy)
+{
+    float32x4_t acc[4][8];
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < 8; v++)
+            acc[i][v] = vdupq_n_f32(0.0f);
+    for (int64_t p = 0; p < kp_n; p++) {
+        bfloat16x8_t w[8];
+        for (int v = 0; v < 8; v++)
+            w[v] = vreinterpretq_bf16_u32(vld1q_u32(wp + p * width + 4 * v));
+        for (int i = 0; i < mr; i++) {
+            bfloat16x8_t xv = vreinterpretq_bf16_u32(vdupq_n_u32(xp[i * kp_n + p]));
+            for (int v = 0; v < 8; v++)
+                acc[i][v] = vbfdotq_f32(acc[i][v], w[v], xv);
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        float lanes[32];
+        for (int v = 0; v < 8; v++)
+            vst1q_f32(lanes + 4 * v, acc[i][v]);
+        float *restrict row = y + i * ldy;
+        for (int64_t j = 0; j < cols; j++) {
+            /* separate multiply and add, like the portable epilogue */
+            float t = scale ? lanes[j] * scale[j] : lanes[j];
+            row[j] = bias ? t + bias[j] : t;
+        }
+    }
+}
+
+BF16_TARGET static void block_rows(int64_t rows, const uint32_t *xp, int64_t kp_n,
+                                   const uint32_t *wp, int64_t width, int64_t cols,
+                                   const float *scale, const float *bias, float *y, int64_t ldy)
+{
+    int64_t i = 0;
+    for (; i + 4 <= rows; i += 4)
+        neon_kernel(4, xp + i * kp_n, kp_n, wp, width, cols, scale, bias, y + i * ldy, ldy);
+    switch (rows - i) {
+    case 1: neon_kernel(1, xp + i * kp_n, kp_n, wp, width, cols, scale, bias, y + i * ldy, ldy); break;
+    case 2: neon_kernel(2, xp + i * kp_n, kp_n, wp, width, cols, scale, bias, y + i * ldy, ldy); break;
+    case 3: neon_kernel(3, xp + i * kp_n, kp_n, wp, width, cols, scale, bias, y + i * ldy, ldy); break;
+    default: break;
+    }
+}
+#endif
+
+#if HAVE_BF16_KERNEL
 static void tile_bf16(const packed_job *job, unsigned char *scratch, int64_t row0,
                       int64_t rows, int64_t col0, int64_t cols)
 {
@@ -282,8 +374,7 @@ static void tile_bf16(const packed_job *job, unsigned char *scratch, int64_t row
     }
 }
 #else
-#define HAVE_BF16_KERNEL 0
-static bool cpu_has_avx512_bf16(void)
+static bool cpu_has_bf16_dot(void)
 {
     return false;
 }
@@ -355,5 +446,5 @@ void cpu_linear_forward_packed(nctmc_backend *be, int64_t rows, int32_t in, int3
 
 bool cpu_linear_packed_has_bf16_kernel(void)
 {
-    return cpu_has_avx512_bf16();
+    return cpu_has_bf16_dot();
 }
