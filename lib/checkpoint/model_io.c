@@ -573,7 +573,8 @@ static nctmc_status create_model(nctmc_context *ctx, const nctmc_model_config *c
 {
     nctmc_status st = weight_type == NCTMC_WEIGHT_F32
                           ? model_create(ctx, cfg, false, out)
-                          : model_create_as(ctx, cfg, weight_type, out);
+                          : model_create_as(ctx, cfg, weight_type, out, ctx->last_error,
+                                            sizeof ctx->last_error);
     if (st != NCTMC_OK && err != ctx->last_error)
         fail_format(err, err_size, st, "%s", ctx->last_error);
     return st;
