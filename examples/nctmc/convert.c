@@ -19,13 +19,13 @@ static double file_mib(const char *path)
 
 int cmd_convert(int argc, char **argv)
 {
-    int to = 0;
+    int to = -1; /* required: no default in the help */
     const char *out_path = NULL;
     const char *backend = "cpu";
     cli_option options[] = {
         CLI_OPT_CHOICE("--to", to, weight_names,
                        "weight type of the linear layers: bf16, or int8 with a scale per "
-                       "output row"),
+                       "output row (required)"),
         CLI_OPT_STRING("--out", out_path, "PATH", "the converted checkpoint (required)"),
         CLI_OPT_STRING("--backend", backend, "NAME", "compute backend to convert on"),
     };
