@@ -162,6 +162,8 @@ static bool skip_number(scan *s)
         s->p++;
     if (s->p == digits)
         return fail(s, "an invalid value");
+    if (*digits == '0' && s->p > digits + 1) /* RFC 8259: 0|[1-9][0-9]* */
+        return fail(s, "a number with a leading zero");
     if (s->p < s->end && *s->p == '.') {
         s->p++;
         const unsigned char *frac = s->p;

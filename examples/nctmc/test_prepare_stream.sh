@@ -64,6 +64,15 @@ check "six bad records counted and the first located" \
     grep -q "skipped 6 JSON Lines records.*in.jsonl:7: not a JSON object" "$tmp/jsonl.err"
 check "the manifest counts them" grep -q "documents=5 segments=5 bad_lines=6" "$tmp/j/manifest.txt"
 
+# numbers with a leading zero are not JSON (RFC 8259): bad records, counted
+# (issue 37, item 5)
+printf '%s\n' '{"id": 01, "text": "lead"}' '{"id": -007, "text": "lead"}' \
+    '{"id": 0, "n": -0.5e01, "text": "good"}' >"$tmp/zero.jsonl"
+prep zero --jsonl-field text --val-fraction 0 --out "$tmp/z" "$tmp/zero.jsonl"
+check "leading zeros are bad records" \
+    grep -q "skipped 2 JSON Lines records.*zero.jsonl:1: a number with a leading zero" \
+    "$tmp/zero.err"
+
 # --- directories: name order, hidden files skipped, a file is a document --
 mkdir -p "$tmp/tree/sub" "$tmp/tree/.git"
 printf 'B\n' >"$tmp/tree/b.txt"

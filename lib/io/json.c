@@ -304,32 +304,116 @@ static nctmc_status skip_number(json_reader *r)
     return NCTMC_OK;
 }
 
+/* ---- objects: keys seen, so that a repeated key is refused ----------------- */
+
+typedef struct key_set {
+    const struct nctmc_allocator *alloc;
+    char **keys; /* open addressing, cap slots (a power of two), NULL free */
+    size_t n, cap;
+} key_set;
+
+static uint64_t key_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+static void key_set_free(key_set *k)
+{
+    for (size_t i = 0; i < k->cap; i++)
+        mem_free(k->alloc, k->keys[i]);
+    mem_free(k->alloc, k->keys);
+}
+
+static void key_put(key_set *k, char *key)
+{
+    size_t i = key_hash(key) & (k->cap - 1);
+    while (k->keys[i])
+        i = (i + 1) & (k->cap - 1);
+    k->keys[i] = key;
+    k->n++;
+}
+
+/* Takes key (allocated from r->alloc) into the set: NCTMC_ERR_FORMAT when
+ * the object already has it. */
+static nctmc_status key_add(json_reader *r, key_set *k, char *key)
+{
+    if (2 * (k->n + 1) > k->cap) {
+        key_set grown = {k->alloc, NULL, 0, k->cap ? 2 * k->cap : 16};
+        grown.keys = mem_calloc(k->alloc, grown.cap, sizeof *grown.keys);
+        if (!grown.keys) {
+            mem_free(r->alloc, key);
+            return fail_format(r->err, r->err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        for (size_t i = 0; i < k->cap; i++)
+            if (k->keys[i])
+                key_put(&grown, k->keys[i]);
+        mem_free(k->alloc, k->keys);
+        *k = grown;
+    }
+    for (size_t i = key_hash(key) & (k->cap - 1); k->keys[i]; i = (i + 1) & (k->cap - 1))
+        if (strcmp(k->keys[i], key) == 0) {
+            nctmc_status st = fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
+                                          "JSON header, byte %zu: the key \"%.60s\" appears "
+                                          "twice in one object",
+                                          r->at, key);
+            mem_free(r->alloc, key);
+            return st;
+        }
+    key_put(k, key);
+    return NCTMC_OK;
+}
+
+nctmc_status json_parse_object(json_reader *r, json_member_fn fn, void *user)
+{
+    nctmc_status st = json_expect(r, '{', "an object");
+    if (st != NCTMC_OK || json_accept(r, '}'))
+        return st;
+    key_set seen = {r->alloc, NULL, 0, 0};
+    do {
+        char *key = NULL;
+        st = json_parse_string(r, &key, NULL);
+        if (st == NCTMC_OK)
+            st = key_add(r, &seen, key);
+        if (st == NCTMC_OK)
+            st = json_expect(r, ':', "':'");
+        if (st == NCTMC_OK)
+            st = fn(r, key, user);
+    } while (st == NCTMC_OK && json_accept(r, ','));
+    key_set_free(&seen);
+    return st != NCTMC_OK ? st : json_expect(r, '}', "',' or '}'");
+}
+
 /* Skips the members of an object or the elements of an array whose opening
- * bracket was consumed. */
+ * bracket was consumed. An object's keys must differ. */
 static nctmc_status skip_container(json_reader *r, bool object, int depth)
 {
     char close = object ? '}' : ']';
     if (json_accept(r, close))
         return NCTMC_OK;
+    key_set seen = {r->alloc, NULL, 0, 0};
+    nctmc_status st = NCTMC_OK;
     for (;;) {
-        nctmc_status st = NCTMC_OK;
         if (object) {
             char *key = NULL;
             st = json_parse_string(r, &key, NULL);
-            mem_free(r->alloc, key);
+            if (st == NCTMC_OK)
+                st = key_add(r, &seen, key);
             if (st == NCTMC_OK)
                 st = json_expect(r, ':', "after an object key");
         }
         if (st == NCTMC_OK)
             st = json_skip_value(r, depth + 1);
-        if (st != NCTMC_OK)
-            return st;
-        if (json_accept(r, close))
-            return NCTMC_OK;
+        if (st != NCTMC_OK || json_accept(r, close))
+            break;
         st = json_expect(r, ',', object ? "or '}' in an object" : "or ']' in an array");
         if (st != NCTMC_OK)
-            return st;
+            break;
     }
+    key_set_free(&seen);
+    return st;
 }
 
 nctmc_status json_skip_value(json_reader *r, int depth)
