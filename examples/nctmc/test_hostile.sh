@@ -195,5 +195,54 @@ mkdir "$tmp/fifodata"
 mkfifo "$tmp/fifodata/train.bin" "$tmp/fifodata/tokenizer.txt"
 expect 1 "not a regular file" -- train --data "$tmp/fifodata" --out "$tmp/r.st"
 
+# --- issue 37, item 6: a file truncated in place under a run ---------------
+# train_truncated STATUS FLAGS...: trains on a copy of the data; once it has
+# logged a step it is stopped, its shard truncated to 0 bytes in place and
+# resumed. A mapped shard's lost pages kill it with SIGBUS (status 135);
+# with --no-mmap it reads its own copy and finishes.
+train_truncated() {
+    want=$1
+    shift
+    rm -rf "$tmp/trunc" "$tmp/trunc.out"
+    cp -r "$d" "$tmp/trunc"
+    "$nctmc" train --data "$tmp/trunc" --out "$tmp/trunc.st" $tiny --steps 1500 \
+        --eval-every 0 --eval-sequences 4 --eval-time-samples 1 --log-every 10 "$@" \
+        >"$tmp/trunc.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do
+        grep -q "^train " "$tmp/trunc.out" && break
+        sleep 0.1
+    done
+    kill -STOP "$pid"
+    : >"$tmp/trunc/train.bin"
+    kill -CONT "$pid"
+    wait "$pid"
+    status=$?
+    if [ "$status" -eq "$want" ]; then ok; else bad "train $* on a truncated shard: status $status, want $want"; fi
+}
+train_truncated 135
+train_truncated 0 --no-mmap
+# a checkpoint read with --no-mmap is not mapped while the run uses it
+maps_of_sample() {
+    mkfifo "$tmp/mapfifo"
+    "$nctmc" sample "$tmp/m.st" --n 3000 --batch 1 --steps 2 --threads 1 "$@" \
+        >"$tmp/mapfifo" 2>/dev/null &
+    pid=$!
+    exec 3<"$tmp/mapfifo"
+    sleep 1 # the sampler fills the pipe and waits: the model is loaded
+    grep -c "$tmp/m.st" "/proc/$pid/maps"
+    cat <&3 >/dev/null
+    exec 3<&-
+    wait "$pid"
+    rm -f "$tmp/mapfifo"
+}
+if [ -r /proc/self/maps ]; then
+    check "a loaded checkpoint is mapped" test "$(maps_of_sample)" -gt 0
+    check "with --no-mmap it is not" test "$(maps_of_sample --no-mmap)" -eq 0
+fi
+for cmd in train sample eval info tokenize convert; do
+    "$nctmc" "$cmd" --help | grep -q -- "--no-mmap" && ok || bad "$cmd --help lacks --no-mmap"
+done
+
 echo "cli_hostile: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

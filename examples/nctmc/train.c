@@ -30,6 +30,7 @@ typedef struct train_options {
     int32_t eval_time_samples;
     int64_t log_every;
     bool verbose;
+    bool no_mmap;
     nctmc_model_config model;
     int process;
     int schedule;
@@ -76,13 +77,12 @@ typedef enum stop_reason { STOP_FINISHED, STOP_BUDGET, STOP_INTERRUPTED, STOP_FA
 
 static bool open_shard(train_run *run, const char *path)
 {
-    nctmc_status st = nctmc_dataset_open(run->ctx, path, &run->data.shard);
-    if (st == NCTMC_OK) {
-        nctmc_dataset_info_init(&run->data.info);
-        st = nctmc_dataset_get_info(run->data.shard, &run->data.info);
-    }
+    if (!cli_open_dataset("train", run->ctx, path, run->o->no_mmap, &run->data.shard))
+        return false;
+    nctmc_dataset_info_init(&run->data.info);
+    nctmc_status st = nctmc_dataset_get_info(run->data.shard, &run->data.info);
     if (st != NCTMC_OK) {
-        cli_fail("train", path, st, nctmc_context_last_error(run->ctx));
+        cli_fail("train", path, st, nctmc_dataset_last_error(run->data.shard));
         return false;
     }
     return true;
@@ -263,7 +263,7 @@ static bool prepare_validation(train_run *run)
     nctmc_model_config_init(&cfg);
     nctmc_model_get_config(run->model, &cfg);
     if (!cli_eval_set_load("train", run->ctx, run->data.val_path, &cfg,
-                           run->o->eval_sequences, &run->data.val))
+                           run->o->eval_sequences, run->o->no_mmap, &run->data.val))
         return false;
     nctmc_status st = nctmc_model_create(run->ctx, &cfg, &run->eval_model);
     if (st != NCTMC_OK) {
@@ -644,6 +644,7 @@ int cmd_train(int argc, char **argv)
         CLI_OPT_STRING("--backend", o.backend, "NAME",
                        "compute backend: auto, cpu, cuda or cuda-bf16 (a preset's by default)"),
         CLI_OPT_FLAG("--verbose", o.verbose, "print the library's informational messages"),
+        CLI_OPT_FLAG("--no-mmap", o.no_mmap, CLI_NO_MMAP_HELP),
     };
     cli_command cmd = {
         "train", "--data DIR [--out FILE] [options]",
