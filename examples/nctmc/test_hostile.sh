@@ -244,5 +244,20 @@ for cmd in train sample eval info tokenize convert; do
     "$nctmc" "$cmd" --help | grep -q -- "--no-mmap" && ok || bad "$cmd --help lacks --no-mmap"
 done
 
+# --- issue 37, item 4: resuming on data that cannot train the checkpoint ---
+# is refused from the checkpoint's header, before the model and its
+# workspace (batch x 4096 tokens of activations) are allocated
+head -c 6000 /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c 5000 >"$tmp/long.txt"
+head -c 64 "$tmp/long.txt" >"$tmp/short.txt"
+"$nctmc" prepare --tokenizer bytes --val-fraction 0 --out "$tmp/long" "$tmp/long.txt" \
+    >/dev/null 2>&1 || bad "prepare long"
+"$nctmc" prepare --tokenizer-file "$tmp/long/tokenizer.txt" --val-fraction 0 --out "$tmp/short" \
+    "$tmp/short.txt" >/dev/null 2>&1 || bad "prepare short"
+"$nctmc" train --data "$tmp/long" --out "$tmp/L4096.st" $tiny --batch 1 --seq-len 4096 \
+    --steps 1 --eval-every 0 >/dev/null 2>&1 || bad "train L = 4096"
+expect 1 "fewer than one sequence of 4096 (refused before allocating the training workspace for 1 sequences x 4096 tokens" \
+    -- train --data "$tmp/short" --resume "$tmp/L4096.st" --out "$tmp/r.st" --steps 5
+not_started "resume on a 64-token stream"
+
 echo "cli_hostile: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

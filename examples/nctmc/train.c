@@ -219,12 +219,68 @@ static bool resume_from(train_run *run, const nctmc_trainer_params *params)
     return true;
 }
 
+/* Whether the data can train the checkpoint's model, checked the way the
+ * trainer checks it at its first step, but before nctmc_trainer_resume()
+ * allocates the model and its training workspace (batch x L tokens of
+ * activations: an L = 4096 checkpoint took 1.2 GB only to fail at step 1 on
+ * a 64-token stream). Reads only the checkpoint's header: a lazily mapped
+ * load on a one-thread CPU context, and its saved trainer parameters. */
+static bool resume_fits_data(train_run *run, const cli_command *cmd)
+{
+    const char *path = run->o->resume;
+    nctmc_context *cpu = NULL;
+    if (cli_context_create("train", "cpu", 1, false, &cpu) != NCTMC_OK)
+        return false;
+    nctmc_load_params lp;
+    nctmc_load_params_init(&lp);
+    lp.mapping = NCTMC_LOAD_MAP_LAZY;
+    nctmc_model *m = NULL;
+    nctmc_trainer_params p;
+    nctmc_trainer_params_init(&p);
+    nctmc_model_config c;
+    nctmc_model_config_init(&c);
+    nctmc_status st = nctmc_model_load_ex(cpu, path, &lp, &m);
+    if (st == NCTMC_OK)
+        st = nctmc_model_get_config(m, &c);
+    if (st == NCTMC_OK)
+        st = nctmc_trainer_inspect(cpu, path, &p, NULL);
+    if (st != NCTMC_OK)
+        cli_fail("train", path, st, nctmc_context_last_error(cpu));
+    nctmc_model_free(m);
+    nctmc_context_free(cpu);
+    if (st != NCTMC_OK)
+        return false;
+    const nctmc_dataset_info *d = &run->data.info;
+    int32_t L = p.seq_len > 0 ? p.seq_len : c.seq_len;
+    int32_t batch = cli_option_given(cmd, "--batch") ? run->o->trainer.batch_size : p.batch_size;
+    int32_t n_data = c.process == NCTMC_PROCESS_UNIFORM ? c.vocab_size : c.vocab_size - 1;
+    char why[256] = "";
+    if (d->vocab_size != n_data)
+        snprintf(why, sizeof why, "its shard has %d token values, the model's data tokens are %d",
+                 (int)d->vocab_size, (int)n_data);
+    else if (d->seq_len > 0 && d->seq_len != L)
+        snprintf(why, sizeof why, "its shard's sequences have %d tokens, the checkpoint trains "
+                 "on %d", (int)d->seq_len, (int)L);
+    else if (d->seq_len == 0 && d->n_tokens < L)
+        snprintf(why, sizeof why, "its stream holds %lld tokens, fewer than one sequence of %d",
+                 (long long)d->n_tokens, (int)L);
+    else if (c.n_classes > 0 && d->n_classes != c.n_classes)
+        snprintf(why, sizeof why, "its shard has %d classes, the model %d", (int)d->n_classes,
+                 (int)c.n_classes);
+    if (why[0] == '\0')
+        return true;
+    cli_error("train", "%s cannot resume %s: %s (refused before allocating the training "
+              "workspace for %d sequences x %d tokens a step)",
+              run->o->data_dir, path, why, (int)batch, (int)L);
+    return false;
+}
+
 /* Resumes with the saved trainer parameters, except those given on this
  * command line (a longer --steps, a new --lr, ...), which win. */
 static bool resume_run(train_run *run, const cli_command *cmd)
 {
     warn_ignored_model_flags(cmd);
-    if (!resume_from(run, NULL))
+    if (!resume_fits_data(run, cmd) || !resume_from(run, NULL))
         return false;
     nctmc_trainer_params_init(&run->params);
     nctmc_status st = nctmc_trainer_get_params(run->trainer, &run->params);
