@@ -64,6 +64,15 @@ check "six bad records counted and the first located" \
     grep -q "skipped 6 JSON Lines records.*in.jsonl:7: not a JSON object" "$tmp/jsonl.err"
 check "the manifest counts them" grep -q "documents=5 segments=5 bad_lines=6" "$tmp/j/manifest.txt"
 
+# a record with invalid UTF-8 is not JSON either: with the chars tokenizer
+# (which needs UTF-8) it is skipped and located like any bad record, not
+# the end of the run (issue 37, item 5)
+printf '{"text": "good \303\251"}\n{"text": "bad \377 byte"}\n{"text": "over\300\257long"}\n{"text": "fine"}\n' \
+    >"$tmp/utf8.jsonl"
+prep utf8 --tokenizer chars --jsonl-field text --val-fraction 0 --out "$tmp/u" "$tmp/utf8.jsonl"
+check "invalid UTF-8 records are skipped, counted and located" \
+    grep -q "skipped 2 JSON Lines records.*utf8.jsonl:2: invalid UTF-8 in a string" "$tmp/utf8.err"
+
 # numbers with a leading zero are not JSON (RFC 8259): bad records, counted
 # (issue 37, item 5)
 printf '%s\n' '{"id": 01, "text": "lead"}' '{"id": -007, "text": "lead"}' \
