@@ -95,6 +95,26 @@ printf 'A\n\n\nB\n\n\nC\n\n' >"$tmp/want"
 same_body "$tmp/t" "$tmp/want" "a directory: a.txt, b.txt, sub/c.txt in order, hidden and empty left out"
 check "the manifest lists the sources" grep -q "source 1 .*tree/sub/c.txt" "$tmp/t/manifest.txt"
 
+# links (issue 37, item 5): a file reached again through a link is one
+# document, not two (it would land in both splits); dangling links and
+# links to directories (a loop here) are skipped and reported
+mkdir -p "$tmp/linked/sub"
+printf 'A\n' >"$tmp/linked/a.txt"
+printf 'B\n' >"$tmp/linked/sub/b.txt"
+ln -s ../a.txt "$tmp/linked/sub/z-link-to-a.txt"
+ln -s nowhere.txt "$tmp/linked/dangling.txt"
+ln -s .. "$tmp/linked/sub/loop"
+prep linked --val-fraction 0 --out "$tmp/l" "$tmp/linked" "$tmp/linked/a.txt"
+printf 'A\n\n\nB\n\n\n' >"$tmp/want"
+same_body "$tmp/l" "$tmp/want" "a file and links to it: one document"
+check "two documents" grep -q "documents=2 " "$tmp/l/manifest.txt"
+check "duplicates reported" grep -q "2 inputs skipped as the same file as an earlier one" \
+    "$tmp/linked.err"
+check "dangling links reported" grep -q "1 dangling link skipped (first: .*dangling.txt)" \
+    "$tmp/linked.err"
+check "links to directories reported" grep -q "1 link to directories skipped.*sub/loop" \
+    "$tmp/linked.err"
+
 # --- --split-at: a line ends a document and is dropped ----------------------
 printf 'one\n%%\ntwo\n%%\r\n\nthree\n%%x\n%%' >"$tmp/fortunes"
 prep split --split-at % --val-fraction 0 --out "$tmp/s" "$tmp/fortunes"
