@@ -306,72 +306,70 @@ static nctmc_status skip_number(json_reader *r)
 
 /* ---- objects: keys seen, so that a repeated key is refused ----------------- */
 
+/* An object's keys, checked for a repeat once the object is read: sorted,
+ * so that no choice of keys (a hash can be made to collide) costs more
+ * than O(n log n) comparisons. */
 typedef struct key_set {
     const struct nctmc_allocator *alloc;
-    char **keys; /* open addressing, cap slots (a power of two), NULL free */
+    char **keys;
     size_t n, cap;
+    size_t start; /* the object's first byte, for the message */
 } key_set;
-
-static uint64_t key_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
 
 static void key_set_free(key_set *k)
 {
-    for (size_t i = 0; i < k->cap; i++)
+    for (size_t i = 0; i < k->n; i++)
         mem_free(k->alloc, k->keys[i]);
     mem_free(k->alloc, k->keys);
 }
 
-static void key_put(key_set *k, char *key)
-{
-    size_t i = key_hash(key) & (k->cap - 1);
-    while (k->keys[i])
-        i = (i + 1) & (k->cap - 1);
-    k->keys[i] = key;
-    k->n++;
-}
-
-/* Takes key (allocated from r->alloc) into the set: NCTMC_ERR_FORMAT when
- * the object already has it. */
+/* Takes key (allocated from r->alloc) into the set. */
 static nctmc_status key_add(json_reader *r, key_set *k, char *key)
 {
-    if (2 * (k->n + 1) > k->cap) {
-        key_set grown = {k->alloc, NULL, 0, k->cap ? 2 * k->cap : 16};
-        grown.keys = mem_calloc(k->alloc, grown.cap, sizeof *grown.keys);
-        if (!grown.keys) {
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 16;
+        char **grown = mem_alloc(k->alloc, cap * sizeof *grown);
+        if (!grown) {
             mem_free(r->alloc, key);
             return fail_format(r->err, r->err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
         }
-        for (size_t i = 0; i < k->cap; i++)
-            if (k->keys[i])
-                key_put(&grown, k->keys[i]);
+        if (k->n)
+            memcpy(grown, k->keys, k->n * sizeof *grown);
         mem_free(k->alloc, k->keys);
-        *k = grown;
+        k->keys = grown;
+        k->cap = cap;
     }
-    for (size_t i = key_hash(key) & (k->cap - 1); k->keys[i]; i = (i + 1) & (k->cap - 1))
-        if (strcmp(k->keys[i], key) == 0) {
-            nctmc_status st = fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
-                                          "JSON header, byte %zu: the key \"%.60s\" appears "
-                                          "twice in one object",
-                                          r->at, key);
-            mem_free(r->alloc, key);
-            return st;
-        }
-    key_put(k, key);
+    k->keys[k->n++] = key;
+    return NCTMC_OK;
+}
+
+static int compare_keys(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* NCTMC_ERR_FORMAT when two of the keys are the same. */
+static nctmc_status keys_unique(json_reader *r, key_set *k)
+{
+    if (k->n < 2)
+        return NCTMC_OK;
+    qsort(k->keys, k->n, sizeof *k->keys, compare_keys);
+    for (size_t i = 1; i < k->n; i++)
+        if (strcmp(k->keys[i - 1], k->keys[i]) == 0)
+            return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
+                               "JSON header, the object at byte %zu: the key \"%.60s\" "
+                               "appears twice",
+                               k->start, k->keys[i]);
     return NCTMC_OK;
 }
 
 nctmc_status json_parse_object(json_reader *r, json_member_fn fn, void *user)
 {
+    json_skip_ws(r);
+    key_set seen = {r->alloc, NULL, 0, 0, r->at};
     nctmc_status st = json_expect(r, '{', "an object");
     if (st != NCTMC_OK || json_accept(r, '}'))
         return st;
-    key_set seen = {r->alloc, NULL, 0, 0};
     do {
         char *key = NULL;
         st = json_parse_string(r, &key, NULL);
@@ -382,8 +380,12 @@ nctmc_status json_parse_object(json_reader *r, json_member_fn fn, void *user)
         if (st == NCTMC_OK)
             st = fn(r, key, user);
     } while (st == NCTMC_OK && json_accept(r, ','));
+    if (st == NCTMC_OK)
+        st = json_expect(r, '}', "',' or '}'");
+    if (st == NCTMC_OK)
+        st = keys_unique(r, &seen);
     key_set_free(&seen);
-    return st != NCTMC_OK ? st : json_expect(r, '}', "',' or '}'");
+    return st;
 }
 
 /* Skips the members of an object or the elements of an array whose opening
@@ -391,9 +393,9 @@ nctmc_status json_parse_object(json_reader *r, json_member_fn fn, void *user)
 static nctmc_status skip_container(json_reader *r, bool object, int depth)
 {
     char close = object ? '}' : ']';
+    key_set seen = {r->alloc, NULL, 0, 0, r->at - 1};
     if (json_accept(r, close))
         return NCTMC_OK;
-    key_set seen = {r->alloc, NULL, 0, 0};
     nctmc_status st = NCTMC_OK;
     for (;;) {
         if (object) {
@@ -406,8 +408,12 @@ static nctmc_status skip_container(json_reader *r, bool object, int depth)
         }
         if (st == NCTMC_OK)
             st = json_skip_value(r, depth + 1);
-        if (st != NCTMC_OK || json_accept(r, close))
+        if (st != NCTMC_OK)
             break;
+        if (json_accept(r, close)) {
+            st = keys_unique(r, &seen);
+            break;
+        }
         st = json_expect(r, ',', object ? "or '}' in an object" : "or ']' in an array");
         if (st != NCTMC_OK)
             break;
