@@ -3,12 +3,14 @@
  * automaton over the added tokens reversed, built once at load time, and
  * its backward scan that gives the longest added token at each position.
  *
- * Building: a trie of the reversed tokens (children found through a hash
- * of (state, byte) while it grows), then its edges sorted per state
- * (counting sorts, no comparisons), then failure links and each state's
- * longest token in breadth-first order. Memory is bounded by
- * BPE_ADDED_MAX_BYTES: at most about 70 bytes per state while building
- * (140 MB for the largest list allowed), 17 after.
+ * Building: the tokens sorted by their bytes read backwards (a merge sort),
+ * the trie of the reversed tokens from that order (each token shares the
+ * path of the one before as far as they agree), its edges sorted per state
+ * (counting sorts), then failure links and each state's longest token in
+ * breadth-first order. No hashing, so no list of tokens can make building
+ * slower than O(bytes log tokens). Memory is bounded by
+ * BPE_ADDED_MAX_BYTES: about 35 bytes per state while building (70 MB for
+ * the largest list allowed), 17 after.
  */
 #include "bpe_added.h"
 
@@ -27,9 +29,6 @@ typedef struct trie_build {
     uint8_t *byte;
     uint32_t *depth;
     int32_t *term;     /* the token that ends here, or -1 */
-    uint32_t *keys;    /* hash of edges: (parent << 8 | byte) + 1, 0 free */
-    uint32_t *child;
-    uint64_t mask;
 } trie_build;
 
 static void build_free(trie_build *t)
@@ -38,56 +37,115 @@ static void build_free(trie_build *t)
     mem_free(t->alloc, t->byte);
     mem_free(t->alloc, t->depth);
     mem_free(t->alloc, t->term);
-    mem_free(t->alloc, t->keys);
-    mem_free(t->alloc, t->child);
-}
-
-static inline uint64_t edge_hash(uint32_t key)
-{
-    uint64_t h = key * 0x9e3779b97f4a7c15ull;
-    return h ^ h >> 29;
-}
-
-/* The child of state p by byte c, created when absent. */
-static uint32_t trie_step(trie_build *t, uint32_t p, uint8_t c)
-{
-    uint32_t key = (p << 8 | c) + 1; /* p < 2^22: no overflow */
-    uint64_t i = edge_hash(key) & t->mask;
-    while (t->keys[i] != 0) {
-        if (t->keys[i] == key)
-            return t->child[i];
-        i = (i + 1) & t->mask;
-    }
-    uint32_t s = t->n_states++;
-    t->parent[s] = p;
-    t->byte[s] = c;
-    t->depth[s] = t->depth[p] + 1;
-    t->term[s] = -1;
-    t->keys[i] = key;
-    t->child[i] = s;
-    return s;
 }
 
 static nctmc_status build_alloc(trie_build *t, uint64_t total, char *err, size_t err_size)
 {
     t->cap = (uint32_t)total + 1;
-    uint64_t slots = 16;
-    while (slots < 2 * (uint64_t)t->cap)
-        slots <<= 1;
-    t->mask = slots - 1;
     t->parent = mem_alloc(t->alloc, sizeof *t->parent * t->cap);
     t->byte = mem_alloc(t->alloc, t->cap);
     t->depth = mem_alloc(t->alloc, sizeof *t->depth * t->cap);
     t->term = mem_alloc(t->alloc, sizeof *t->term * t->cap);
-    t->keys = mem_calloc(t->alloc, (size_t)slots, sizeof *t->keys);
-    t->child = mem_alloc(t->alloc, sizeof *t->child * (size_t)slots);
-    if (!t->parent || !t->byte || !t->depth || !t->term || !t->keys || !t->child)
+    if (!t->parent || !t->byte || !t->depth || !t->term)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                            "out of memory for the added-token automaton (%u states)", t->cap);
     t->n_states = 1;
     t->depth[0] = 0;
     t->term[0] = -1;
     t->parent[0] = NO_STATE;
+    return NCTMC_OK;
+}
+
+/* The tokens' bytes, read backwards. */
+typedef struct reversed {
+    const uint32_t *offsets;
+    const uint8_t *bytes;
+} reversed;
+
+/* Compares tokens a and b read backwards; ties go to the earlier listed
+ * (lower index k). */
+static int compare_reversed(const reversed *rv, const int32_t *ids, int32_t a, int32_t b)
+{
+    uint32_t ia = rv->offsets[ids[a] + 1], ea = rv->offsets[ids[a]];
+    uint32_t ib = rv->offsets[ids[b] + 1], eb = rv->offsets[ids[b]];
+    for (; ia > ea && ib > eb; ia--, ib--)
+        if (rv->bytes[ia - 1] != rv->bytes[ib - 1])
+            return rv->bytes[ia - 1] < rv->bytes[ib - 1] ? -1 : 1;
+    if (ia > ea || ib > eb)
+        return ia > ea ? 1 : -1; /* the shorter, a prefix of the other, first */
+    return a < b ? -1 : a > b;
+}
+
+/* Sorts order[0 .. n) (indices into ids) by the tokens read backwards: a
+ * merge sort, O(n log n) comparisons whatever the tokens. */
+static void sort_reversed(const reversed *rv, const int32_t *ids, int32_t *order,
+                          int32_t *scratch, int32_t n)
+{
+    for (int32_t width = 1; width < n; width *= 2) {
+        for (int32_t lo = 0; lo < n; lo += 2 * width) {
+            int32_t mid = lo + width < n ? lo + width : n;
+            int32_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+            int32_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi)
+                scratch[k++] = compare_reversed(rv, ids, order[i], order[j]) <= 0 ? order[i++]
+                                                                                  : order[j++];
+            while (i < mid)
+                scratch[k++] = order[i++];
+            while (j < hi)
+                scratch[k++] = order[j++];
+        }
+        memcpy(order, scratch, sizeof *order * (size_t)n);
+    }
+}
+
+/* The trie of the tokens read backwards, built from them in sorted order:
+ * each shares its path with the one before as far as they agree and adds
+ * states for the rest, so the work is the total of their bytes. */
+static nctmc_status build_trie(trie_build *t, const reversed *rv, const int32_t *ids,
+                               int32_t n_ids, uint32_t max_len, char *err, size_t err_size)
+{
+    int32_t *order = mem_alloc(t->alloc, sizeof *order * (size_t)n_ids);
+    int32_t *scratch = mem_alloc(t->alloc, sizeof *scratch * (size_t)n_ids);
+    uint32_t *path = mem_alloc(t->alloc, sizeof *path * ((size_t)max_len + 1));
+    if (!order || !scratch || !path) {
+        mem_free(t->alloc, order);
+        mem_free(t->alloc, scratch);
+        mem_free(t->alloc, path);
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                           "out of memory for the added-token automaton");
+    }
+    for (int32_t k = 0; k < n_ids; k++)
+        order[k] = k;
+    sort_reversed(rv, ids, order, scratch, n_ids);
+    path[0] = 0; /* path[d]: the state at depth d of the previous token */
+    uint32_t prev_len = 0;
+    int32_t prev = -1;
+    for (int32_t k = 0; k < n_ids; k++) {
+        int32_t id = ids[order[k]];
+        uint32_t start = rv->offsets[id], len = rv->offsets[id + 1] - start;
+        uint32_t common = 0; /* bytes shared with the previous token, from the end */
+        if (prev >= 0) {
+            uint32_t p_end = rv->offsets[prev + 1];
+            while (common < len && common < prev_len &&
+                   rv->bytes[start + len - 1 - common] == rv->bytes[p_end - 1 - common])
+                common++;
+        }
+        for (uint32_t d = common; d < len; d++) {
+            uint32_t s = t->n_states++;
+            t->parent[s] = path[d];
+            t->byte[s] = rv->bytes[start + len - 1 - d];
+            t->depth[s] = d + 1;
+            t->term[s] = -1;
+            path[d + 1] = s;
+        }
+        if (t->term[path[len]] < 0) /* equal tokens: the first listed */
+            t->term[path[len]] = id;
+        prev = id;
+        prev_len = len;
+    }
+    mem_free(t->alloc, order);
+    mem_free(t->alloc, scratch);
+    mem_free(t->alloc, path);
     return NCTMC_OK;
 }
 
@@ -202,14 +260,10 @@ nctmc_status bpe_added_build(const nctmc_allocator *alloc, const uint32_t *offse
                            "%u a tokenizer may have",
                            n_ids, (unsigned long long)total, BPE_ADDED_MAX_BYTES);
     trie_build t = {.alloc = alloc};
+    reversed rv = {offsets, bytes};
     nctmc_status st = build_alloc(&t, total, err, err_size);
-    for (int32_t k = 0; st == NCTMC_OK && k < n_ids; k++) {
-        uint32_t s = 0;
-        for (uint32_t i = offsets[ids[k] + 1]; i > offsets[ids[k]]; i--)
-            s = trie_step(&t, s, bytes[i - 1]);
-        if (t.term[s] < 0)
-            t.term[s] = ids[k];
-    }
+    if (st == NCTMC_OK)
+        st = build_trie(&t, &rv, ids, n_ids, out->max_len, err, err_size);
     if (st == NCTMC_OK) {
         out->n_states = t.n_states;
         st = sort_edges(&t, out, err, err_size);

@@ -23,7 +23,7 @@
 
 /* The most bytes all added tokens together may have (2000 nested tokens
  * of 1 .. 2000 bytes fit): the automaton has at most this many states,
- * at most about 70 bytes each while it is built. */
+ * about 35 bytes each while it is built. */
 #define BPE_ADDED_MAX_BYTES (1u << 21)
 
 /* Positions matched per window (the scratch holds one int32 each). */
