@@ -49,7 +49,7 @@
  * into two different handles concurrently, never into the same one. The
  * exception is a model: the calls that take a const nctmc_model * (the
  * getters and introspection, nctmc_model_read_tensor(), nctmc_model_save(),
- * nctmc_model_get_tokenizer(), nctmc_model_forward_ex(),
+ * nctmc_model_convert(), nctmc_model_get_tokenizer(), nctmc_model_forward_ex(),
  * nctmc_sampler_create()), and nctmc_sample() on samplers of the model, may
  * run on several threads at once, each thread computing on its own context
  * (nctmc_model_forward_ex()'s ctx, nctmc_sampler_params.ctx). A call that

@@ -422,6 +422,80 @@ static void test_concurrent_failures(nctmc_context *ctx)
     nctmc_model_free(m);
 }
 
+/* Every const call on a model, made to fail (or, for nctmc_model_convert(),
+ * to succeed: it builds a model on the model's context), on several threads
+ * at once: each answers its own status, and the TSan build (scripts/test.sh)
+ * sees every write of the model's message go through its lock. */
+typedef struct const_racer {
+    pthread_t thread;
+    const nctmc_model *model;
+    nctmc_context *ctx; /* the thread's own, for forward_ex */
+    const char *dir;
+    int wrong;
+} const_racer;
+
+static void *const_racer_main(void *arg)
+{
+    const_racer *r = arg;
+    char path[600];
+    snprintf(path, sizeof path, "%s/no/such/dir/m.safetensors", r->dir);
+    for (int k = 0; k < 40; k++) {
+        nctmc_model_config cfg;
+        nctmc_model_config_init(&cfg);
+        cfg.struct_size = 1;
+        r->wrong += nctmc_model_get_config(r->model, &cfg) != NCTMC_ERR_INVALID_ARGUMENT;
+        r->wrong += nctmc_model_get_config(r->model, NULL) != NCTMC_ERR_INVALID_ARGUMENT;
+        nctmc_tensor_info info;
+        nctmc_tensor_info_init(&info);
+        r->wrong += nctmc_model_tensor_info(r->model, -1, &info) != NCTMC_ERR_INVALID_ARGUMENT;
+        r->wrong += nctmc_model_tensor_info(r->model, 0, NULL) != NCTMC_ERR_INVALID_ARGUMENT;
+        info.struct_size = 1;
+        r->wrong += nctmc_model_tensor_info(r->model, 0, &info) != NCTMC_ERR_INVALID_ARGUMENT;
+        int32_t index;
+        r->wrong += nctmc_model_find_tensor(r->model, NULL, &index) == NCTMC_OK;
+        float v[4];
+        r->wrong += nctmc_model_read_tensor(r->model, "blocks.0.norm1.weight", v, 1) == NCTMC_OK;
+        r->wrong += nctmc_model_save(r->model, NULL) != NCTMC_ERR_INVALID_ARGUMENT;
+        r->wrong += nctmc_model_save(r->model, path) == NCTMC_OK;
+        nctmc_model *q = NULL;
+        r->wrong += nctmc_model_convert(r->model, (nctmc_weight_type)77, &q) == NCTMC_OK;
+        r->wrong += nctmc_model_convert(r->model, NCTMC_WEIGHT_BF16, NULL) == NCTMC_OK;
+        if (k % 8 == 0) {
+            r->wrong += nctmc_model_convert(r->model, NCTMC_WEIGHT_BF16, &q) != NCTMC_OK;
+            nctmc_model_free(q);
+        }
+        nctmc_sampler_params sp;
+        nctmc_sampler_params_init(&sp);
+        sp.max_batch = -1;
+        nctmc_sampler *s = NULL;
+        r->wrong += nctmc_sampler_create(r->model, &sp, &s) == NCTMC_OK;
+        sp.struct_size = 1;
+        r->wrong += nctmc_sampler_create(r->model, &sp, &s) == NCTMC_OK;
+        r->wrong += nctmc_model_forward_ex(r->model, r->ctx, NULL) == NCTMC_OK;
+    }
+    return NULL;
+}
+
+static void test_every_const_call_failing(nctmc_context *ctx)
+{
+    nctmc_model *m = tiny_model(ctx, NCTMC_PROCESS_UNIFORM, 0);
+    if (!m)
+        return;
+    const_racer r[N_THREADS];
+    for (int i = 0; i < N_THREADS; i++) {
+        r[i] = (const_racer){.model = m, .ctx = tiny_context(), .dir = tmp_dir};
+        CHECK(r[i].ctx && pthread_create(&r[i].thread, NULL, const_racer_main, &r[i]) == 0,
+              "thread %d", i);
+    }
+    for (int i = 0; i < N_THREADS; i++) {
+        pthread_join(r[i].thread, NULL);
+        CHECK(r[i].wrong == 0, "const calls, thread %d: %d answered wrongly", i, r[i].wrong);
+        nctmc_context_free(r[i].ctx);
+    }
+    CHECK(strlen(nctmc_model_last_error(m)) > 0, "the model holds one of the messages");
+    nctmc_model_free(m);
+}
+
 int main(void)
 {
     if (!test_make_temp_dir(tmp_dir, sizeof tmp_dir)) {
@@ -436,6 +510,7 @@ int main(void)
         test_tokenizer_and_dataset_clear(ctx);
         test_sampler_errors(ctx);
         test_concurrent_failures(ctx);
+        test_every_const_call_failing(ctx);
     }
     nctmc_context_free(ctx);
     test_remove_dir(tmp_dir);

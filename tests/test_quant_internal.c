@@ -317,6 +317,21 @@ static void test_damaged(nctmc_context *ctx)
     expect_refused(ctx, &p, "nctmc.weights in format 2", "unknown metadata key");
     free_parts(&p);
 
+    /* a trainer's tensors or metadata in a reduced file (issue 37, item 5):
+     * a sampling-only format holds neither */
+    take_apart(bpath, &p);
+    p.t[p.n_tensors] = p.t[part(&p, "vocab_embed.embedding")];
+    p.t[p.n_tensors].name = keep(&p, "trainer.adam_m.vocab_embed.embedding");
+    p.data[p.n_tensors] = NULL;
+    p.n_tensors++;
+    expect_refused(ctx, &p, "trainer tensor in a bf16 file", "the trainer tensor");
+    free_parts(&p);
+
+    take_apart(qpath, &p);
+    p.meta[p.n_meta++] = (st_meta){keep(&p, "nctmc.trainer.step"), keep(&p, "12")};
+    expect_refused(ctx, &p, "trainer metadata in an int8 file", "nctmc.trainer.step");
+    free_parts(&p);
+
     /* an int8 file relabelled bf16 */
     take_apart(qpath, &p);
     for (int32_t i = 0; i < p.n_meta; i++)

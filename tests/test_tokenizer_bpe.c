@@ -396,6 +396,22 @@ static void test_json_errors(void)
         {"{\"pre_tokenizer\": " PRE_OK ", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": "
          "16777216}, \"merges\": []}}",
          "16777216"},
+        /* a key given twice, anywhere (issue 37, item 5): refused, not
+         * resolved first- or last-wins */
+        {"{\"pre_tokenizer\": " PRE_OK ", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": "
+         "0}, \"merges\": []}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"b\": 0}, "
+         "\"merges\": []}}",
+         "the key \"model\" appears twice"},
+        {"{\"added_tokens\": [{\"id\": 1, \"content\": \"X\", \"content\": \"Y\"}], "
+         "\"pre_tokenizer\": " PRE_OK
+         ", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+         "the key \"content\" appears twice"},
+        {"{\"decoder\": {\"type\": \"ByteLevel\", \"x\": 1, \"x\": 2}, \"pre_tokenizer\": "
+         PRE_OK ", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+         "the key \"x\" appears twice"},
+        {"{\"pre_tokenizer\": " PRE_OK ", \"model\": {\"type\": \"BPE\", \"type\": \"BPE\", "
+         "\"vocab\": {\"a\": 0}, \"merges\": []}}",
+         "the key \"type\" appears twice"},
         {"[1, 2]", "object"},
         {"{} {}", "after"},
     };

@@ -192,9 +192,19 @@ static void describe_expected(FILE *out, const cli_option *opt)
     }
     if (opt->min > opt->max)
         return;
-    if (opt->kind == CLI_FLOAT) /* enough digits that 0.999999999 is not "1" */
-        fprintf(out, " in [%.10g, %.10g]", opt->min, opt->max);
-    else
+    if (opt->kind == CLI_FLOAT) {
+        /* the bounds a float can take: 0.999999999 is stored as 1.0f, so the
+         * largest accepted value is 0.99999994; printing the decimal bound
+         * would name the very value refused */
+        float lo = (float)opt->min, hi = (float)opt->max;
+        if ((double)lo < opt->min)
+            lo = nextafterf(lo, INFINITY);
+        if ((double)hi > opt->max)
+            hi = nextafterf(hi, -INFINITY);
+        bool exact = (double)lo == opt->min && (double)hi == opt->max;
+        fprintf(out, " in [%.9g, %.9g]%s", (double)lo, (double)hi,
+                exact ? "" : " (the range of a 32-bit float)");
+    } else
         fprintf(out, " in [%.0f, %.0f]", opt->min, opt->max);
 }
 
@@ -279,6 +289,9 @@ static void format_default(char *buf, size_t size, const cli_option *opt)
     if ((opt->kind == CLI_INT && !in_range(opt, *(const int32_t *)opt->value)) ||
         (opt->kind == CLI_INT64 && !in_range(opt, (double)*(const int64_t *)opt->value)) ||
         (opt->kind == CLI_FLOAT && !in_range(opt, *(const float *)opt->value)))
+        return;
+    /* a choice starting at -1 is required (convert's --to) */
+    if (opt->kind == CLI_CHOICE && *(const int *)opt->value < 0)
         return;
     switch (opt->kind) {
     case CLI_INT:

@@ -186,10 +186,25 @@ typedef struct cli_eval_set {
  * Reports failures itself.
  */
 bool cli_eval_set_load(const char *cmd, nctmc_context *ctx, const char *path,
-                       const nctmc_model_config *config, int64_t max_sequences,
+                       const nctmc_model_config *config, int64_t max_sequences, bool no_mmap,
                        cli_eval_set *out);
 
 void cli_eval_set_free(cli_eval_set *set);
+
+/** nctmc_model_load(), or with no_mmap a copying nctmc_model_load_ex()
+ *  (no_mmap.c). Errors are in ctx. */
+nctmc_status cli_load_model(nctmc_context *ctx, const char *path, bool no_mmap,
+                            nctmc_model **out);
+
+/** nctmc_dataset_open(), or with no_mmap of a private in-memory copy of the
+ *  file (no_mmap.c). Reports failures itself. */
+bool cli_open_dataset(const char *cmd, nctmc_context *ctx, const char *path, bool no_mmap,
+                      nctmc_dataset **out);
+
+/** --no-mmap's help line. */
+#define CLI_NO_MMAP_HELP \
+    "read checkpoints and shards into memory instead of mapping them (a file " \
+    "truncated meanwhile cannot stop the run with SIGBUS)"
 
 /** Runs nctmc_eval() on the set; Ctrl-C cancels it (NCTMC_ERR_CANCELLED,
  *  with the result over the sequences finished). With show_progress, a bar

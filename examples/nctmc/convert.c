@@ -19,15 +19,17 @@ static double file_mib(const char *path)
 
 int cmd_convert(int argc, char **argv)
 {
-    int to = 0;
+    int to = -1; /* required: no default in the help */
     const char *out_path = NULL;
     const char *backend = "cpu";
+    bool no_mmap = false;
     cli_option options[] = {
         CLI_OPT_CHOICE("--to", to, weight_names,
                        "weight type of the linear layers: bf16, or int8 with a scale per "
-                       "output row"),
+                       "output row (required)"),
         CLI_OPT_STRING("--out", out_path, "PATH", "the converted checkpoint (required)"),
         CLI_OPT_STRING("--backend", backend, "NAME", "compute backend to convert on"),
+        CLI_OPT_FLAG("--no-mmap", no_mmap, CLI_NO_MMAP_HELP),
     };
     cli_command cmd = {
         "convert", "CHECKPOINT --to bf16|int8 --out PATH [options]",
@@ -59,7 +61,7 @@ int cmd_convert(int argc, char **argv)
         return 1;
     nctmc_model *model = NULL, *reduced = NULL;
     int rc = 0;
-    nctmc_status st = nctmc_model_load(ctx, path, &model);
+    nctmc_status st = cli_load_model(ctx, path, no_mmap, &model);
     if (st != NCTMC_OK) {
         rc = cli_fail("convert", path, st, nctmc_context_last_error(ctx));
     } else {

@@ -55,7 +55,20 @@ struct corpus_reader {
 
 /* ---- the walk ---------------------------------------------------------------- */
 
-static bool add_file(corpus_file **files, int *n, int *cap, const char *path, int64_t size)
+/* Links skipped while walking, for the note corpus_list_files() prints. */
+typedef struct skipped_links {
+    int64_t dangling, to_dirs;
+    char first_dangling[512], first_to_dir[512];
+} skipped_links;
+
+static void note_link(int64_t *count, char *first, size_t size, const char *path)
+{
+    if ((*count)++ == 0)
+        snprintf(first, size, "%s", path);
+}
+
+static bool add_file(corpus_file **files, int *n, int *cap, const char *path, int64_t size,
+                     const struct stat *st)
 {
     if (*n == *cap) {
         int bigger = *cap ? 2 * *cap : 64;
@@ -69,6 +82,8 @@ static bool add_file(corpus_file **files, int *n, int *cap, const char *path, in
     if (!copy)
         return false;
     (*files)[*n].path = copy;
+    (*files)[*n].dev = (uint64_t)st->st_dev;
+    (*files)[*n].ino = (uint64_t)st->st_ino;
     (*files)[(*n)++].size = size;
     return true;
 }
@@ -114,7 +129,7 @@ static bool sorted_names(const char *cmd, const char *dir, char ***names, size_t
 }
 
 static bool walk(const char *cmd, const char *dir, int depth, corpus_file **files, int *n,
-                 int *cap)
+                 int *cap, skipped_links *skipped)
 {
     if (depth > 64) {
         cli_error(cmd, "%s: directories nested deeper than 64", dir);
@@ -128,15 +143,23 @@ static bool walk(const char *cmd, const char *dir, int depth, corpus_file **file
         struct stat st, target;
         ok = path != NULL;
         if (ok && lstat(path, &st) == 0) {
+            bool link = S_ISLNK(st.st_mode);
+            bool resolved = link && stat(path, &target) == 0;
             if (S_ISDIR(st.st_mode))
-                ok = walk(cmd, path, depth + 1, files, n, cap);
-            else if (S_ISREG(st.st_mode) ||
-                     (S_ISLNK(st.st_mode) && stat(path, &target) == 0 &&
-                      S_ISREG(target.st_mode)))
-                ok = add_file(files, n, cap, path,
-                              S_ISREG(st.st_mode) ? (int64_t)st.st_size
-                                                  : (int64_t)target.st_size);
-            /* links to directories (loops), sockets, devices: not corpus */
+                ok = walk(cmd, path, depth + 1, files, n, cap, skipped);
+            else if (S_ISREG(st.st_mode))
+                ok = add_file(files, n, cap, path, (int64_t)st.st_size, &st);
+            else if (resolved && S_ISREG(target.st_mode))
+                ok = add_file(files, n, cap, path, (int64_t)target.st_size, &target);
+            else if (link && !resolved)
+                note_link(&skipped->dangling, skipped->first_dangling,
+                          sizeof skipped->first_dangling, path);
+            else if (resolved && S_ISDIR(target.st_mode))
+                note_link(&skipped->to_dirs, skipped->first_to_dir,
+                          sizeof skipped->first_to_dir, path);
+            /* sockets, devices, FIFOs in a directory: not corpus */
+            if (!ok)
+                cli_error(cmd, "out of memory");
         }
         free(path);
     }
@@ -146,12 +169,70 @@ static bool walk(const char *cmd, const char *dir, int depth, corpus_file **file
     return ok;
 }
 
+static int compare_identity(const void *a, const void *b)
+{
+    const corpus_file *x = *(const corpus_file *const *)a, *y = *(const corpus_file *const *)b;
+    if (x->dev != y->dev)
+        return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino)
+        return x->ino < y->ino ? -1 : 1;
+    return x < y ? -1 : x > y; /* the earlier entry first */
+}
+
+/* Drops every file listed before (the same device and inode: a link to it,
+ * or the same path twice), keeping the order; returns how many went, the
+ * first dropped path in first. */
+static int drop_duplicates(corpus_file *files, int *n_files, char *first, size_t size)
+{
+    int n = *n_files, dropped = 0;
+    corpus_file **order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
+    if (!order)
+        return -1;
+    for (int i = 0; i < n; i++)
+        order[i] = &files[i];
+    qsort(order, (size_t)n, sizeof *order, compare_identity);
+    for (int i = 1; i < n; i++)
+        if (order[i]->size >= 0 && order[i]->dev == order[i - 1]->dev &&
+            order[i]->ino == order[i - 1]->ino)
+            order[i]->size = -2; /* marked */
+    free(order);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (files[i].size == -2) {
+            if (dropped++ == 0)
+                snprintf(first, size, "%s", files[i].path);
+            free(files[i].path);
+            continue;
+        }
+        files[k++] = files[i];
+    }
+    *n_files = k;
+    return dropped;
+}
+
+static void report_skipped(const char *cmd, int duplicates, const char *first_duplicate,
+                           const skipped_links *s)
+{
+    if (duplicates > 0)
+        cli_error(cmd, "note: %d input%s skipped as the same file as an earlier one (a link "
+                  "to it, or named twice; first: %s)",
+                  duplicates, duplicates == 1 ? "" : "s", first_duplicate);
+    if (s->dangling > 0)
+        cli_error(cmd, "note: %lld dangling link%s skipped (first: %s)", (long long)s->dangling,
+                  s->dangling == 1 ? "" : "s", s->first_dangling);
+    if (s->to_dirs > 0)
+        cli_error(cmd, "note: %lld link%s to directories skipped, not followed (they may "
+                  "loop; first: %s)",
+                  (long long)s->to_dirs, s->to_dirs == 1 ? "" : "s", s->first_to_dir);
+}
+
 bool corpus_list_files(const char *cmd, char *const *args, int n_args, corpus_file **files,
                        int *n_files)
 {
     int cap = 0;
     *files = NULL;
     *n_files = 0;
+    skipped_links skipped = {0, 0, "", ""};
     bool ok = true;
     for (int i = 0; ok && i < n_args; i++) {
         struct stat st;
@@ -159,14 +240,24 @@ bool corpus_list_files(const char *cmd, char *const *args, int n_args, corpus_fi
             cli_error(cmd, "cannot open %s: %s", args[i], strerror(errno));
             ok = false;
         } else if (S_ISDIR(st.st_mode)) {
-            ok = walk(cmd, args[i], 0, files, n_files, &cap);
+            ok = walk(cmd, args[i], 0, files, n_files, &cap, &skipped);
         } else {
             ok = add_file(files, n_files, &cap, args[i],
-                          S_ISREG(st.st_mode) ? (int64_t)st.st_size : -1);
+                          S_ISREG(st.st_mode) ? (int64_t)st.st_size : -1, &st);
             if (!ok)
                 cli_error(cmd, "out of memory");
         }
     }
+    char first_duplicate[512] = "";
+    int duplicates = ok ? drop_duplicates(*files, n_files, first_duplicate,
+                                          sizeof first_duplicate)
+                        : 0;
+    if (duplicates < 0) {
+        cli_error(cmd, "out of memory");
+        ok = false;
+    }
+    if (ok)
+        report_skipped(cmd, duplicates, first_duplicate, &skipped);
     if (ok && *n_files == 0) {
         cli_error(cmd, "no input files (the directories hold none)");
         ok = false;

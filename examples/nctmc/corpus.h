@@ -44,6 +44,7 @@ typedef struct corpus_chunk {
 typedef struct corpus_file {
     char *path;
     int64_t size;  /* -1: not a regular file (a pipe), size unknown */
+    uint64_t dev, ino; /* the file itself (links seen through): listed once */
 } corpus_file;
 
 typedef struct corpus_options {
@@ -66,7 +67,11 @@ typedef struct corpus_stats {
 
 typedef struct corpus_reader corpus_reader;
 
-/** Expands the arguments into the sorted list of files (reports failures). */
+/** Expands the arguments into the sorted list of files (reports failures).
+ *  A file reached twice (a link to a file already listed, or named twice)
+ *  is listed once, at its first place; links that lead nowhere (dangling)
+ *  or to a directory (which may loop) are skipped. Each kind skipped is
+ *  counted and reported on stderr with its first path. */
 bool corpus_list_files(const char *cmd, char *const *args, int n_args, corpus_file **files,
                        int *n_files);
 void corpus_free_files(corpus_file *files, int n_files);

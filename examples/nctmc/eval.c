@@ -58,16 +58,14 @@ static nctmc_status read_spread(nctmc_dataset *ds, int64_t available, bool label
 }
 
 bool cli_eval_set_load(const char *cmd, nctmc_context *ctx, const char *path,
-                       const nctmc_model_config *config, int64_t max_sequences,
+                       const nctmc_model_config *config, int64_t max_sequences, bool no_mmap,
                        cli_eval_set *out)
 {
     nctmc_dataset *ds = NULL;
-    nctmc_status st = nctmc_dataset_open(ctx, path, &ds);
-    if (st != NCTMC_OK) {
-        cli_fail(cmd, path, st, nctmc_context_last_error(ctx));
+    if (!cli_open_dataset(cmd, ctx, path, no_mmap, &ds))
         return false;
-    }
     nctmc_dataset_info info;
+    nctmc_status st;
     nctmc_dataset_info_init(&info);
     st = nctmc_dataset_get_info(ds, &info);
     bool ok = st == NCTMC_OK && check_shard_fits(cmd, path, &info, config);
@@ -211,6 +209,7 @@ typedef struct eval_options {
     int32_t threads;
     const char *backend;
     bool verbose;
+    bool no_mmap;
     int time_sampling;     /* index into eval_time_sampling_names */
 } eval_options;
 
@@ -226,7 +225,7 @@ static int evaluate(nctmc_context *ctx, const char *checkpoint, const char *shar
                     const eval_options *o)
 {
     nctmc_model *model = NULL;
-    nctmc_status st = nctmc_model_load(ctx, checkpoint, &model);
+    nctmc_status st = cli_load_model(ctx, checkpoint, o->no_mmap, &model);
     if (st != NCTMC_OK)
         return cli_fail("eval", checkpoint, st, nctmc_context_last_error(ctx));
     nctmc_model_config config;
@@ -234,7 +233,7 @@ static int evaluate(nctmc_context *ctx, const char *checkpoint, const char *shar
     nctmc_model_get_config(model, &config);
     cli_eval_set set;
     int rc = 1;
-    if (cli_eval_set_load("eval", ctx, shard, &config, o->max_sequences, &set)) {
+    if (cli_eval_set_load("eval", ctx, shard, &config, o->max_sequences, o->no_mmap, &set)) {
         cli_printf(stdout,
                    "%s on %s: %lld sequences of %d tokens%s, %d time samples each (%s)\n",
                    checkpoint, shard, (long long)set.n_sequences, (int)set.length,
@@ -269,7 +268,7 @@ int cmd_eval(int argc, char **argv)
     nctmc_eval_params defaults;
     nctmc_eval_params_init(&defaults);
     eval_options o = {NULL, NULL, 0, defaults.n_time_samples, EVAL_BATCH_ROWS,
-                      defaults.t_max, 0, 0, "auto", false, 0};
+                      defaults.t_max, 0, 0, "auto", false, false, 0};
     cli_option options[] = {
         CLI_OPT_STRING("--data", o.data_dir, "DIR",
                        "a `prepare` directory: evaluates its " CLI_VAL_SHARD),
@@ -290,6 +289,7 @@ int cmd_eval(int argc, char **argv)
         CLI_OPT_INT("--threads", o.threads, "N", 0, 4096, "CPU threads; 0 = all cores"),
         CLI_OPT_STRING("--backend", o.backend, "NAME", "compute backend: auto or cpu"),
         CLI_OPT_FLAG("--verbose", o.verbose, "print the library's informational messages"),
+        CLI_OPT_FLAG("--no-mmap", o.no_mmap, CLI_NO_MMAP_HELP),
     };
     cli_command cmd = {
         "eval", "CHECKPOINT (--data DIR | --shard FILE) [options]",

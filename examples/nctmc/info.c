@@ -96,11 +96,12 @@ static void print_training(nctmc_context *ctx, const char *path)
 
 int cmd_info(int argc, char **argv)
 {
-    bool tensors = false;
+    bool tensors = false, no_mmap = false;
     const char *backend = "cpu";
     cli_option options[] = {
         CLI_OPT_FLAG("--tensors", tensors, "also list every tensor with its shape"),
         CLI_OPT_STRING("--backend", backend, "NAME", "compute backend to load onto"),
+        CLI_OPT_FLAG("--no-mmap", no_mmap, CLI_NO_MMAP_HELP),
     };
     cli_command cmd = {
         "info", "CHECKPOINT [options]",
@@ -118,7 +119,7 @@ int cmd_info(int argc, char **argv)
     if (cli_context_create("info", backend, 1, false, &ctx) != NCTMC_OK)
         return 1;
     nctmc_model *model = NULL;
-    nctmc_status st = nctmc_model_load(ctx, path, &model);
+    nctmc_status st = cli_load_model(ctx, path, no_mmap, &model);
     int rc = 0;
     if (st != NCTMC_OK) {
         rc = cli_fail("info", path, st, nctmc_context_last_error(ctx));

@@ -107,6 +107,24 @@ static bool read_unicode_escape(scan *s, uint32_t *cp)
     return true;
 }
 
+/* The length of the UTF-8 sequence at p (1 .. 4 bytes, shortest form, no
+ * surrogates, at most U+10FFFF), or 0 when it is not valid UTF-8. */
+static size_t utf8_length(const unsigned char *p, size_t n)
+{
+    unsigned char c = p[0];
+    size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len == 0 || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+    if ((c == 0xE0 && p[1] < 0xA0) || (c == 0xED && p[1] > 0x9F) || (c == 0xF0 && p[1] < 0x90) ||
+        (c == 0xF4 && p[1] > 0x8F))
+        return 0; /* overlong, a surrogate, or past U+10FFFF */
+    return len;
+}
+
 /* A string after its opening quote, decoded into out (when not NULL). The
  * decoded form is never longer than the JSON text it came from. */
 static bool read_string(scan *s, char *out, size_t *n)
@@ -121,6 +139,18 @@ static bool read_string(scan *s, char *out, size_t *n)
         }
         if (c < 0x20)
             return fail(s, "a raw control character in a string");
+        if (c >= 0x80) {
+            /* raw bytes must be UTF-8 (RFC 8259 section 8.1): a record with
+             * invalid UTF-8 is a bad record, not text for the tokenizer */
+            size_t len = utf8_length(s->p - 1, (size_t)(s->end - (s->p - 1)));
+            if (len == 0)
+                return fail(s, "invalid UTF-8 in a string");
+            if (out)
+                memcpy(out + k, s->p - 1, len);
+            k += len;
+            s->p += len - 1;
+            continue;
+        }
         if (c != '\\') {
             if (out)
                 out[k] = (char)c;
@@ -162,6 +192,8 @@ static bool skip_number(scan *s)
         s->p++;
     if (s->p == digits)
         return fail(s, "an invalid value");
+    if (*digits == '0' && s->p > digits + 1) /* RFC 8259: 0|[1-9][0-9]* */
+        return fail(s, "a number with a leading zero");
     if (s->p < s->end && *s->p == '.') {
         s->p++;
         const unsigned char *frac = s->p;

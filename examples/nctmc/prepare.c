@@ -119,7 +119,7 @@ static bool write_digits_manifest(nctmc_context *ctx, const prepare_options *o,
                   nctmc_context_last_error(ctx));
         return false;
     }
-    corpus_file source = {(char *)o->digits, -1};
+    corpus_file source = {(char *)o->digits, -1, 0, 0};
     manifest_info m = {"digits", NULL, o->text.val_fraction, DIGITS_PIXELS, NULL, 0, NULL, 0,
                        shards, n, &source, 1};
     return manifest_write("prepare", ctx, staging, o->text.out_dir, &m);

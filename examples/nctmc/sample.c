@@ -43,6 +43,7 @@ typedef struct sample_options {
     int32_t threads;
     const char *backend;
     bool verbose;
+    bool no_mmap;
 } sample_options;
 
 /* A text constraint as nctmc_infill() takes it: the fixed text, the byte
@@ -528,7 +529,7 @@ static int draw_job(nctmc_context *ctx, const nctmc_model *model, nctmc_tokenize
 static int sample(nctmc_context *ctx, const char *ckpt, const sample_options *o)
 {
     nctmc_model *model = NULL;
-    nctmc_status st = nctmc_model_load(ctx, ckpt, &model);
+    nctmc_status st = cli_load_model(ctx, ckpt, o->no_mmap, &model);
     if (st != NCTMC_OK)
         return cli_fail("sample", ckpt, st, nctmc_context_last_error(ctx));
     nctmc_model_config cfg;
@@ -630,6 +631,7 @@ int cmd_sample(int argc, char **argv)
         CLI_OPT_INT("--threads", o.threads, "N", 0, 4096, "CPU threads; 0 = all cores"),
         CLI_OPT_STRING("--backend", o.backend, "NAME", "compute backend: auto or cpu"),
         CLI_OPT_FLAG("--verbose", o.verbose, "print the library's informational messages"),
+        CLI_OPT_FLAG("--no-mmap", o.no_mmap, CLI_NO_MMAP_HELP),
     };
     cli_command cmd = {
         "sample", "CHECKPOINT [options]",

@@ -209,5 +209,69 @@ mkdir "$tmp/fifodata"
 mkfifo "$tmp/fifodata/train.bin" "$tmp/fifodata/tokenizer.txt"
 expect 1 "not a regular file" -- train --data "$tmp/fifodata" --out "$tmp/r.st"
 
+# --- issue 37, item 6: a file truncated in place under a run ---------------
+# train_truncated STATUS FLAGS...: trains on a copy of the data; once it has
+# logged a step it is stopped, its shard truncated to 0 bytes in place and
+# resumed. A mapped shard's lost pages kill it with SIGBUS (status 135);
+# with --no-mmap it reads its own copy and finishes.
+train_truncated() {
+    want=$1
+    shift
+    rm -rf "$tmp/trunc" "$tmp/trunc.out"
+    cp -r "$d" "$tmp/trunc"
+    "$nctmc" train --data "$tmp/trunc" --out "$tmp/trunc.st" $tiny --steps 1500 \
+        --eval-every 0 --eval-sequences 4 --eval-time-samples 1 --log-every 10 "$@" \
+        >"$tmp/trunc.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do
+        grep -q "^train " "$tmp/trunc.out" && break
+        sleep 0.1
+    done
+    kill -STOP "$pid"
+    : >"$tmp/trunc/train.bin"
+    kill -CONT "$pid"
+    wait "$pid"
+    status=$?
+    if [ "$status" -eq "$want" ]; then ok; else bad "train $* on a truncated shard: status $status, want $want"; fi
+}
+train_truncated 135
+train_truncated 0 --no-mmap
+# a checkpoint read with --no-mmap is not mapped while the run uses it
+maps_of_sample() {
+    mkfifo "$tmp/mapfifo"
+    "$nctmc" sample "$tmp/m.st" --n 3000 --batch 1 --steps 2 --threads 1 "$@" \
+        >"$tmp/mapfifo" 2>/dev/null &
+    pid=$!
+    exec 3<"$tmp/mapfifo"
+    sleep 1 # the sampler fills the pipe and waits: the model is loaded
+    grep -c "$tmp/m.st" "/proc/$pid/maps"
+    cat <&3 >/dev/null
+    exec 3<&-
+    wait "$pid"
+    rm -f "$tmp/mapfifo"
+}
+if [ -r /proc/self/maps ]; then
+    check "a loaded checkpoint is mapped" test "$(maps_of_sample)" -gt 0
+    check "with --no-mmap it is not" test "$(maps_of_sample --no-mmap)" -eq 0
+fi
+for cmd in train sample eval info tokenize convert; do
+    "$nctmc" "$cmd" --help | grep -q -- "--no-mmap" && ok || bad "$cmd --help lacks --no-mmap"
+done
+
+# --- issue 37, item 4: resuming on data that cannot train the checkpoint ---
+# is refused from the checkpoint's header, before the model and its
+# workspace (batch x 4096 tokens of activations) are allocated
+head -c 6000 /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c 5000 >"$tmp/long.txt"
+head -c 64 "$tmp/long.txt" >"$tmp/short.txt"
+"$nctmc" prepare --tokenizer bytes --val-fraction 0 --out "$tmp/long" "$tmp/long.txt" \
+    >/dev/null 2>&1 || bad "prepare long"
+"$nctmc" prepare --tokenizer-file "$tmp/long/tokenizer.txt" --val-fraction 0 --out "$tmp/short" \
+    "$tmp/short.txt" >/dev/null 2>&1 || bad "prepare short"
+"$nctmc" train --data "$tmp/long" --out "$tmp/L4096.st" $tiny --batch 1 --seq-len 4096 \
+    --steps 1 --eval-every 0 >/dev/null 2>&1 || bad "train L = 4096"
+expect 1 "fewer than one sequence of 4096 (refused before allocating the training workspace for 1 sequences x 4096 tokens" \
+    -- train --data "$tmp/short" --resume "$tmp/L4096.st" --out "$tmp/r.st" --steps 5
+not_started "resume on a 64-token stream"
+
 echo "cli_hostile: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -64,6 +64,24 @@ check "six bad records counted and the first located" \
     grep -q "skipped 6 JSON Lines records.*in.jsonl:7: not a JSON object" "$tmp/jsonl.err"
 check "the manifest counts them" grep -q "documents=5 segments=5 bad_lines=6" "$tmp/j/manifest.txt"
 
+# a record with invalid UTF-8 is not JSON either: with the chars tokenizer
+# (which needs UTF-8) it is skipped and located like any bad record, not
+# the end of the run (issue 37, item 5)
+printf '{"text": "good \303\251"}\n{"text": "bad \377 byte"}\n{"text": "over\300\257long"}\n{"text": "fine"}\n' \
+    >"$tmp/utf8.jsonl"
+prep utf8 --tokenizer chars --jsonl-field text --val-fraction 0 --out "$tmp/u" "$tmp/utf8.jsonl"
+check "invalid UTF-8 records are skipped, counted and located" \
+    grep -q "skipped 2 JSON Lines records.*utf8.jsonl:2: invalid UTF-8 in a string" "$tmp/utf8.err"
+
+# numbers with a leading zero are not JSON (RFC 8259): bad records, counted
+# (issue 37, item 5)
+printf '%s\n' '{"id": 01, "text": "lead"}' '{"id": -007, "text": "lead"}' \
+    '{"id": 0, "n": -0.5e01, "text": "good"}' >"$tmp/zero.jsonl"
+prep zero --jsonl-field text --val-fraction 0 --out "$tmp/z" "$tmp/zero.jsonl"
+check "leading zeros are bad records" \
+    grep -q "skipped 2 JSON Lines records.*zero.jsonl:1: a number with a leading zero" \
+    "$tmp/zero.err"
+
 # --- directories: name order, hidden files skipped, a file is a document --
 mkdir -p "$tmp/tree/sub" "$tmp/tree/.git"
 printf 'B\n' >"$tmp/tree/b.txt"
@@ -76,6 +94,26 @@ prep tree --val-fraction 0 --out "$tmp/t" "$tmp/tree"
 printf 'A\n\n\nB\n\n\nC\n\n' >"$tmp/want"
 same_body "$tmp/t" "$tmp/want" "a directory: a.txt, b.txt, sub/c.txt in order, hidden and empty left out"
 check "the manifest lists the sources" grep -q "source 1 .*tree/sub/c.txt" "$tmp/t/manifest.txt"
+
+# links (issue 37, item 5): a file reached again through a link is one
+# document, not two (it would land in both splits); dangling links and
+# links to directories (a loop here) are skipped and reported
+mkdir -p "$tmp/linked/sub"
+printf 'A\n' >"$tmp/linked/a.txt"
+printf 'B\n' >"$tmp/linked/sub/b.txt"
+ln -s ../a.txt "$tmp/linked/sub/z-link-to-a.txt"
+ln -s nowhere.txt "$tmp/linked/dangling.txt"
+ln -s .. "$tmp/linked/sub/loop"
+prep linked --val-fraction 0 --out "$tmp/l" "$tmp/linked" "$tmp/linked/a.txt"
+printf 'A\n\n\nB\n\n\n' >"$tmp/want"
+same_body "$tmp/l" "$tmp/want" "a file and links to it: one document"
+check "two documents" grep -q "documents=2 " "$tmp/l/manifest.txt"
+check "duplicates reported" grep -q "2 inputs skipped as the same file as an earlier one" \
+    "$tmp/linked.err"
+check "dangling links reported" grep -q "1 dangling link skipped (first: .*dangling.txt)" \
+    "$tmp/linked.err"
+check "links to directories reported" grep -q "1 link to directories skipped.*sub/loop" \
+    "$tmp/linked.err"
 
 # --- --split-at: a line ends a document and is dropped ----------------------
 printf 'one\n%%\ntwo\n%%\r\n\nthree\n%%x\n%%' >"$tmp/fortunes"

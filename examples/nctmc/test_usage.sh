@@ -63,7 +63,20 @@ expect 2 err "--t-min must be below" -- sample m.safetensors --t-min 0.5 --t-max
 # every numeric flag is strict, and its range is that of the value stored
 # (issue 10, item 15): these passed the parser and failed in the library
 expect 2 err "bad value '0.999999999' for --t-max" -- sample m.safetensors --t-max 0.999999999
-expect 2 err "expected a number in \[1e-09, 0.999999999\]" -- sample m.safetensors --t-max 1
+expect 2 err "expected a number in \[1.00000008e-09, 0.99999994\] (the range of a 32-bit float)" -- sample m.safetensors --t-max 1
+# the bound printed is the largest float accepted, never the value refused
+# (issue 37, item 7): 0.999999999 is stored as 1.0f
+expect 2 err "in \[.*, 0.99999994\]" -- sample m.safetensors --t-max 0.999999999
+expect 2 err "expected a number in \[0, 1\]$" -- eval m.safetensors --t-max 1.5
+# a required flag shows no default in the help (convert's --to)
+"$nctmc" convert --help >"$tmp/help" 2>&1
+if grep -A1 -- "--to bf16" "$tmp/help" | grep -q "default"; then
+    failed=$((failed + 1))
+    echo "FAIL: convert --help shows a default for the required --to"
+else
+    passed=$((passed + 1))
+fi
+expect 0 out "output row (required)" -- convert --help
 expect 2 err "bad value '-1' for --cfg" -- sample m.safetensors --cfg -1
 expect 2 err "bad value '2000000' for --steps" -- sample m.safetensors --steps 2000000
 expect 2 err "bad value '100000' for --batch" -- train --data d --batch 100000

@@ -36,14 +36,14 @@ static bool sniff(const char *path, source_kind *kind)
     return true;
 }
 
-static nctmc_tokenizer *checkpoint_tokenizer(const char *path)
+static nctmc_tokenizer *checkpoint_tokenizer(const char *path, bool no_mmap)
 {
     nctmc_context *ctx = NULL;
     if (cli_context_create(CMD, "cpu", 1, false, &ctx) != NCTMC_OK)
         return NULL;
     nctmc_model *model = NULL;
     nctmc_tokenizer *tok = NULL;
-    nctmc_status st = nctmc_model_load(ctx, path, &model);
+    nctmc_status st = cli_load_model(ctx, path, no_mmap, &model);
     if (st != NCTMC_OK)
         cli_fail(CMD, path, st, nctmc_context_last_error(ctx));
     else if (!nctmc_model_get_tokenizer(model))
@@ -55,14 +55,14 @@ static nctmc_tokenizer *checkpoint_tokenizer(const char *path)
     return tok;
 }
 
-static nctmc_tokenizer *open_tokenizer(const char *path, const char *merges)
+static nctmc_tokenizer *open_tokenizer(const char *path, const char *merges, bool no_mmap)
 {
     nctmc_tokenizer *tok = NULL;
     source_kind kind = SOURCE_JSON;
     if (!merges && !sniff(path, &kind))
         return NULL;
     if (kind == SOURCE_CHECKPOINT)
-        return checkpoint_tokenizer(path);
+        return checkpoint_tokenizer(path, no_mmap);
     nctmc_context *ctx = NULL;
     if (cli_context_create(CMD, "cpu", 1, false, &ctx) != NCTMC_OK)
         return NULL;
@@ -165,7 +165,7 @@ static int decode(nctmc_tokenizer *tok, const char *text, size_t len)
 int cmd_tokenize(int argc, char **argv)
 {
     const char *tokenizer = NULL, *merges = NULL;
-    bool decode_ids = false;
+    bool decode_ids = false, no_mmap = false;
     cli_option options[] = {
         CLI_OPT_STRING("--tokenizer", tokenizer, "FILE",
                        "tokenizer.json (Hugging Face), vocab.json (with --merges), a "
@@ -174,6 +174,7 @@ int cmd_tokenize(int argc, char **argv)
                        "GPT-2's merges.txt; --tokenizer is then its vocab.json"),
         CLI_OPT_FLAG("--decode", decode_ids,
                      "read whitespace-separated ids, write the text (its exact bytes)"),
+        CLI_OPT_FLAG("--no-mmap", no_mmap, CLI_NO_MMAP_HELP),
     };
     cli_command cmd = {
         CMD, "--tokenizer FILE [options] [INPUT]",
@@ -193,7 +194,7 @@ int cmd_tokenize(int argc, char **argv)
         return cli_usage_error(&cmd, "--tokenizer FILE is required");
     if (n_pos == 0 || strcmp(input, "-") == 0)
         input = "/dev/stdin";
-    nctmc_tokenizer *tok = open_tokenizer(tokenizer, merges);
+    nctmc_tokenizer *tok = open_tokenizer(tokenizer, merges, no_mmap);
     if (!tok)
         return 1;
     char *text = NULL;

@@ -30,6 +30,7 @@ typedef struct train_options {
     int32_t eval_time_samples;
     int64_t log_every;
     bool verbose;
+    bool no_mmap;
     nctmc_model_config model;
     int process;
     int schedule;
@@ -78,13 +79,12 @@ typedef enum stop_reason { STOP_FINISHED, STOP_BUDGET, STOP_INTERRUPTED, STOP_FA
 
 static bool open_shard(train_run *run, const char *path)
 {
-    nctmc_status st = nctmc_dataset_open(run->ctx, path, &run->data.shard);
-    if (st == NCTMC_OK) {
-        nctmc_dataset_info_init(&run->data.info);
-        st = nctmc_dataset_get_info(run->data.shard, &run->data.info);
-    }
+    if (!cli_open_dataset("train", run->ctx, path, run->o->no_mmap, &run->data.shard))
+        return false;
+    nctmc_dataset_info_init(&run->data.info);
+    nctmc_status st = nctmc_dataset_get_info(run->data.shard, &run->data.info);
     if (st != NCTMC_OK) {
-        cli_fail("train", path, st, nctmc_context_last_error(run->ctx));
+        cli_fail("train", path, st, nctmc_dataset_last_error(run->data.shard));
         return false;
     }
     return true;
@@ -222,6 +222,62 @@ static bool resume_from(train_run *run, const nctmc_trainer_params *params)
     return true;
 }
 
+/* Whether the data can train the checkpoint's model, checked the way the
+ * trainer checks it at its first step, but before nctmc_trainer_resume()
+ * allocates the model and its training workspace (batch x L tokens of
+ * activations: an L = 4096 checkpoint took 1.2 GB only to fail at step 1 on
+ * a 64-token stream). Reads only the checkpoint's header: a lazily mapped
+ * load on a one-thread CPU context, and its saved trainer parameters. */
+static bool resume_fits_data(train_run *run, const cli_command *cmd)
+{
+    const char *path = run->o->resume;
+    nctmc_context *cpu = NULL;
+    if (cli_context_create("train", "cpu", 1, false, &cpu) != NCTMC_OK)
+        return false;
+    nctmc_load_params lp;
+    nctmc_load_params_init(&lp);
+    lp.mapping = NCTMC_LOAD_MAP_LAZY;
+    nctmc_model *m = NULL;
+    nctmc_trainer_params p;
+    nctmc_trainer_params_init(&p);
+    nctmc_model_config c;
+    nctmc_model_config_init(&c);
+    nctmc_status st = nctmc_model_load_ex(cpu, path, &lp, &m);
+    if (st == NCTMC_OK)
+        st = nctmc_model_get_config(m, &c);
+    if (st == NCTMC_OK)
+        st = nctmc_trainer_inspect(cpu, path, &p, NULL);
+    if (st != NCTMC_OK)
+        cli_fail("train", path, st, nctmc_context_last_error(cpu));
+    nctmc_model_free(m);
+    nctmc_context_free(cpu);
+    if (st != NCTMC_OK)
+        return false;
+    const nctmc_dataset_info *d = &run->data.info;
+    int32_t L = p.seq_len > 0 ? p.seq_len : c.seq_len;
+    int32_t batch = cli_option_given(cmd, "--batch") ? run->o->trainer.batch_size : p.batch_size;
+    int32_t n_data = c.process == NCTMC_PROCESS_UNIFORM ? c.vocab_size : c.vocab_size - 1;
+    char why[256] = "";
+    if (d->vocab_size != n_data)
+        snprintf(why, sizeof why, "its shard has %d token values, the model's data tokens are %d",
+                 (int)d->vocab_size, (int)n_data);
+    else if (d->seq_len > 0 && d->seq_len != L)
+        snprintf(why, sizeof why, "its shard's sequences have %d tokens, the checkpoint trains "
+                 "on %d", (int)d->seq_len, (int)L);
+    else if (d->seq_len == 0 && d->n_tokens < L)
+        snprintf(why, sizeof why, "its stream holds %lld tokens, fewer than one sequence of %d",
+                 (long long)d->n_tokens, (int)L);
+    else if (c.n_classes > 0 && d->n_classes != c.n_classes)
+        snprintf(why, sizeof why, "its shard has %d classes, the model %d", (int)d->n_classes,
+                 (int)c.n_classes);
+    if (why[0] == '\0')
+        return true;
+    cli_error("train", "%s cannot resume %s: %s (refused before allocating the training "
+              "workspace for %d sequences x %d tokens a step)",
+              run->o->data_dir, path, why, (int)batch, (int)L);
+    return false;
+}
+
 /* Resumes with the saved trainer parameters, except those given on this
  * command line (a longer --steps, a new --lr, ...), which win. With N ranks
  * the saved global batch (batch x accumulation, as one process takes it)
@@ -230,6 +286,8 @@ static bool resume_from(train_run *run, const nctmc_trainer_params *params)
 static bool resume_run(train_run *run, const cli_command *cmd)
 {
     warn_ignored_model_flags(cmd);
+    if (!resume_fits_data(run, cmd))
+        return false;
     nctmc_trainer_params merged;
     nctmc_trainer_params_init(&merged);
     nctmc_status st = nctmc_trainer_inspect(run->ctx, run->o->resume, &merged, NULL);
@@ -279,7 +337,7 @@ static bool prepare_validation(train_run *run)
     nctmc_model_config_init(&cfg);
     nctmc_model_get_config(run->model, &cfg);
     if (!cli_eval_set_load("train", run->ctx, run->data.val_path, &cfg,
-                           run->o->eval_sequences, &run->data.val))
+                           run->o->eval_sequences, run->o->no_mmap, &run->data.val))
         return false;
     nctmc_status st = nctmc_model_create(run->ctx, &cfg, &run->eval_model);
     if (st != NCTMC_OK) {
@@ -710,6 +768,7 @@ int cmd_train(int argc, char **argv)
         CLI_OPT_STRING("--backend", o.backend, "NAME",
                        "compute backend: auto, cpu, cuda or cuda-bf16 (a preset's by default)"),
         CLI_OPT_FLAG("--verbose", o.verbose, "print the library's informational messages"),
+        CLI_OPT_FLAG("--no-mmap", o.no_mmap, CLI_NO_MMAP_HELP),
     };
     cli_command cmd = {
         "train", "--data DIR [--out FILE] [options]",

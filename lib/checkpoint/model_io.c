@@ -336,7 +336,10 @@ static bool has_prefix(const char *s, const char *prefix)
  * Keys outside "nctmc." belong to whoever added them. */
 static bool known_key(const char *key, int format)
 {
-    if (!has_prefix(key, NCTMC_PREFIX) || has_prefix(key, TRAINER_META_PREFIX) ||
+    /* a reduced (format-3) file is for sampling only: no trainer state */
+    if (has_prefix(key, TRAINER_META_PREFIX))
+        return format < FORMAT_REDUCED;
+    if (!has_prefix(key, NCTMC_PREFIX) ||
         strcmp(key, KEY_FORMAT) == 0 || strcmp(key, KEY_LIBRARY) == 0 ||
         strcmp(key, KEY_CHECKSUM) == 0)
         return true;
@@ -505,6 +508,13 @@ static nctmc_status check_tensor_set(const st_file *file, const model_tensor *ta
     int32_t others = 0;
     for (int32_t i = 0; i < st_file_n_tensors(file); i++) {
         const char *t = st_file_tensor_name(file, i);
+        /* a reduced file is for sampling only: a trainer's tensors in it
+         * mean a damaged or forged file, not one to resume */
+        if (weight_type != NCTMC_WEIGHT_F32 && has_prefix(t, TRAINER_TENSOR_PREFIX))
+            return fail_format(err, err_size, NCTMC_ERR_FORMAT,
+                               "a checkpoint of %s weights is for sampling only, but it holds "
+                               "the trainer tensor \"%.64s\"",
+                               quant_type_name(weight_type), t);
         if (!has_prefix(t, TRAINER_TENSOR_PREFIX) && !(prefix[0] && has_prefix(t, prefix)))
             others++;
     }
@@ -573,7 +583,8 @@ static nctmc_status create_model(nctmc_context *ctx, const nctmc_model_config *c
 {
     nctmc_status st = weight_type == NCTMC_WEIGHT_F32
                           ? model_create(ctx, cfg, false, out)
-                          : model_create_as(ctx, cfg, weight_type, out);
+                          : model_create_as(ctx, cfg, weight_type, out, ctx->last_error,
+                                            sizeof ctx->last_error);
     if (st != NCTMC_OK && err != ctx->last_error)
         fail_format(err, err_size, st, "%s", ctx->last_error);
     return st;

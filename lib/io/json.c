@@ -304,32 +304,122 @@ static nctmc_status skip_number(json_reader *r)
     return NCTMC_OK;
 }
 
+/* ---- objects: keys seen, so that a repeated key is refused ----------------- */
+
+/* An object's keys, checked for a repeat once the object is read: sorted,
+ * so that no choice of keys (a hash can be made to collide) costs more
+ * than O(n log n) comparisons. */
+typedef struct key_set {
+    const struct nctmc_allocator *alloc;
+    char **keys;
+    size_t n, cap;
+    size_t start; /* the object's first byte, for the message */
+} key_set;
+
+static void key_set_free(key_set *k)
+{
+    for (size_t i = 0; i < k->n; i++)
+        mem_free(k->alloc, k->keys[i]);
+    mem_free(k->alloc, k->keys);
+}
+
+/* Takes key (allocated from r->alloc) into the set. */
+static nctmc_status key_add(json_reader *r, key_set *k, char *key)
+{
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 16;
+        char **grown = mem_alloc(k->alloc, cap * sizeof *grown);
+        if (!grown) {
+            mem_free(r->alloc, key);
+            return fail_format(r->err, r->err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        if (k->n)
+            memcpy(grown, k->keys, k->n * sizeof *grown);
+        mem_free(k->alloc, k->keys);
+        k->keys = grown;
+        k->cap = cap;
+    }
+    k->keys[k->n++] = key;
+    return NCTMC_OK;
+}
+
+static int compare_keys(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* NCTMC_ERR_FORMAT when two of the keys are the same. */
+static nctmc_status keys_unique(json_reader *r, key_set *k)
+{
+    if (k->n < 2)
+        return NCTMC_OK;
+    qsort(k->keys, k->n, sizeof *k->keys, compare_keys);
+    for (size_t i = 1; i < k->n; i++)
+        if (strcmp(k->keys[i - 1], k->keys[i]) == 0)
+            return fail_format(r->err, r->err_size, NCTMC_ERR_FORMAT,
+                               "JSON header, the object at byte %zu: the key \"%.60s\" "
+                               "appears twice",
+                               k->start, k->keys[i]);
+    return NCTMC_OK;
+}
+
+nctmc_status json_parse_object(json_reader *r, json_member_fn fn, void *user)
+{
+    json_skip_ws(r);
+    key_set seen = {r->alloc, NULL, 0, 0, r->at};
+    nctmc_status st = json_expect(r, '{', "an object");
+    if (st != NCTMC_OK || json_accept(r, '}'))
+        return st;
+    do {
+        char *key = NULL;
+        st = json_parse_string(r, &key, NULL);
+        if (st == NCTMC_OK)
+            st = key_add(r, &seen, key);
+        if (st == NCTMC_OK)
+            st = json_expect(r, ':', "':'");
+        if (st == NCTMC_OK)
+            st = fn(r, key, user);
+    } while (st == NCTMC_OK && json_accept(r, ','));
+    if (st == NCTMC_OK)
+        st = json_expect(r, '}', "',' or '}'");
+    if (st == NCTMC_OK)
+        st = keys_unique(r, &seen);
+    key_set_free(&seen);
+    return st;
+}
+
 /* Skips the members of an object or the elements of an array whose opening
- * bracket was consumed. */
+ * bracket was consumed. An object's keys must differ. */
 static nctmc_status skip_container(json_reader *r, bool object, int depth)
 {
     char close = object ? '}' : ']';
+    key_set seen = {r->alloc, NULL, 0, 0, r->at - 1};
     if (json_accept(r, close))
         return NCTMC_OK;
+    nctmc_status st = NCTMC_OK;
     for (;;) {
-        nctmc_status st = NCTMC_OK;
         if (object) {
             char *key = NULL;
             st = json_parse_string(r, &key, NULL);
-            mem_free(r->alloc, key);
+            if (st == NCTMC_OK)
+                st = key_add(r, &seen, key);
             if (st == NCTMC_OK)
                 st = json_expect(r, ':', "after an object key");
         }
         if (st == NCTMC_OK)
             st = json_skip_value(r, depth + 1);
         if (st != NCTMC_OK)
-            return st;
-        if (json_accept(r, close))
-            return NCTMC_OK;
+            break;
+        if (json_accept(r, close)) {
+            st = keys_unique(r, &seen);
+            break;
+        }
         st = json_expect(r, ',', object ? "or '}' in an object" : "or ']' in an array");
         if (st != NCTMC_OK)
-            return st;
+            break;
     }
+    key_set_free(&seen);
+    return st;
 }
 
 nctmc_status json_skip_value(json_reader *r, int depth)

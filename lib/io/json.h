@@ -53,7 +53,19 @@ nctmc_status json_parse_string(json_reader *r, char **out, size_t *len);
  * at most INT64_MAX. */
 nctmc_status json_parse_u64(json_reader *r, uint64_t *out);
 
-/* Skips any value, rejecting nesting deeper than JSON_MAX_DEPTH. */
+/* One member of an object: called with the key (valid during the call)
+ * and r at its value, which it must consume. */
+typedef nctmc_status (*json_member_fn)(json_reader *r, const char *key, void *user);
+
+/* Parses an object, calling fn for each member in order (a repeated key
+ * too: fn must tolerate it), then NCTMC_ERR_FORMAT when a key appeared
+ * twice (as a strict reader refuses it; which of two values would win is
+ * not something a file should leave open). The keys are compared sorted,
+ * O(n log n) whatever they are. */
+nctmc_status json_parse_object(json_reader *r, json_member_fn fn, void *user);
+
+/* Skips any value, rejecting nesting deeper than JSON_MAX_DEPTH and
+ * objects with a repeated key. */
 nctmc_status json_skip_value(json_reader *r, int depth);
 
 /* A growable text buffer. On allocation failure it records `failed` and

@@ -111,40 +111,46 @@ NCTMC_API nctmc_status nctmc_model_create(nctmc_context *ctx, const nctmc_model_
 
 static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *config,
                                 model_weights_kind weights, nctmc_weight_type weight_type,
-                                nctmc_model **out);
+                                nctmc_model **out, char *err, size_t err_size);
 
 nctmc_status model_create(nctmc_context *ctx, const nctmc_model_config *config,
                           bool initialise, nctmc_model **out)
 {
     return model_build(ctx, config, initialise ? MODEL_WEIGHTS_INIT : MODEL_WEIGHTS_ZERO,
-                       NCTMC_WEIGHT_F32, out);
+                       NCTMC_WEIGHT_F32, out, ctx ? ctx->last_error : NULL,
+                       sizeof ctx->last_error);
 }
 
 nctmc_status model_create_ex(nctmc_context *ctx, const nctmc_model_config *config,
                              model_weights_kind weights, nctmc_model **out)
 {
-    return model_build(ctx, config, weights, NCTMC_WEIGHT_F32, out);
+    return model_build(ctx, config, weights, NCTMC_WEIGHT_F32, out,
+                       ctx ? ctx->last_error : NULL, sizeof ctx->last_error);
 }
 
 nctmc_status model_create_as(nctmc_context *ctx, const nctmc_model_config *config,
-                             nctmc_weight_type weight_type, nctmc_model **out)
+                             nctmc_weight_type weight_type, nctmc_model **out, char *err,
+                             size_t err_size)
 {
-    return model_build(ctx, config, MODEL_WEIGHTS_ZERO, weight_type, out);
+    return model_build(ctx, config, MODEL_WEIGHTS_ZERO, weight_type, out, err, err_size);
 }
 
+/* Errors go to err (ctx->last_error for the public calls; a caller's own
+ * buffer for nctmc_model_convert(), a const call that must not write the
+ * context it shares with other threads). */
 static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *config,
                                 model_weights_kind weights, nctmc_weight_type weight_type,
-                                nctmc_model **out)
+                                nctmc_model **out, char *err, size_t err_size)
 {
     if (out)
         *out = NULL;
     if (!ctx)
         return NCTMC_ERR_INVALID_ARGUMENT;
     if (!out)
-        return fail_format(ctx->last_error, sizeof ctx->last_error,
+        return fail_format(err, err_size,
                            NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_create: out is NULL");
     if (!config)
-        return fail_format(ctx->last_error, sizeof ctx->last_error,
+        return fail_format(err, err_size,
                            NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_create: config is NULL");
     nctmc_model_config cfg;
     nctmc_model_config_init(&cfg);
@@ -153,7 +159,7 @@ static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *co
     config = &cfg;
     model_dims dims;
     if (st == NCTMC_OK)
-        st = model_config_validate(config, &dims, ctx->last_error, sizeof ctx->last_error);
+        st = model_config_validate(config, &dims, err, err_size);
     if (st != NCTMC_OK)
         return st;
     nctmc_model *m = mem_calloc(&ctx->alloc, 1, sizeof *m);
@@ -162,7 +168,7 @@ static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *co
         m = NULL;
     }
     if (!m)
-        return fail_format(ctx->last_error, sizeof ctx->last_error, NCTMC_ERR_OUT_OF_MEMORY,
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                            "out of memory");
     atomic_init(&m->refs, 1);
     ctx_retain(ctx);
@@ -180,13 +186,13 @@ static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *co
     }
     if (st != NCTMC_OK) {
         nctmc_model_free(m);
-        return fail_format(ctx->last_error, sizeof ctx->last_error, st,
+        return fail_format(err, err_size, st,
                            "out of memory building the tensor table");
     }
     if (weight_type != NCTMC_WEIGHT_F32)
-        st = quant_model_setup(m, weight_type, ctx->last_error, sizeof ctx->last_error);
+        st = quant_model_setup(m, weight_type, err, err_size);
     if (st == NCTMC_OK)
-        st = upload_initial_weights(m, weights, ctx->last_error, sizeof ctx->last_error);
+        st = upload_initial_weights(m, weights, err, err_size);
     if (st != NCTMC_OK) {
         nctmc_model_free(m);
         return st;
@@ -196,7 +202,7 @@ static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *co
     quant_model_bind(m);
     /* Every way to make a model (create, load, resume) passes here; what
      * fails after this point writes its own message. */
-    ctx->last_error[0] = '\0';
+    err[0] = '\0';
     ctx_log(ctx, NCTMC_LOG_INFO, "model: %d layers, d=%d, %d heads, S=%d, L=%d, %lld params",
             dims.n_layers, dims.d, dims.H, dims.S, dims.L, (long long)m->n_params);
     *out = m;
@@ -216,11 +222,12 @@ NCTMC_API nctmc_status nctmc_model_get_config(const nctmc_model *model,
     nctmc_model *m = (nctmc_model *)model;
     if (!config)
         return model_fail(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_get_config: config is NULL");
-    nctmc_status st = abi_check_output(config, &abi_model_config, m->last_error,
-                                       sizeof m->last_error);
-    if (st == NCTMC_OK)
-        abi_write(config, &model->config, &abi_model_config);
-    return st;
+    char err[NCTMC_ERROR_SIZE];
+    nctmc_status st = abi_check_output(config, &abi_model_config, err, sizeof err);
+    if (st != NCTMC_OK)
+        return model_fail(m, st, "%s", err);
+    abi_write(config, &model->config, &abi_model_config);
+    return NCTMC_OK;
 }
 
 NCTMC_API const char *nctmc_model_last_error(const nctmc_model *model)
@@ -246,10 +253,10 @@ NCTMC_API nctmc_status nctmc_model_tensor_info(const nctmc_model *model, int32_t
     nctmc_model *m = (nctmc_model *)model;
     if (!info)
         return model_fail(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_model_tensor_info: info is NULL");
-    nctmc_status st = abi_check_output(info, &abi_tensor_info, m->last_error,
-                                       sizeof m->last_error);
+    char err[NCTMC_ERROR_SIZE];
+    nctmc_status st = abi_check_output(info, &abi_tensor_info, err, sizeof err);
     if (st != NCTMC_OK)
-        return st;
+        return model_fail(m, st, "%s", err);
     if (index < 0 || index >= model->n_tensors)
         return model_fail(m, NCTMC_ERR_INVALID_ARGUMENT,
                           "tensor index %d is out of range [0, %d)", index, model->n_tensors);

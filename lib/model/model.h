@@ -163,9 +163,11 @@ nctmc_status model_create(nctmc_context *ctx, const nctmc_model_config *config,
                           bool initialise, nctmc_model **out);
 
 /* The same for a model of the given weight type, never initialised (the
- * caller fills every weight). */
+ * caller fills every weight); errors go to err (which may be
+ * ctx->last_error), and ctx->last_error is left alone otherwise. */
 nctmc_status model_create_as(nctmc_context *ctx, const nctmc_model_config *config,
-                             nctmc_weight_type weight_type, nctmc_model **out);
+                             nctmc_weight_type weight_type, nctmc_model **out, char *err,
+                             size_t err_size);
 
 /* Checks a configuration (a library-side struct, read with abi_read()) and
  * derives its sizes; on failure writes why. */

@@ -95,10 +95,9 @@ NCTMC_API nctmc_status nctmc_model_convert(const nctmc_model *model, nctmc_weigh
                           quant_type_name(model->weight_type));
     char err[NCTMC_ERROR_SIZE];
     nctmc_model *dst = NULL;
-    nctmc_status st = model_create_as(model->ctx, &model->config, to, &dst);
+    nctmc_status st = model_create_as(model->ctx, &model->config, to, &dst, err, sizeof err);
     if (st != NCTMC_OK)
-        return model_fail(model, st, "nctmc_model_convert: %s",
-                          model->ctx->last_error);
+        return model_fail(model, st, "nctmc_model_convert: %s", err);
     convert_buffers b = {NULL, NULL, NULL};
     st = fill_converted(model, dst, &b, err, sizeof err);
     const nctmc_allocator *alloc = &model->ctx->alloc;

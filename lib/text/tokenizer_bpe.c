@@ -1,6 +1,7 @@
 /*
  * tokenizer_bpe.c — the byte-level BPE model: building and checking it,
- * and encoding (added tokens, pre-tokens, merges by rank).
+ * and encoding (added tokens, found by the automaton of bpe_added.c, then
+ * pre-tokens, merges by rank).
  *
  * Merging follows Hugging Face `tokenizers` (models/bpe/word.rs) exactly,
  * because ids must match it: a min-heap of candidate pairs ordered by
@@ -164,33 +165,26 @@ static nctmc_status build_merges(bpe_model *m, const bpe_parts *p, const byte_in
     return NCTMC_OK;
 }
 
-/* The added tokens, longest first (so the first that matches is the
- * longest), and the bitmap of their first bytes. */
+/* The added tokens' matcher, over their ids in id order (so that of two
+ * with the same bytes the lower id wins, as before). */
 static nctmc_status build_specials(bpe_model *m, char *err, size_t err_size)
 {
     m->n_specials = 0;
     for (int32_t id = 0; id < m->n_tokens; id++)
         m->n_specials += m->special[id];
-    m->specials = mem_alloc(&m->alloc, sizeof *m->specials * (size_t)(m->n_specials + 1));
-    if (!m->specials)
+    if (m->n_specials == 0)
+        return NCTMC_OK;
+    int32_t *ids = mem_alloc(&m->alloc, sizeof *ids * (size_t)m->n_specials);
+    if (!ids)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     int32_t k = 0;
-    for (int32_t id = 0; id < m->n_tokens; id++) {
-        if (!m->special[id])
-            continue;
-        /* insertion sort: there are few */
-        size_t len = m->offsets[id + 1] - m->offsets[id];
-        int32_t j = k++;
-        while (j > 0 && m->offsets[m->specials[j - 1] + 1] - m->offsets[m->specials[j - 1]] <
-                            len) {
-            m->specials[j] = m->specials[j - 1];
-            j--;
-        }
-        m->specials[j] = id;
-        uint8_t first = m->bytes[m->offsets[id]];
-        m->special_first[first >> 3] |= (uint8_t)(1u << (first & 7));
-    }
-    return NCTMC_OK;
+    for (int32_t id = 0; id < m->n_tokens; id++)
+        if (m->special[id])
+            ids[k++] = id;
+    nctmc_status st =
+        bpe_added_build(&m->alloc, m->offsets, m->bytes, ids, k, &m->added, err, err_size);
+    mem_free(&m->alloc, ids);
+    return st;
 }
 
 static nctmc_status copy_parts(bpe_model *m, const bpe_parts *p, char *err, size_t err_size)
@@ -302,7 +296,8 @@ void bpe_model_free(bpe_model *m)
     mem_free(&a, m->special);
     mem_free(&a, m->merges);
     mem_free(&a, m->table);
-    mem_free(&a, m->specials);
+    bpe_added_free(&a, &m->added);
+    mem_free(&a, m->added_best);
     mem_free(&a, m->cache);
     work_free(&a, m->work);
     mem_free(&a, m);
@@ -325,15 +320,17 @@ bpe_model *bpe_model_clone(const nctmc_allocator *alloc, const bpe_model *src)
     m->alloc = mem_copy(alloc);
     m->cache = NULL;
     m->work = NULL;
+    m->added_best = NULL;
+    m->added_steps = 0;
+    memset(&m->added, 0, sizeof m->added);
     size_t n = (size_t)src->n_tokens;
     m->offsets = dup_block(alloc, src->offsets, sizeof *m->offsets * (n + 1));
     m->bytes = dup_block(alloc, src->bytes, src->offsets[n]);
     m->special = dup_block(alloc, src->special, n);
     m->merges = dup_block(alloc, src->merges, sizeof *m->merges * 2 * (size_t)src->n_merges);
     m->table = dup_block(alloc, src->table, sizeof *m->table * ((size_t)src->table_mask + 1));
-    m->specials =
-        dup_block(alloc, src->specials, sizeof *m->specials * (size_t)(src->n_specials + 1));
-    if (!m->offsets || !m->bytes || !m->special || !m->merges || !m->table || !m->specials) {
+    bool added = bpe_added_clone(alloc, &src->added, &m->added);
+    if (!m->offsets || !m->bytes || !m->special || !m->merges || !m->table || !added) {
         bpe_model_free(m);
         return NULL;
     }
@@ -525,27 +522,33 @@ static nctmc_status encode_word(bpe_model *m, const uint8_t *word, size_t len, s
     return NCTMC_OK;
 }
 
+/* Where the added tokens are: the longest one at each position of the
+ * current window of the text, filled one window at a time as the encoder
+ * moves on (bpe_added.h). */
+typedef struct added_window {
+    size_t from, to; /* positions [from, to) of m->added_best are filled */
+} added_window;
+
 /* The first added token in text[at .. n): its offset and id (the longest
  * of those starting there), or *id = -1 and *where = n. */
-static void find_special(const bpe_model *m, const uint8_t *text, size_t at, size_t n,
-                         size_t *where, int32_t *id)
+static void find_special(bpe_model *m, added_window *w, const uint8_t *text, size_t at,
+                         size_t n, size_t *where, int32_t *id)
 {
     *id = -1;
     *where = n;
     if (m->n_specials == 0)
         return;
     for (size_t i = at; i < n; i++) {
-        uint8_t b = text[i];
-        if (!(m->special_first[b >> 3] & (1u << (b & 7))))
-            continue;
-        for (int32_t k = 0; k < m->n_specials; k++) {
-            size_t len;
-            const uint8_t *s = bpe_token_bytes(m, m->specials[k], &len);
-            if (len <= n - i && memcmp(text + i, s, len) == 0) {
-                *where = i;
-                *id = m->specials[k];
-                return;
-            }
+        if (i < w->from || i >= w->to) {
+            w->from = i;
+            w->to = n - i < BPE_ADDED_WINDOW ? n : i + BPE_ADDED_WINDOW;
+            m->added_steps += bpe_added_scan(&m->added, text, n, w->from, w->to, m->added_best);
+        }
+        int32_t best = m->added_best[i - w->from];
+        if (best >= 0) {
+            *where = i;
+            *id = best;
+            return;
         }
     }
 }
@@ -572,11 +575,16 @@ nctmc_status bpe_encode(bpe_model *m, const uint8_t *text, size_t n, int32_t *to
     if (!m->cache && !(m->cache = mem_calloc(&m->alloc, 1, sizeof *m->cache)))
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                            "out of memory for the word cache");
+    if (m->n_specials > 0 && !m->added_best &&
+        !(m->added_best = mem_alloc(&m->alloc, sizeof *m->added_best * BPE_ADDED_WINDOW)))
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                           "out of memory for the added-token window");
     emitter e = {tokens, starts, 0};
+    added_window w = {0, 0};
     for (size_t at = 0; at < n;) {
         size_t where;
         int32_t id;
-        find_special(m, text, at, n, &where, &id);
+        find_special(m, &w, text, at, n, &where, &id);
         nctmc_status st = encode_piece(m, text, at, where, &e, err, err_size);
         if (st != NCTMC_OK)
             return st;

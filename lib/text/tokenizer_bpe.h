@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "base/alloc.h"
+#include "bpe_added.h"
 #include "nctmc.h"
 
 /* Limits of what a file may describe: ids are int32 and a merge pair is
@@ -41,12 +42,15 @@ typedef struct bpe_model {
     bpe_merge_slot *table;  /* open addressing, table_mask + 1 slots */
     uint32_t table_mask;
     int32_t n_specials;
-    int32_t *specials;      /* the added tokens' ids, longest text first */
-    uint8_t special_first[32]; /* bitmap of the added tokens' first bytes */
-    /* per handle, mutable: a cache of short words and the merge scratch;
-     * clones start without them */
+    bpe_added added;        /* the added-token matcher (bpe_added.h) */
+    /* per handle, mutable: a cache of short words, the merge scratch, the
+     * added-token window (BPE_ADDED_WINDOW ids) and the matcher's step
+     * count (tests check it is linear in the text); clones start without
+     * them */
     bpe_cache *cache;
     bpe_work *work;
+    int32_t *added_best;
+    uint64_t added_steps;
     nctmc_allocator alloc;
 } bpe_model;
 

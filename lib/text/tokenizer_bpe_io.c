@@ -408,27 +408,14 @@ static nctmc_status parse_bool(json_reader *r, const char *key, bool *out)
     return NCTMC_OK;
 }
 
-typedef nctmc_status (*member_fn)(json_reader *r, const char *key, void *user);
+typedef json_member_fn member_fn;
 
 /* Parses an object, calling fn for each member with the reader before its
- * value (fn parses or skips it). */
+ * value (fn parses or skips it); a key given twice is refused
+ * (json_parse_object()). */
 static nctmc_status parse_object(json_reader *r, member_fn fn, void *user)
 {
-    nctmc_status st = json_expect(r, '{', "an object");
-    if (st != NCTMC_OK || json_accept(r, '}'))
-        return st;
-    do {
-        char *key = NULL;
-        st = json_parse_string(r, &key, NULL);
-        if (st == NCTMC_OK)
-            st = json_expect(r, ':', "':'");
-        if (st == NCTMC_OK)
-            st = fn(r, key, user);
-        mem_free(r->alloc, key);
-        if (st != NCTMC_OK)
-            return st;
-    } while (json_accept(r, ','));
-    return json_expect(r, '}', "',' or '}'");
+    return json_parse_object(r, fn, user);
 }
 
 /* ---- vocab and merges ---------------------------------------------------- */
