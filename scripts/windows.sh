@@ -116,6 +116,6 @@ cp "$win/nctmc.dll" build-win-deps/openblas/bin/libscipy_openblas.dll "$z/bin/"
 cp "$win/nctmc.lib" "$z/lib/nctmc.lib"
 cp "$win/nctmc.dll.a" "$z/lib/libnctmc.dll.a"
 cp "$win/nctmc.def" "$z/lib/nctmc.def"
-cp include/nctmc.h "$z/include/"
+cp include/nctmc.h include/nctmc.hpp "$z/include/"
 find "$z" -type f | sort
 step "done"

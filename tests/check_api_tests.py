@@ -4,10 +4,11 @@
     check_api_tests.py SOURCE_DIR BUILD_DIR [--not-built NAME]... NAME...
 
 NAME is a program of tests/meson.build's api_tests list (its source is
-SOURCE_DIR/NAME.c, its executable BUILD_DIR/NAME). For each:
+SOURCE_DIR/NAME.c, or SOURCE_DIR/NAME.cpp for a C++ test, its executable
+BUILD_DIR/NAME). For each:
 
   - the source, and every test helper header it includes (recursively),
-    includes only <system headers>, "nctmc.h" and helpers of tests/ that
+    includes only <system headers>, "nctmc.h" (or "nctmc.hpp") and helpers of tests/ that
     obey the same rule; none defines or tests NCTMC_BUILDING_LIBRARY;
   - the executable needs libnctmc.so (DT_NEEDED libnctmc.so.N) and defines
     no nctmc_* symbol itself: every library function it calls comes from the
@@ -22,7 +23,7 @@ import subprocess
 import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
-PUBLIC = {'nctmc.h'}
+PUBLIC = {'nctmc.h', 'nctmc.hpp'}
 FORBIDDEN_MACRO = 'NCTMC_BUILDING_LIBRARY'
 
 
@@ -129,7 +130,9 @@ def main(argv):
     for name in names:
         source = os.path.join(source_dir, name + '.c')
         if not os.path.isfile(source):
-            problems.append(f'{name}: no source {source}')
+            source = os.path.join(source_dir, name + '.cpp')
+        if not os.path.isfile(source):
+            problems.append(f'{name}: no source {name}.c or {name}.cpp in {source_dir}')
             continue
         check_source(source, source_dir, set(), problems)
         if name in not_built:
