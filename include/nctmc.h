@@ -930,6 +930,18 @@ typedef struct nctmc_load_params {
      *  were padding and may hold anything), and no later release gives it
      *  a meaning. */
     int32_t reserved0;
+    /* ---- appended in 0.8.0 (a library before it leaves them 0) ---- */
+    /** Called on the loading thread while the checkpoint is read and
+     *  checked, with (units done, units in all): the first call has done 0
+     *  (before the checksum pass), done never decreases, and the last call
+     *  of a load that succeeds has done == total. A unit is one tensor of
+     *  the file read through for the checksum, or one tensor of the model
+     *  read and checked (a lazily mapped load, which reads neither, counts
+     *  them in one call). Return 0 to stop (non-zero to go on), as for
+     *  nctmc_eval_params.progress: the call then returns NCTMC_ERR_CANCELLED
+     *  with *out NULL and nothing of the load kept. May be NULL (default). */
+    int32_t (*progress)(int64_t done, int64_t total, void *user_data);
+    void *user_data;
 } nctmc_load_params;
 
 /** Fills *params with the defaults (see "Versioned structs"). */

@@ -223,11 +223,13 @@ LAYOUTS_APPENDED(sample_params, SAMPLE_PARAMS_HEAD, SAMPLE_PARAMS_HEAD_030,
 LAYOUTS(reader, READER_HEAD, void *user_data;, user_data);
 
 /* first published in 0.4.0 (ending at mapping); 0.8.0 named the trailing
- * padding reserved0 */
+ * padding reserved0 and appended progress and user_data */
 #define LOAD_PARAMS_HEAD size_t struct_size;
 #define LOAD_PARAMS_HEAD_040 LOAD_PARAMS_HEAD nctmc_load_mapping mapping;
-LAYOUTS_APPENDED(load_params, LOAD_PARAMS_HEAD, LOAD_PARAMS_HEAD_040, int32_t reserved0;,
-                 reserved0, mapping);
+#define LOAD_PARAMS_HEAD_080 LOAD_PARAMS_HEAD_040 int32_t reserved0;
+LAYOUTS_APPENDED(load_params, LOAD_PARAMS_HEAD, LOAD_PARAMS_HEAD_080,
+                 int32_t (*progress)(int64_t, int64_t, void *); void *user_data;, user_data,
+                 mapping);
 
 /* first published in 0.4.0 */
 #define INFILL_PARAMS_HEAD                                                        \

@@ -63,7 +63,7 @@ ABI_STRUCT(abi_eval_result, nctmc_eval_result, buckets, n_reliability);
 ABI_STRUCT(abi_sampler_params, nctmc_sampler_params, ctx, ctx);
 ABI_STRUCT(abi_sample_params, nctmc_sample_params, tokens_out, correction_mode);
 /* 0.4.0 */
-ABI_STRUCT(abi_load_params, nctmc_load_params, mapping, reserved0);
+ABI_STRUCT(abi_load_params, nctmc_load_params, mapping, user_data);
 ABI_STRUCT(abi_infill_params, nctmc_infill_params, ranges_out, ranges_out);
 /* 0.8.0 */
 ABI_STRUCT(abi_features, nctmc_features, cuda_detail, cuda_detail);

@@ -205,7 +205,7 @@ static void save_meta_free(save_meta *sm)
 
 /* The model's weights in host memory (the caller frees *owned). */
 static nctmc_status host_weights_of(const nctmc_model *m, float **owned, char *err,
-                                    size_t err_size)
+                                  size_t err_size)
 {
     float *host = mem_alloc(&m->ctx->alloc, sizeof(float) * m->slab_floats);
     if (!host)
@@ -383,10 +383,23 @@ static nctmc_status read_weight_type(const st_file *file, int format,
     return NCTMC_OK;
 }
 
+#define CANCELLED(err, err_size) \
+    fail_format((err), (err_size), NCTMC_ERR_CANCELLED, "stopped by the progress callback")
+
+/* The checksum pass of a load, one progress unit per tensor of the file. */
+static nctmc_status checksum_pass(const st_file *file, work_progress *progress, char *err,
+                                  size_t err_size)
+{
+    nctmc_status st = st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size);
+    if (st == NCTMC_OK && !progress_step(progress, st_file_n_tensors(file)))
+        st = CANCELLED(err, err_size);
+    return st;
+}
+
 /* verify_checksum false: a lazily mapped load, which reads no data. */
 static nctmc_status read_config(const st_file *file, nctmc_model_config *cfg, model_dims *dims,
                                 nctmc_weight_type *weight_type, bool verify_checksum,
-                                char *err, size_t err_size)
+                                work_progress *progress, char *err, size_t err_size)
 {
     const char *version = st_file_meta(file, KEY_FORMAT);
     if (!version)
@@ -404,7 +417,7 @@ static nctmc_status read_config(const st_file *file, nctmc_model_config *cfg, mo
     if (st == NCTMC_OK)
         st = read_weight_type(file, format, weight_type, err, err_size);
     if (st == NCTMC_OK && verify_checksum)
-        st = st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size);
+        st = checksum_pass(file, progress, err, err_size);
     if (st != NCTMC_OK)
         return st;
     nctmc_model_config_init(cfg);
@@ -527,7 +540,8 @@ static nctmc_status check_tensor_set(const st_file *file, const model_tensor *ta
 
 /* Reads the weights into a host slab (padding left zero) and checks them. */
 static nctmc_status read_weights(const st_file *file, const nctmc_model *m, const char *prefix,
-                                 float *host, char *err, size_t err_size)
+                                 float *host, work_progress *progress, char *err,
+                                 size_t err_size)
 {
     char name[NCTMC_TENSOR_NAME_MAX + META_KEY_MAX];
     for (int32_t k = 0; k < m->n_tensors; k++) {
@@ -544,6 +558,8 @@ static nctmc_status read_weights(const st_file *file, const nctmc_model *m, cons
                 return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                                    "tensor \"%s\": element %lld is not finite", name,
                                    (long long)e);
+        if (!progress_step(progress, 1))
+            return CANCELLED(err, err_size);
     }
     return NCTMC_OK;
 }
@@ -591,18 +607,18 @@ static nctmc_status create_model(nctmc_context *ctx, const nctmc_model_config *c
 }
 
 static nctmc_status fill_model(nctmc_model *m, const st_file *file, const char *prefix,
-                               char *err, size_t err_size)
+                               work_progress *progress, char *err, size_t err_size)
 {
     float *host = mem_calloc(&m->ctx->alloc, m->slab_floats, sizeof(float));
     if (!host)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                            "out of memory reading the weights");
-    nctmc_status st = read_weights(file, m, prefix, host, err, err_size);
+    nctmc_status st = read_weights(file, m, prefix, host, progress, err, err_size);
     if (st == NCTMC_OK)
         st = upload_weights(m, host, err, err_size);
     mem_free(&m->ctx->alloc, host);
     if (st == NCTMC_OK)
-        st = quant_fill_model(m, file, err, err_size);
+        st = quant_fill_model(m, file, progress, err, err_size);
     return st;
 }
 
@@ -610,29 +626,35 @@ static nctmc_status fill_model(nctmc_model *m, const st_file *file, const char *
  * them when this file cannot be mapped — after the checksum that a lazy
  * load skipped, since copying reads every byte anyway. */
 static nctmc_status map_or_copy(nctmc_context *ctx, const st_file *file,
-                                const nctmc_model_config *cfg, bool lazy, nctmc_model **m,
-                                char *err, size_t err_size)
+                                const nctmc_model_config *cfg, bool lazy,
+                                work_progress *progress, nctmc_model **m, char *err,
+                                size_t err_size)
 {
     char why[NCTMC_ERROR_SIZE];
-    nctmc_status st = model_map_create(ctx, file, cfg, !lazy, m, why, sizeof why);
+    nctmc_status st = model_map_create(ctx, file, cfg, !lazy, progress, m, why, sizeof why);
     if (st != NCTMC_ERR_UNSUPPORTED && st != NCTMC_ERR_IO) {
         if (st != NCTMC_OK)
             fail_format(err, err_size, st, "%s", why);
+        /* a lazy map reads nothing: the checksum's units at once */
+        else if (lazy && !progress_step(progress, st_file_n_tensors(file)))
+            st = CANCELLED(err, err_size);
         return st;
     }
     ctx_log(ctx, NCTMC_LOG_INFO, "model: copying the weights (not mapped: %s)", why);
-    return lazy ? st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size) : NCTMC_OK;
+    return lazy ? checksum_pass(file, progress, err, err_size) : NCTMC_OK;
 }
 
 nctmc_status model_io_create(nctmc_context *ctx, const st_file *file, const char *weight_prefix,
                              nctmc_model **out, char *err, size_t err_size)
 {
-    return model_io_create_ex(ctx, file, weight_prefix, NCTMC_LOAD_COPY, out, err, err_size);
+    return model_io_create_ex(ctx, file, weight_prefix, NCTMC_LOAD_COPY, NULL, out, err,
+                              err_size);
 }
 
 nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
                                 const char *weight_prefix, nctmc_load_mapping mapping,
-                                nctmc_model **out, char *err, size_t err_size)
+                                work_progress *progress, nctmc_model **out, char *err,
+                                size_t err_size)
 {
     if (!ctx || !file || !out)
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
@@ -647,7 +669,15 @@ nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
     model_dims dims;
     nctmc_weight_type weight_type = NCTMC_WEIGHT_F32;
     nctmc_tokenizer *tok = NULL;
-    nctmc_status st = read_config(file, &cfg, &dims, &weight_type, !lazy, err, err_size);
+    /* units: the file's tensors once for the checksum, then (at most as
+     * many) the model's tensors read and checked */
+    if (progress) {
+        progress->done = 0;
+        progress->total = 2 * (int64_t)st_file_n_tensors(file);
+    }
+    nctmc_status st = progress_step(progress, 0) ? NCTMC_OK : CANCELLED(err, err_size);
+    if (st == NCTMC_OK)
+        st = read_config(file, &cfg, &dims, &weight_type, !lazy, progress, err, err_size);
     /* reduced weights are copied into the packed storage (model_quant.h:
      * each tensor's data and int8 scales on a QUANT_PACK_ALIGN boundary,
      * addressed from the shapes), which a safetensors file's back-to-back
@@ -655,7 +685,7 @@ nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
      * a lazy load of them checks the checksum after all */
     if (st == NCTMC_OK && weight_type != NCTMC_WEIGHT_F32) {
         if (lazy)
-            st = st_file_verify_checksum(file, KEY_CHECKSUM, err, err_size);
+            st = checksum_pass(file, progress, err, err_size);
         if (map)
             ctx_log(ctx, NCTMC_LOG_INFO,
                     "model: copying the weights (not mapped: %s weights are read into the "
@@ -670,12 +700,14 @@ nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
         st = check_tensors(&ctx->alloc, file, &dims, prefix, weight_type, err, err_size);
     nctmc_model *m = NULL;
     if (st == NCTMC_OK && map)
-        st = map_or_copy(ctx, file, &cfg, lazy, &m, err, err_size);
+        st = map_or_copy(ctx, file, &cfg, lazy, progress, &m, err, err_size);
     if (st == NCTMC_OK && !m) {
         st = create_model(ctx, &cfg, weight_type, &m, err, err_size);
         if (st == NCTMC_OK)
-            st = fill_model(m, file, prefix, err, err_size);
+            st = fill_model(m, file, prefix, progress, err, err_size);
     }
+    if (st == NCTMC_OK && progress && !progress_step(progress, progress->total))
+        st = CANCELLED(err, err_size);
     if (st != NCTMC_OK) {
         nctmc_tokenizer_free(tok);
         nctmc_model_free(m);
@@ -689,10 +721,11 @@ nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
 /* Creates the model from a checkpoint opened by the caller, whatever its
  * source (a file, memory, a reader): the one loading path. Frees file. */
 static nctmc_status load_from(nctmc_context *ctx, st_file *file, const char *name,
-                              nctmc_load_mapping mapping, nctmc_model **out)
+                              nctmc_load_mapping mapping, work_progress *progress,
+                              nctmc_model **out)
 {
     char err[NCTMC_ERROR_SIZE];
-    nctmc_status st = model_io_create_ex(ctx, file, "", mapping, out, err, sizeof err);
+    nctmc_status st = model_io_create_ex(ctx, file, "", mapping, progress, out, err, sizeof err);
     st_file_free(file);
     if (st != NCTMC_OK)
         return ctx_report_fail(ctx, st, "\"%.300s\": %s", name, err);
@@ -732,7 +765,8 @@ NCTMC_API nctmc_status nctmc_model_load_ex(nctmc_context *ctx, const char *path,
         st_open_file(&ctx->alloc, path, &file, ctx->last_error, sizeof ctx->last_error);
     if (st != NCTMC_OK)
         return ctx_report_logged(ctx, st);
-    return load_from(ctx, file, path, p.mapping, out);
+    work_progress progress = {p.progress, p.user_data, 0, 0};
+    return load_from(ctx, file, path, p.mapping, &progress, out);
 }
 
 NCTMC_API nctmc_status nctmc_model_load(nctmc_context *ctx, const char *path,
@@ -764,7 +798,7 @@ NCTMC_API nctmc_status nctmc_model_load_memory(nctmc_context *ctx, const void *d
                                      ctx->last_error, sizeof ctx->last_error);
     if (st != NCTMC_OK)
         return ctx_report_logged(ctx, st);
-    return load_from(ctx, file, MEMORY_NAME, NCTMC_LOAD_COPY, out);
+    return load_from(ctx, file, MEMORY_NAME, NCTMC_LOAD_COPY, NULL, out);
 }
 
 NCTMC_API nctmc_status nctmc_model_load_reader(nctmc_context *ctx, const nctmc_reader *reader,
@@ -782,5 +816,5 @@ NCTMC_API nctmc_status nctmc_model_load_reader(nctmc_context *ctx, const nctmc_r
                                      sizeof ctx->last_error);
     if (st != NCTMC_OK)
         return ctx_report_logged(ctx, st);
-    return load_from(ctx, file, READER_NAME, NCTMC_LOAD_COPY, out);
+    return load_from(ctx, file, READER_NAME, NCTMC_LOAD_COPY, NULL, out);
 }

@@ -7,6 +7,7 @@
 #ifndef NCTMC_MODEL_IO_H
 #define NCTMC_MODEL_IO_H
 
+#include "base/progress.h"
 #include "model/model.h"
 #include "io/safetensors.h"
 
@@ -40,9 +41,12 @@ nctmc_status model_io_create(nctmc_context *ctx, const st_file *file,
 /* model_io_create() for the standard names, holding the weights as
  * `mapping` says (nctmc_load_mapping; model_map.h): mapped when the file
  * allows it, copied otherwise. A lazy mapping skips the checksum and the
- * finiteness of the values, unless it falls back to copying. */
+ * finiteness of the values, unless it falls back to copying. progress
+ * (may be NULL; nctmc_load_params.progress says what it counts) gets its
+ * total set here and a stop request becomes NCTMC_ERR_CANCELLED, no model. */
 nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
                                 const char *weight_prefix, nctmc_load_mapping mapping,
-                                nctmc_model **out, char *err, size_t err_size);
+                                work_progress *progress, nctmc_model **out, char *err,
+                                size_t err_size);
 
 #endif /* NCTMC_MODEL_IO_H */

@@ -141,7 +141,7 @@ static nctmc_status read_scales(const st_file *file, const nctmc_model *m, int32
 }
 
 static nctmc_status read_packed(const st_file *file, const nctmc_model *m, unsigned char *host,
-                                char *err, size_t err_size)
+                                work_progress *progress, char *err, size_t err_size)
 {
     for (int32_t k = 0; k < m->n_tensors; k++) {
         if (!quant_is_packed(m, k))
@@ -158,11 +158,14 @@ static nctmc_status read_packed(const st_file *file, const nctmc_model *m, unsig
             st = read_scales(file, m, k, (float *)(host + q.scale_offset), err, err_size);
         if (st != NCTMC_OK)
             return st;
+        if (!progress_step(progress, 1))
+            return fail_format(err, err_size, NCTMC_ERR_CANCELLED, "stopped by the progress callback");
     }
     return NCTMC_OK;
 }
 
-nctmc_status quant_fill_model(nctmc_model *m, const st_file *file, char *err, size_t err_size)
+nctmc_status quant_fill_model(nctmc_model *m, const st_file *file, work_progress *progress,
+                              char *err, size_t err_size)
 {
     if (m->weight_type == NCTMC_WEIGHT_F32)
         return NCTMC_OK;
@@ -171,7 +174,7 @@ nctmc_status quant_fill_model(nctmc_model *m, const st_file *file, char *err, si
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
                            "out of memory reading the weights");
     memset(host, 0, m->packed_bytes);
-    nctmc_status st = read_packed(file, m, host, err, err_size);
+    nctmc_status st = read_packed(file, m, host, progress, err, err_size);
     if (st == NCTMC_OK) {
         nctmc_backend *be = m->ctx->backend;
         be->ops->upload(be, m->packed_data, host, m->packed_bytes);

@@ -86,7 +86,8 @@ static nctmc_status not_finite(const char *name, int64_t element, char *err, siz
  * the map: the check then leaves nothing resident in this process (the
  * pages it reads stay in the shared page cache, where the map finds them). */
 static nctmc_status check_values_finite(const st_file *file, const nctmc_model *m,
-                                        const uint64_t *offsets, char *err, size_t err_size)
+                                        const uint64_t *offsets, work_progress *progress,
+                                        char *err, size_t err_size)
 {
     float *buf = mem_alloc(&m->ctx->alloc, sizeof(float) * CHECK_CHUNK_FLOATS);
     if (!buf)
@@ -104,6 +105,8 @@ static nctmc_status check_values_finite(const st_file *file, const nctmc_model *
                     st = not_finite(t->name, done + e, err, err_size);
             done += n;
         }
+        if (st == NCTMC_OK && !progress_step(progress, 1))
+            st = fail_format(err, err_size, NCTMC_ERR_CANCELLED, "stopped by the progress callback");
     }
     mem_free(&m->ctx->alloc, buf);
     return st;
@@ -122,7 +125,7 @@ static void attach(nctmc_model *m, const uint64_t *offsets, uint64_t lo, uint64_
 }
 
 static nctmc_status map_weights(const st_file *file, nctmc_model *m, bool check_values,
-                                char *err, size_t err_size)
+                                work_progress *progress, char *err, size_t err_size)
 {
     uint64_t *offsets =
         mem_alloc(&m->ctx->alloc, sizeof *offsets * (size_t)m->n_tensors);
@@ -131,7 +134,7 @@ static nctmc_status map_weights(const st_file *file, nctmc_model *m, bool check_
     uint64_t lo = 0, hi = 0;
     nctmc_status st = locate_tensors(file, m, offsets, &lo, &hi, err, err_size);
     if (st == NCTMC_OK && check_values)
-        st = check_values_finite(file, m, offsets, err, err_size);
+        st = check_values_finite(file, m, offsets, progress, err, err_size);
     if (st == NCTMC_OK)
         st = file_map_open(st_file_fd(file), st_file_size(file), lo, (size_t)(hi - lo),
                            &m->weights_map, err, err_size);
@@ -143,7 +146,8 @@ static nctmc_status map_weights(const st_file *file, nctmc_model *m, bool check_
 
 nctmc_status model_map_create(nctmc_context *ctx, const st_file *file,
                               const nctmc_model_config *cfg, bool check_values,
-                              nctmc_model **out, char *err, size_t err_size)
+                              work_progress *progress, nctmc_model **out, char *err,
+                              size_t err_size)
 {
     *out = NULL;
     const char *why = unmappable(ctx, file);
@@ -156,7 +160,7 @@ nctmc_status model_map_create(nctmc_context *ctx, const st_file *file,
             fail_format(err, err_size, st, "%s", ctx->last_error);
         return st;
     }
-    st = map_weights(file, m, check_values, err, err_size);
+    st = map_weights(file, m, check_values, progress, err, err_size);
     if (st != NCTMC_OK) {
         nctmc_model_free(m);
         return st;

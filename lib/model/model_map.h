@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "model.h"
+#include "base/progress.h"
 #include "io/safetensors.h"
 
 /*
@@ -20,11 +21,13 @@
  * memory, a big-endian host, a tensor at an offset that is not a multiple
  * of 4, no file maps on this platform) and NCTMC_ERR_IO when the system
  * refuses the map: the caller copies instead, and err says why. err may
- * be ctx->last_error.
+ * be ctx->last_error. progress (may be NULL) gets one unit per tensor whose
+ * values were checked; its stop request is NCTMC_ERR_CANCELLED, no model.
  */
 nctmc_status model_map_create(nctmc_context *ctx, const st_file *file,
                               const nctmc_model_config *cfg, bool check_values,
-                              nctmc_model **out, char *err, size_t err_size);
+                              work_progress *progress, nctmc_model **out, char *err,
+                              size_t err_size);
 
 /*
  * Before anything writes a model's weights: a mapped model gets its

@@ -8,6 +8,7 @@
 #define NCTMC_MODEL_QUANT_H
 
 #include "model.h"
+#include "base/progress.h"
 #include "io/safetensors.h"
 
 /* The largest int8 magnitude stored (symmetric: -128 is never used). */
@@ -108,7 +109,10 @@ nctmc_status quant_check_scales(const st_file *file, const model_tensor *table, 
 
 /* Reads every packed tensor (and scale) of a reduced checkpoint, checks
  * them (bf16 finite, int8 in [-127, 127], scales finite and > 0) and
- * uploads them into the model's packed storage. */
-nctmc_status quant_fill_model(nctmc_model *m, const st_file *file, char *err, size_t err_size);
+ * uploads them into the model's packed storage. progress (may be NULL)
+ * gets one unit per packed tensor; its stop request is
+ * NCTMC_ERR_CANCELLED. */
+nctmc_status quant_fill_model(nctmc_model *m, const st_file *file, work_progress *progress,
+                              char *err, size_t err_size);
 
 #endif /* NCTMC_MODEL_QUANT_H */

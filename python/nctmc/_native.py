@@ -155,6 +155,9 @@ class LoadParams(Structure):
     _fields_ = [
         ("struct_size", c_size_t),
         ("mapping", c_int32),
+        ("reserved0", c_int32),
+        ("progress", EVAL_PROGRESS),
+        ("user_data", c_void_p),
     ]
 
 
@@ -193,6 +196,8 @@ class TrainerParams(Structure):
         # appended after 0.7.0; an older library leaves it 0 and refuses a
         # non-zero value it cannot see
         ("accumulation", c_int32),
+        # nctmc_comm * (data-parallel training); the binding leaves it NULL
+        ("comm", c_void_p),
     ]
 
 
