@@ -31,7 +31,7 @@ step "OpenBLAS"
 scripts/windows-openblas.sh "$root/build-win-deps/openblas"
 
 step "cross build"
-args="--cross-file cross/x86_64-w64-mingw32.txt -Dcuda=disabled -Dvector_clones=disabled
+args="--cross-file cross/x86_64-w64-mingw32.txt -Dcuda=disabled -Dmpi=disabled -Dvector_clones=disabled
       -Dreference_tests=disabled -Dpkg_config_path=$root/build-win-deps/openblas/pkgconfig"
 if [ -d "$win/meson-info" ]; then
     meson setup --reconfigure "$win" $args >/dev/null
