@@ -16,7 +16,8 @@
 set -eu
 dir=$1
 version=0.3.34.481.3
-grep -q "^libdir=" "$dir/pkgconfig/openblas.pc" 2>/dev/null && [ -f "$dir/bin/libscipy_openblas.dll" ] && exit 0
+if ! grep -q "^libdir=" "$dir/pkgconfig/openblas.pc" 2>/dev/null ||
+   ! [ -f "$dir/bin/libscipy_openblas.dll" ]; then
 rm -rf "$dir"
 mkdir -p "$dir/download" "$dir/bin" "$dir/include" "$dir/pkgconfig"
 python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
@@ -34,17 +35,6 @@ with zipfile.ZipFile(whl) as z:
             os.makedirs(os.path.dirname(out), exist_ok=True)
             open(out, "wb").write(z.read(name))
 PY
-cat > "$dir/include/cblas.h" <<'H'
-/* cblas.h for the Windows build (scripts/windows-openblas.sh): the
- * scipy-openblas32 header, and the plain names mapped to its scipy_ ones. */
-#ifndef NCTMC_WIN_CBLAS_H
-#define NCTMC_WIN_CBLAS_H
-#include "scipy/cblas.h"
-#define cblas_sgemm scipy_cblas_sgemm
-#define cblas_sbgemm scipy_cblas_sbgemm
-#define openblas_set_num_threads scipy_openblas_set_num_threads
-#endif
-H
 cat > "$dir/pkgconfig/openblas.pc" <<PC
 libdir=$dir/bin
 Name: openblas
@@ -55,3 +45,23 @@ Cflags: -I$dir/include
 PC
 rm -rf "$dir/download"
 echo "windows-openblas: OpenBLAS $version in $dir"
+fi
+# made every time, so that a cached DIR gets names added here (replaced
+# only when it changes: its time stamp rebuilds the library)
+cat > "$dir/include/cblas.h.new" <<'H'
+/* cblas.h for the Windows build (scripts/windows-openblas.sh): the
+ * scipy-openblas32 header, and the plain names mapped to its scipy_ ones. */
+#ifndef NCTMC_WIN_CBLAS_H
+#define NCTMC_WIN_CBLAS_H
+#include "scipy/cblas.h"
+#define cblas_sgemm scipy_cblas_sgemm
+#define cblas_sbgemm scipy_cblas_sbgemm
+#define openblas_set_num_threads scipy_openblas_set_num_threads
+#define openblas_get_config scipy_openblas_get_config
+#endif
+H
+if cmp -s "$dir/include/cblas.h.new" "$dir/include/cblas.h"; then
+    rm "$dir/include/cblas.h.new"
+else
+    mv "$dir/include/cblas.h.new" "$dir/include/cblas.h"
+fi

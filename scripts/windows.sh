@@ -12,12 +12,14 @@
 #   3. nctmc.dll exports exactly the functions of nctmc.def, all nctmc_*;
 #   4. nctmc.h as MSVC sees it (clang --target=x86_64-pc-windows-msvc), C
 #      and C++, with no GNU extension left after preprocessing;
-#   5. the Wine subset of the tests (tests/windows/meson.build) with meson
-#      test, Wine's exe_wrapper from the cross file, WINEPREFIX in build-win/;
+#   5. the Wine subset of the tests (tests/windows/meson.build, and the
+#      nctmc tool's in examples/meson.build) with meson test, Wine's
+#      exe_wrapper from the cross file, WINEPREFIX in build-win/;
 #   6. a model trained by the native build, sampled by a C and a C++ program
 #      built with MinGW against nctmc.dll under Wine: the same tokens as the
 #      native build for the same seed (and other tokens for another seed);
-#   7. the zip layout of docs/install.md in build-win/nctmc-windows-x86_64/.
+#   7. the zip layout of docs/install.md in build-win/nctmc-windows-x86_64/,
+#      with the nctmc tool (nctmc.exe), run once from there.
 # Each step prints its time. Exits non-zero on the first failure.
 set -eu
 cd "$(dirname "$0")/.."
@@ -31,7 +33,7 @@ step "OpenBLAS"
 scripts/windows-openblas.sh "$root/build-win-deps/openblas"
 
 step "cross build"
-args="--cross-file cross/x86_64-w64-mingw32.txt -Dcuda=disabled -Dvector_clones=disabled
+args="--cross-file cross/x86_64-w64-mingw32.txt -Dcuda=disabled -Dmpi=disabled -Dvector_clones=disabled
       -Dreference_tests=disabled -Dpkg_config_path=$root/build-win-deps/openblas/pkgconfig"
 if [ -d "$win/meson-info" ]; then
     meson setup --reconfigure "$win" $args >/dev/null
@@ -112,10 +114,14 @@ step "zip layout"
 z="$win/nctmc-windows-x86_64"
 rm -rf "$z"
 mkdir -p "$z/bin" "$z/lib" "$z/include"
-cp "$win/nctmc.dll" build-win-deps/openblas/bin/libscipy_openblas.dll "$z/bin/"
+cp "$win/nctmc.dll" build-win-deps/openblas/bin/libscipy_openblas.dll "$win/examples/nctmc.exe" \
+    "$z/bin/"
 cp "$win/nctmc.lib" "$z/lib/nctmc.lib"
 cp "$win/nctmc.dll.a" "$z/lib/libnctmc.dll.a"
 cp "$win/nctmc.def" "$z/lib/nctmc.def"
 cp include/nctmc.h include/nctmc.hpp "$z/include/"
 find "$z" -type f | sort
+# the tool runs from bin/ as it is, without WINEPATH: everything it needs
+# is beside it
+WINEPATH= wine "$z/bin/nctmc.exe" --version
 step "done"

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cli_platform.h"
 #include "progress.h"
 
 const char *const cli_process_names[] = {"uniform", "masked", "mixture", NULL};
@@ -128,7 +129,7 @@ bool cli_make_dir(const char *cmd, const char *path)
             continue;
         char saved = *p;
         *p = '\0';
-        if (mkdir(copy, 0777) != 0 && errno != EEXIST) {
+        if (cli_plat_mkdir(copy) != 0 && errno != EEXIST) {
             cli_error(cmd, "cannot create directory %s: %s", copy, strerror(errno));
             ok = false;
         } else if (saved == '\0' && !is_directory(copy)) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_platform.h"
 #include "jsonl.h"
 
 #define BLOCK ((size_t)64 << 10)
@@ -142,7 +143,7 @@ static bool walk(const char *cmd, const char *dir, int depth, corpus_file **file
         char *path = cli_path_join(dir, names[i]);
         struct stat st, target;
         ok = path != NULL;
-        if (ok && lstat(path, &st) == 0) {
+        if (ok && cli_plat_lstat(path, &st) == 0) {
             bool link = S_ISLNK(st.st_mode);
             bool resolved = link && stat(path, &target) == 0;
             if (S_ISDIR(st.st_mode))

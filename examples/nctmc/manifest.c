@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "cli_platform.h"
 
 #define MANIFEST_MAGIC "nctmc-manifest 1"
 
@@ -96,10 +97,11 @@ bool manifest_write(const char *cmd, nctmc_context *ctx, const char *dir, const 
     char *text = NULL;
     size_t len = 0;
     bool ok = tok_path && path && final && hash_file(cmd, tok_path, &h);
-    FILE *f = ok ? open_memstream(&text, &len) : NULL;
-    if (ok && f) {
+    cli_mem mem;
+    FILE *f = ok ? cli_mem_open(&mem) : NULL;
+    if (f != NULL) {
         put_body(f, m, h);
-        ok = fclose(f) == 0;
+        ok = cli_mem_close(&mem, &text, &len);
     } else {
         ok = false;
     }

@@ -4,9 +4,6 @@
  * not after it; an output never replaces one of the command's inputs), and
  * the escaping of text from files before it reaches the terminal.
  */
-/* realpath() is an X/Open function, beyond the POSIX base the build asks for. */
-#define _XOPEN_SOURCE 700
-
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -15,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_platform.h"
 
 /* ---- escaping ------------------------------------------------------------- */
 
@@ -150,9 +148,7 @@ static bool check_writable_dir(const char *cmd, const char *flag, const char *pa
 
 bool cli_same_file(const char *a, const char *b)
 {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
-           sa.st_ino == sb.st_ino;
+    return cli_plat_same_file(a, b);
 }
 
 bool cli_check_output_file(const char *cmd, const char *flag, const char *path,
@@ -164,9 +160,9 @@ bool cli_check_output_file(const char *cmd, const char *flag, const char *path,
     }
     struct stat st;
     char *target = NULL;
-    if (lstat(path, &st) == 0) {
+    if (cli_plat_lstat(path, &st) == 0) {
         /* the library writes through a symbolic link to its target */
-        target = realpath(path, NULL);
+        target = cli_plat_realpath(path);
         if (target == NULL || stat(target, &st) != 0) {
             cli_error(cmd, "%s %s: a symbolic link to nothing", flag, path);
             free(target);

@@ -18,6 +18,7 @@
 
 #include "chunk_pool.h"
 #include "cli.h"
+#include "cli_platform.h"
 #include "corpus.h"
 #include "manifest.h"
 #include "progress.h"
@@ -254,8 +255,8 @@ typedef struct plan {
 
 static int default_threads(void)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+    int n = cli_plat_cpu_count();
+    return n > 64 ? 64 : n;
 }
 
 int32_t prepare_stream_min_memory_mb(int32_t threads)

@@ -7,10 +7,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_platform.h"
 
 /* Whether a bar is drawn on the current stderr line: anything printed must
  * erase it first, or the text would be glued to the bar. */
@@ -80,10 +80,8 @@ void progress_format_count(char *buf, size_t size, double value)
 
 int progress_terminal_width(int fd, int fallback)
 {
-    struct winsize ws;
-    if (isatty(fd) && ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
-        return ws.ws_col;
-    return fallback;
+    int width = cli_plat_terminal_width(fd);
+    return width > 0 ? width : fallback;
 }
 
 void progress_clear_line(void)

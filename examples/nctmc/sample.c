@@ -10,6 +10,7 @@
 
 #include "args.h"
 #include "cli.h"
+#include "cli_platform.h"
 #include "image_grid.h"
 #include "progress.h"
 
@@ -426,9 +427,10 @@ static bool write_samples_to(nctmc_context *ctx, const char *path, const sample_
 {
     char *text = NULL;
     size_t len = 0;
-    FILE *mem = open_memstream(&text, &len);
+    cli_mem m;
+    FILE *mem = cli_mem_open(&m);
     bool ok = mem != NULL && write_samples(mem, job, tok);
-    if (mem != NULL && fclose(mem) != 0)
+    if (mem != NULL && !cli_mem_close(&m, &text, &len))
         ok = false;
     if (!ok) {
         cli_error("sample", "out of memory assembling the samples");

@@ -1,24 +1,21 @@
 /*
  * staged_dir.c — `nctmc prepare`'s output directory, replaced as a whole
  * (staged_dir.h): the files are written into a fresh sibling directory,
- * which then takes the place of the old one in one rename.
+ * which then takes the place of the old one (cli_platform.h: in one
+ * rename on Linux, in two on Windows).
  */
-/* renameat2() and RENAME_EXCHANGE (Linux, glibc >= 2.28); realpath(). */
-#define _GNU_SOURCE
-
 #include "staged_dir.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_platform.h"
 #include "manifest.h"
 
 #define STAGING_TAG ".tmp-"
@@ -79,9 +76,12 @@ static void remove_own_files(const char *dir, bool remove_dir)
     DIR *d = opendir(dir);
     if (d == NULL)
         return;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        if (is_own_entry(e->d_name))
-            unlinkat(dirfd(d), e->d_name, 0);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char *path = is_own_entry(e->d_name) ? cli_path_join(dir, e->d_name) : NULL;
+        if (path != NULL)
+            unlink(path);
+        free(path);
+    }
     closedir(d);
     if (remove_dir)
         rmdir(dir);
@@ -110,7 +110,14 @@ static char *parent_dir(const char *path, const char **base)
     *base = slash ? slash + 1 : path;
     if (slash == NULL)
         return strdup(".");
-    return slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
+    if (slash == path)
+        return strdup("/");
+    char *parent = malloc((size_t)(slash - path) + 1);
+    if (parent != NULL) {
+        memcpy(parent, path, (size_t)(slash - path));
+        parent[slash - path] = '\0';
+    }
+    return parent;
 }
 
 /* ---- checks before the work ---------------------------------------------- */
@@ -130,7 +137,7 @@ static bool check_creatable(const char *cmd, const char *path)
             break;
         struct stat st;
         if (stat(p, &st) == 0) {
-            ok = S_ISDIR(st.st_mode) && access(p, W_OK | X_OK) == 0;
+            ok = S_ISDIR(st.st_mode) && cli_plat_can_write_dir(p);
             if (!ok)
                 cli_error(cmd, "--out %s: cannot create it in %s (%s)", path, p,
                           S_ISDIR(st.st_mode) ? strerror(errno) : "not a directory");
@@ -184,11 +191,11 @@ bool staged_dir_check(const char *cmd, const char *out, const char *const *input
         free(own);
     }
     char *parent = NULL;
-    char *real = ok ? realpath(out, NULL) : NULL;
+    char *real = ok ? cli_plat_realpath(out) : NULL;
     if (ok && real != NULL) {
         const char *base;
         parent = parent_dir(real, &base);
-        if (parent == NULL || strcmp(real, "/") == 0 || access(parent, W_OK | X_OK) != 0) {
+        if (parent == NULL || strcmp(real, "/") == 0 || !cli_plat_can_write_dir(parent)) {
             cli_error(cmd, "--out %s: cannot replace it in %s", out, parent ? parent : "/");
             ok = false;
         }
@@ -205,37 +212,62 @@ bool staged_dir_check(const char *cmd, const char *out, const char *const *input
  * nobody can still be writing it — the rule of the library's writer
  * (lib/io/file_io.c): our exact name pattern, a real directory (not a link)
  * owned by us, older than our own, holding only prepare's files, and not
- * locked (each prepare holds an exclusive flock() on its staging directory
+ * held (each prepare holds its staging directory, cli_platform.h,
  * until the rename; the kernel drops it when the process dies). */
-static void remove_if_stale(const char *parent, const char *name, const struct stat *own)
+static void remove_if_stale(const char *parent, const char *name, const cli_dir_lock *own)
+{
+    char *path = join(parent, name);
+    char foreign[256];
+    cli_dir_lock lock;
+    if (path != NULL && cli_dir_lock_if_stale(path, own, &lock)) {
+        if (find_foreign_entry(path, foreign, sizeof foreign) && foreign[0] == '\0') {
+            cli_dir_unlock(&lock); /* Windows removes no held directory */
+            remove_own_files(path, true);
+        }
+        cli_dir_unlock(&lock);
+    }
+    free(path);
+}
+
+/* Windows only (cli_dir_aside_tag): "<dir>.old-XXXXXX" is an old directory
+ * that a prepare killed inside its commit left aside. If <dir> is missing,
+ * the prepare died between its two renames: the old directory goes back.
+ * Otherwise the new one is in place and the old one is removed (if it
+ * holds only prepare's files). */
+static void recover_aside(const char *parent, const char *name, const char *final)
 {
     char *path = join(parent, name);
     struct stat st;
     char foreign[256];
-    int fd = -1;
-    if (path != NULL && lstat(path, &st) == 0 && S_ISDIR(st.st_mode) &&
-        st.st_uid == geteuid() &&
-        (st.st_mtim.tv_sec < own->st_mtim.tv_sec ||
-         (st.st_mtim.tv_sec == own->st_mtim.tv_sec && st.st_mtim.tv_nsec < own->st_mtim.tv_nsec)) &&
-        find_foreign_entry(path, foreign, sizeof foreign) && foreign[0] == '\0' &&
-        (fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0 &&
-        flock(fd, LOCK_EX | LOCK_NB) == 0)
+    cli_dir_lock none = {-1};
+    if (path != NULL && cli_plat_lstat(final, &st) != 0 && errno == ENOENT)
+        cli_dir_rename(path, final, &none);
+    else if (path != NULL && find_foreign_entry(path, foreign, sizeof foreign) &&
+             foreign[0] == '\0')
         remove_own_files(path, true);
-    if (fd >= 0)
-        close(fd);
     free(path);
+}
+
+/* `name` is prefix + tag + six random characters. */
+static bool is_tagged_name(const char *name, const char *prefix, const char *tag)
+{
+    size_t n = strlen(prefix), t = strlen(tag);
+    return strncmp(name, prefix, n) == 0 && strncmp(name + n, tag, t) == 0 &&
+           is_random_suffix(name + n + t);
 }
 
 static void clean_stale(const staged_dir *sd)
 {
-    struct stat own;
     const char *base;
     char *parent = parent_dir(sd->final, &base);
-    DIR *d = parent && fstat(sd->lock_fd, &own) == 0 ? opendir(parent) : NULL;
+    DIR *d = parent ? opendir(parent) : NULL;
     const char *own_name = strrchr(sd->staging, '/') + 1;
-    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
         if (is_temp_name(e->d_name, base) && strcmp(e->d_name, own_name) != 0)
-            remove_if_stale(parent, e->d_name, &own);
+            remove_if_stale(parent, e->d_name, &sd->lock);
+        else if (cli_dir_aside_tag != NULL && is_tagged_name(e->d_name, base, cli_dir_aside_tag))
+            recover_aside(parent, e->d_name, sd->final);
+    }
     if (d != NULL)
         closedir(d);
     free(parent);
@@ -250,7 +282,7 @@ static char *canonical_out(const char *cmd, const char *out)
     char *trimmed = trim_slashes(out);
     if (trimmed == NULL)
         return NULL;
-    char *real = realpath(trimmed, NULL);
+    char *real = cli_plat_realpath(trimmed);
     if (real != NULL) {
         free(trimmed);
         return real;
@@ -259,7 +291,7 @@ static char *canonical_out(const char *cmd, const char *out)
     char *parent = parent_dir(trimmed, &base);
     char *result = NULL;
     if (parent != NULL && cli_make_dir(cmd, parent)) {
-        char *real_parent = realpath(parent, NULL);
+        char *real_parent = cli_plat_realpath(parent);
         result = real_parent ? join(real_parent, base) : NULL;
         free(real_parent);
     }
@@ -271,7 +303,7 @@ static char *canonical_out(const char *cmd, const char *out)
 bool staged_dir_begin(const char *cmd, const char *out, staged_dir *sd)
 {
     sd->staging = NULL;
-    sd->lock_fd = -1;
+    sd->lock.handle = -1;
     sd->final = canonical_out(cmd, out);
     if (sd->final == NULL) {
         cli_error(cmd, "--out %s: cannot find or create its parent directory", out);
@@ -279,80 +311,60 @@ bool staged_dir_begin(const char *cmd, const char *out, staged_dir *sd)
     }
     size_t n = strlen(sd->final);
     sd->staging = malloc(n + sizeof STAGING_TAG + RANDOM_CHARS);
-    for (int attempt = 0; sd->staging != NULL && attempt < 8 && sd->lock_fd < 0; attempt++) {
+    for (int attempt = 0; sd->staging != NULL && attempt < 8 && sd->lock.handle == -1;
+         attempt++) {
         snprintf(sd->staging, n + sizeof STAGING_TAG + RANDOM_CHARS, "%s" STAGING_TAG "XXXXXX",
                  sd->final);
-        if (mkdtemp(sd->staging) == NULL)
+        if (cli_dir_make_locked(sd->staging, &sd->lock) < 0)
             break;
-        /* locked, and still ours: another prepare's cleanup could have
-         * taken it in the instant before the lock (see remove_if_stale) */
-        int fd = open(sd->staging, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        struct stat mine, named;
-        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &mine) == 0 &&
-            lstat(sd->staging, &named) == 0 && mine.st_ino == named.st_ino &&
-            mine.st_dev == named.st_dev)
-            sd->lock_fd = fd;
-        else if (fd >= 0)
-            close(fd);
     }
-    if (sd->lock_fd < 0) {
+    if (sd->lock.handle == -1) {
         cli_error(cmd, "cannot create a directory next to %s: %s", sd->final, strerror(errno));
         free(sd->staging);
         free(sd->final);
         sd->staging = sd->final = NULL;
         return false;
     }
-    /* mkdtemp makes it private (0700); the directory it replaces keeps its
-     * mode, a new one gets mkdir's */
-    struct stat old;
-    mode_t mask = umask(0);
-    umask(mask);
-    fchmod(sd->lock_fd, stat(sd->final, &old) == 0 && S_ISDIR(old.st_mode)
-                            ? old.st_mode & 07777
-                            : 0777 & ~mask);
+    cli_dir_copy_mode(&sd->lock, sd->final);
     clean_stale(sd);
     return true;
 }
 
-/* Puts the staging directory in the place of an existing final one. With
- * RENAME_EXCHANGE both swap in one step and readers see the old directory
- * or the new one; elsewhere the old files are removed first and readers
- * may briefly find the directory empty — never a mixture of two runs. */
-static int replace_existing(const char *cmd, const staged_dir *sd)
+/* Puts the staging directory in the place of an existing final one. Where
+ * the system swaps both in one step (Linux) readers see the old directory
+ * or the new one; on Windows the old one is renamed aside first and
+ * readers may briefly find no directory; elsewhere the old files are
+ * removed first and readers may briefly find it empty — never a mixture
+ * of two runs. */
+static int replace_existing(const char *cmd, staged_dir *sd)
 {
-#ifdef RENAME_EXCHANGE
-    if (renameat2(AT_FDCWD, sd->staging, AT_FDCWD, sd->final, RENAME_EXCHANGE) == 0) {
-        remove_own_files(sd->staging, true); /* now the old directory */
+    char *old = NULL;
+    int rc = cli_dir_exchange(sd->staging, sd->final, &sd->lock, &old);
+    if (rc == 0) {
+        if (old != NULL)
+            remove_own_files(old, true); /* the old directory */
         struct stat st;
-        if (lstat(sd->staging, &st) == 0) /* someone put a file there meanwhile */
+        if (old == NULL || cli_plat_lstat(old, &st) == 0) /* someone put a file there meanwhile */
             cli_error(cmd, "note: the previous %s held files prepare did not write; it is "
-                      "kept as %s", sd->final, sd->staging);
+                      "kept as %s", sd->final, old ? old : sd->staging);
+        free(old);
         return 0;
     }
-    if (errno != EINVAL && errno != ENOSYS)
+    if (rc < 0)
         return -1;
-#endif
     remove_own_files(sd->final, false);
-    return rename(sd->staging, sd->final);
-}
-
-static void sync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
+    return cli_dir_rename(sd->staging, sd->final, &sd->lock);
 }
 
 bool staged_dir_commit(const char *cmd, staged_dir *sd)
 {
     /* the files are on disk (the library fsyncs each); so must be their
      * directory entries before the directory takes the final name */
-    fsync(sd->lock_fd);
+    cli_dir_sync(&sd->lock);
     struct stat st;
-    int rc = lstat(sd->final, &st) == 0 ? replace_existing(cmd, sd)
-                                         : rename(sd->staging, sd->final);
+    int rc = cli_plat_lstat(sd->final, &st) == 0
+                 ? replace_existing(cmd, sd)
+                 : cli_dir_rename(sd->staging, sd->final, &sd->lock);
     if (rc != 0) {
         cli_error(cmd, "cannot put %s in place of %s: %s", sd->staging, sd->final,
                   strerror(errno));
@@ -362,24 +374,21 @@ bool staged_dir_commit(const char *cmd, staged_dir *sd)
     const char *base;
     char *parent = parent_dir(sd->final, &base);
     if (parent != NULL)
-        sync_dir(parent);
+        cli_dir_sync_path(parent);
     free(parent);
-    close(sd->lock_fd);
+    cli_dir_unlock(&sd->lock);
     free(sd->staging);
     free(sd->final);
-    sd->lock_fd = -1;
     sd->staging = sd->final = NULL;
     return true;
 }
 
 void staged_dir_abort(staged_dir *sd)
 {
+    cli_dir_unlock(&sd->lock); /* Windows removes no held directory */
     if (sd->staging != NULL)
         remove_own_files(sd->staging, true);
-    if (sd->lock_fd >= 0)
-        close(sd->lock_fd);
     free(sd->staging);
     free(sd->final);
-    sd->lock_fd = -1;
     sd->staging = sd->final = NULL;
 }

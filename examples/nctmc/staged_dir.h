@@ -12,10 +12,12 @@
 
 #include <stdbool.h>
 
+#include "cli_platform.h"
+
 typedef struct staged_dir {
     char *final;    /* the output directory, canonical */
     char *staging;  /* where the files are written until the commit */
-    int lock_fd;    /* an exclusive flock() on staging, held until then */
+    cli_dir_lock lock; /* staging, held until then (cli_platform.h) */
 } staged_dir;
 
 /**
