@@ -19,12 +19,15 @@
  * Where OpenBLAS is linked instead (NCTMC_OPENBLAS_LINKED: the Windows
  * build), the table holds the linked functions.
  *
- * The table is process-wide, written once under pthread_once and read-only
- * after; a program that already has OpenBLAS loaded gets that copy.
+ * The table is process-wide, written once under a lock and read-only after;
+ * a failed load is not remembered (a later context, after the limit was
+ * raised or OpenBLAS installed, tries again). A program that already has
+ * OpenBLAS loaded gets that copy.
  */
 #include "cpu_blas.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "platform/platform.h"
@@ -33,59 +36,69 @@
 #define NCTMC_OPENBLAS_SONAME "libopenblas.so.0"
 #endif
 
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
 static cpu_blas blas_table;
-static bool blas_loaded;
-static char blas_why[256];
+static atomic_bool blas_loaded;
 
 #ifdef NCTMC_OPENBLAS_LINKED
-static void blas_init(void)
+static bool blas_init(char *err, size_t err_size)
 {
+    (void)err;
+    (void)err_size;
     blas_table.sgemm = cblas_sgemm;
     blas_table.set_num_threads = openblas_set_num_threads;
     blas_table.get_config = openblas_get_config;
-    blas_loaded = true;
+    return true;
 }
 #else
-/* The address of `name` in module, or NULL with blas_why written. */
-static void *blas_symbol(void *module, const char *name)
+/* The address of `name` in module, or NULL with the reason in err. */
+static void *blas_symbol(void *module, const char *name, char *err, size_t err_size)
 {
     char why[200];
     void *p = plat_module_symbol(module, name, why, sizeof why);
     if (!p)
-        snprintf(blas_why, sizeof blas_why, "%s has no %s: %s", NCTMC_OPENBLAS_SONAME, name,
-                 why);
+        snprintf(err, err_size, "%s has no %s: %s", NCTMC_OPENBLAS_SONAME, name, why);
     return p;
 }
 
-static void blas_init(void)
+static bool blas_init(char *err, size_t err_size)
 {
     char why[200];
     void *module = plat_module_open_one_cpu(NCTMC_OPENBLAS_SONAME, why, sizeof why);
     if (!module) {
-        snprintf(blas_why, sizeof blas_why, "cannot load OpenBLAS (%s): %s",
+        /* the loader's reason says which: a file not found, or a segment
+         * that could not be mapped (an address-space limit) */
+        snprintf(err, err_size,
+                 "cannot load OpenBLAS (%s: %s); is it installed, and is the address "
+                 "space large enough for it?",
                  NCTMC_OPENBLAS_SONAME, why);
-        return;
+        return false;
     }
-    void *sgemm = blas_symbol(module, "cblas_sgemm");
-    void *threads = sgemm ? blas_symbol(module, "openblas_set_num_threads") : NULL;
-    void *config = threads ? blas_symbol(module, "openblas_get_config") : NULL;
-    if (!config)
-        return;
+    void *sgemm = blas_symbol(module, "cblas_sgemm", err, err_size);
+    void *threads = sgemm ? blas_symbol(module, "openblas_set_num_threads", err, err_size)
+                          : NULL;
+    void *config = threads ? blas_symbol(module, "openblas_get_config", err, err_size) : NULL;
+    if (!config) {
+        plat_module_close(module);
+        return false;
+    }
     /* object pointers to function pointers: POSIX guarantees dlsym's work */
     *(void **)&blas_table.sgemm = sgemm;
     *(void **)&blas_table.set_num_threads = threads;
     *(void **)&blas_table.get_config = config;
-    blas_loaded = true;
+    return true;
 }
 #endif
 
 bool cpu_blas_load(char *err, size_t err_size)
 {
-    pthread_once(&blas_once, blas_init);
-    if (!blas_loaded)
-        snprintf(err, err_size, "%s", blas_why);
-    return blas_loaded;
+    if (atomic_load(&blas_loaded))
+        return true;
+    pthread_mutex_lock(&blas_lock);
+    bool loaded = atomic_load(&blas_loaded) || blas_init(err, err_size);
+    atomic_store(&blas_loaded, loaded);
+    pthread_mutex_unlock(&blas_lock);
+    return loaded;
 }
 
 const cpu_blas *cpu_blas_functions(void)

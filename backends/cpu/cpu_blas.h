@@ -19,8 +19,8 @@ typedef struct cpu_blas {
     __typeof__(openblas_get_config) *get_config;
 } cpu_blas;
 
-/* Loads OpenBLAS (once; later calls give the first one's outcome). false
- * with the reason in err when it cannot be loaded. */
+/* Loads OpenBLAS unless it is loaded; false with the reason in err when it
+ * cannot be (a later call tries again). */
 bool cpu_blas_load(char *err, size_t err_size);
 
 /* The loaded functions; only after cpu_blas_load() returned true. */
