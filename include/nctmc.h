@@ -1349,7 +1349,8 @@ NCTMC_API nctmc_status nctmc_trainer_state_init_sized(nctmc_trainer_state *state
  * for nctmc_model_write_tensor(); the copy stays if a later step of the
  * creation fails. The trainer holds a reference to the model: the caller
  * may free the model before or after the trainer. Errors are stored in the
- * model.
+ * model; NCTMC_ERR_OUT_OF_MEMORY's message gives the bytes the trainer asked
+ * for, as nctmc_trainer_memory() counts them.
  */
 NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
                                             const nctmc_trainer_params *params,
