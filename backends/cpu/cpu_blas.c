@@ -17,7 +17,10 @@
  * so that the server starts no thread; then sets OpenBLAS to one thread.
  * The same library does the same arithmetic, so results do not change.
  * Where OpenBLAS is linked instead (NCTMC_OPENBLAS_LINKED: the Windows
- * build), the table holds the linked functions.
+ * build), the table holds the linked functions; so it does in a program
+ * linked with the static libnctmc.a, which carries cpu_blas_linked.c's
+ * table of the functions the program links (a fully static program has no
+ * loader to load OpenBLAS with).
  *
  * The table is process-wide, written once under a lock and read-only after;
  * a failed load is not remembered (a later context, after the limit was
@@ -51,6 +54,9 @@ static bool blas_init(char *err, size_t err_size)
     return true;
 }
 #else
+/* Defined only in the static libnctmc.a (cpu_blas_linked.c). */
+extern const cpu_blas cpu_blas_linked __attribute__((weak));
+
 /* The address of `name` in module, or NULL with the reason in err. */
 static void *blas_symbol(void *module, const char *name, char *err, size_t err_size)
 {
@@ -63,6 +69,10 @@ static void *blas_symbol(void *module, const char *name, char *err, size_t err_s
 
 static bool blas_init(char *err, size_t err_size)
 {
+    if (&cpu_blas_linked != NULL) {
+        blas_table = cpu_blas_linked;
+        return true;
+    }
     char why[200];
     void *module = plat_module_open_one_cpu(NCTMC_OPENBLAS_SONAME, why, sizeof why);
     if (!module) {
