@@ -77,11 +77,15 @@
  * the address space if not, and then runs one product on every pool thread
  * at once so the buffers exist before any work. Not covered: several
  * contexts computing at the same moment can need more buffers than each
- * reserved, and OpenBLAS's own thread server, which it starts when it is
- * loaded and whose threads each map a buffer, hangs the same way (and the
- * process at exit) under a tight limit: a host that runs under an
- * address-space limit should start with OPENBLAS_NUM_THREADS=1 (libnctmc
- * never uses those threads), as the nctmc tool does for itself.
+ * reserved. On Linux libnctmc is not linked to OpenBLAS: it loads it
+ * (libopenblas.so.0) when the first CPU context is created, with the
+ * loading thread on one CPU, so OpenBLAS's own thread server (which libnctmc
+ * never uses, and whose threads would each map a buffer and, under a tight
+ * limit, kill the host with SIGINT or hang it at exit) starts no thread.
+ * When OpenBLAS cannot be loaded, creating a CPU context fails with
+ * NCTMC_ERR_OUT_OF_MEMORY and the loader's reason. (A host that links
+ * OpenBLAS itself still starts that server; it should then set
+ * OPENBLAS_NUM_THREADS=1 under an address-space limit.)
  */
 #ifndef NCTMC_H
 #define NCTMC_H
@@ -1357,7 +1361,8 @@ NCTMC_API nctmc_status nctmc_trainer_state_init_sized(nctmc_trainer_state *state
  * for nctmc_model_write_tensor(); the copy stays if a later step of the
  * creation fails. The trainer holds a reference to the model: the caller
  * may free the model before or after the trainer. Errors are stored in the
- * model.
+ * model; NCTMC_ERR_OUT_OF_MEMORY's message gives the bytes the trainer asked
+ * for, as nctmc_trainer_memory() counts them.
  */
 NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
                                             const nctmc_trainer_params *params,

@@ -178,9 +178,14 @@ def check_rss(env, shared_flags, run_env):
 def check_pkg_config():
     env = pkg_env()
     text = open(pc).read()
+    # the shared library loads OpenBLAS at run time (backends/cpu/cpu_blas.c);
+    # a static link takes it from the program's link line
     record("nctmc.pc: openblas only in Requires.private",
            re.search(r"^Requires\.private:.*\bopenblas\b", text, re.M) is not None
            and re.search(r"^Requires:", text, re.M) is None)
+    needed = run(["readelf", "-d", os.path.join(libdir, "libnctmc.so")]).stdout
+    record("libnctmc.so has no DT_NEEDED on OpenBLAS", "openblas" not in needed,
+           needed.strip()[:300])
     ok, shared_flags, err = pkg_flags(env)
     record("pkg-config --libs is -lnctmc alone",
            ok and [f for f in shared_flags if f.startswith("-l")] == ["-lnctmc"],

@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/static_archive.sh LD OBJCOPY AR INPUT.a OUTPUT.a WORKDIR
+# scripts/static_archive.sh LD OBJCOPY AR INPUT.a [MORE.a...] OUTPUT.a WORKDIR
 #
 # Makes the installed static library from the library's internal archive
 # (meson.build runs it): every member is combined into one relocatable object
@@ -12,13 +12,22 @@ set -eu
 ld=$1
 objcopy=$2
 ar=$3
-input=$4
-output=$5
-work=$6
+shift 3
+# the archives, then the output and the work folder
+n=$#
+output=$(eval echo "\${$((n - 1))}")
+work=$(eval echo "\${$n}")
+inputs=""
+i=1
+while [ $i -le $((n - 2)) ]; do
+    inputs="$inputs $(eval echo "\${$i}")"
+    i=$((i + 1))
+done
 
 mkdir -p "$work"
 combined="$work/nctmc_static.o"
 rm -f "$combined" "$output"
-"$ld" -r -o "$combined" --whole-archive "$input" --no-whole-archive
+# shellcheck disable=SC2086
+"$ld" -r -o "$combined" --whole-archive $inputs --no-whole-archive
 "$objcopy" --localize-hidden "$combined"
 "$ar" rcs "$output" "$combined"

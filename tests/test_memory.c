@@ -22,11 +22,14 @@
 typedef struct tally {
     size_t live;      /* bytes handed out and not freed */
     int64_t n_allocs; /* calls of alloc */
+    size_t limit;     /* 0, or no block that would take live past it */
 } tally;
 
 static void *tally_alloc(size_t size, size_t alignment, void *user)
 {
     tally *t = user;
+    if (t->limit > 0 && t->live + size > t->limit)
+        return NULL;
     if (alignment < 2 * sizeof(size_t))
         alignment = 2 * sizeof(size_t);
     size_t total = (size + 2 * alignment - 1) / alignment * alignment;
@@ -121,9 +124,38 @@ static void check_trainer(nctmc_model *m, tally *t, int32_t batch, float ema, in
     CHECK(t->live == before, "%s: the trainer gave everything back", what);
 }
 
+/* A trainer that cannot get its memory fails with the bytes it asked for
+ * (nctmc_trainer_memory's figures) in its message (issue 37 item 4). */
+static void check_trainer_out_of_memory(nctmc_model *m, tally *t)
+{
+    nctmc_trainer_params tp;
+    nctmc_trainer_params_init(&tp);
+    tp.batch_size = 8;
+    size_t be = 0, host = 0;
+    CHECK(nctmc_trainer_memory(m, &tp, &be, &host) == NCTMC_OK, "trainer_memory: %s",
+          nctmc_model_last_error(m));
+    char want[200];
+    snprintf(want, sizeof want, "asks for %zu bytes of backend memory and %zu bytes of host memory",
+             be, host);
+    /* half of what it needs, then all of it but the workspace's last part */
+    size_t room[2] = {(be + host) / 2, be + host - 64};
+    for (int i = 0; i < 2; i++) {
+        t->limit = t->live + room[i];
+        nctmc_trainer *tr = NULL;
+        nctmc_status st = nctmc_trainer_create(m, &tp, &tr);
+        t->limit = 0;
+        const char *msg = nctmc_model_last_error(m);
+        CHECK(st == NCTMC_ERR_OUT_OF_MEMORY && tr == NULL && strstr(msg, want),
+              "trainer in %zu of %zu bytes: status %d, \"%s\" (want \"%s\")", room[i],
+              be + host, (int)st, msg, want);
+        printf("trainer out of memory: %s\n", msg);
+        nctmc_trainer_free(tr);
+    }
+}
+
 int main(void)
 {
-    tally t = {0, 0};
+    tally t = {0, 0, 0};
     nctmc_context_params cp;
     nctmc_context_params_init(&cp);
     cp.backend = "cpu";
@@ -145,6 +177,7 @@ int main(void)
     check_trainer(plain, &t, 4, 0.999f, 0, "plain");
     check_trainer(cond, &t, 3, 0.0f, 0, "conditional no EMA");
     check_trainer(den, &t, 2, 0.99f, 1, "denoiser recompute");
+    check_trainer_out_of_memory(plain, &t);
 
     /* reduced weights: the packed kernels' scratch is in the workspace */
     nctmc_weight_type kinds[] = {NCTMC_WEIGHT_BF16, NCTMC_WEIGHT_INT8};

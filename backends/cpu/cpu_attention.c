@@ -12,7 +12,7 @@
 #include "cpu_backend.h"
 #include "cpu_math.h"
 
-#include <cblas.h>
+#include "cpu_blas.h"
 #include <math.h>
 
 /* Lanes of the fixed-order row sums: wide enough to vectorise, and the lanes
@@ -147,12 +147,12 @@ static void attention_forward_task(void *arg, int64_t task, int worker)
     const float *rows = job->qkv + b * L * ld;
     float *p = job->saved ? job->saved + task * LL : job->workspace + worker * LL;
 
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, D, job->scale,
+    cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, D, job->scale,
                 rows + q_col(job, h), (blasint)ld, rows + k_col(job, h), (blasint)ld, 0.0f,
                 p, L);
     for (int32_t i = 0; i < L; i++)
         softmax_row(p + (int64_t)i * L, L);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, D, L, 1.0f, p, L,
+    cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, D, L, 1.0f, p, L,
                 rows + v_col(job, h), (blasint)ld, 0.0f, job->out + b * L * d + h * D,
                 (blasint)d);
 }
@@ -183,17 +183,17 @@ static void attention_backward_task(void *arg, int64_t task, int worker)
     float *ds = job->workspace + worker * LL;
 
     /* dV = P^T dO */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, D, L, 1.0f, p, L, dout,
+    cpu_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, D, L, 1.0f, p, L, dout,
                 (blasint)d, 0.0f, drows + v_col(job, h), (blasint)ld);
     /* dP = dO V^T, then dS in place */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, D, 1.0f, dout, (blasint)d,
+    cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, D, 1.0f, dout, (blasint)d,
                 rows + v_col(job, h), (blasint)ld, 0.0f, ds, L);
     for (int32_t i = 0; i < L; i++)
         softmax_backward_row(p + (int64_t)i * L, ds + (int64_t)i * L, L);
     /* dQ = scale dS K, dK = scale dS^T Q */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, D, L, job->scale, ds, L,
+    cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, D, L, job->scale, ds, L,
                 rows + k_col(job, h), (blasint)ld, 0.0f, drows + q_col(job, h), (blasint)ld);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, D, L, job->scale, ds, L,
+    cpu_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, D, L, job->scale, ds, L,
                 rows + q_col(job, h), (blasint)ld, 0.0f, drows + k_col(job, h), (blasint)ld);
 }
 

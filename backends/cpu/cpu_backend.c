@@ -7,7 +7,7 @@
  */
 #include "cpu_backend.h"
 
-#include <cblas.h>
+#include "cpu_blas.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +126,9 @@ nctmc_backend *cpu_backend_create_with(int n_threads, const nctmc_allocator *all
     }
     if (n_threads == 0)
         n_threads = cpu_online_cores();
+    /* OpenBLAS is loaded with the first backend (cpu_blas.c) */
+    if (!cpu_blas_load(err, err_size))
+        return NULL;
     cpu_backend *cb = mem_calloc(alloc, 1, sizeof *cb);
     if (!cb) {
         snprintf(err, err_size, "out of memory creating the CPU backend");
@@ -141,7 +144,7 @@ nctmc_backend *cpu_backend_create_with(int n_threads, const nctmc_allocator *all
     /* OpenBLAS's thread count is process-wide; the backend parallelises
      * around single-threaded OpenBLAS calls with its own pool instead, so
      * every split of the work is fixed and contexts do not fight over it. */
-    openblas_set_num_threads(1);
+    cpu_blas_functions()->set_num_threads(1);
     /* OpenBLAS hangs instead of failing when it cannot map a buffer: take
      * the buffers now, where a shortage is an error (cpu_blas_reserve.c) */
     if (!cpu_blas_reserve(cb->pool, alloc, err, err_size)) {

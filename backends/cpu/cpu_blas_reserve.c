@@ -21,7 +21,7 @@
  */
 #include "cpu_blas_reserve.h"
 
-#include <cblas.h>
+#include "cpu_blas.h"
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -71,7 +71,7 @@ static void reserve_task(void *arg, int64_t task, int worker)
         sched_yield();
     int d = job->dim;
     job->start_ns[task] = now_ns();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, d, d, 1.0f, job->a, d, job->b,
+    cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, d, d, 1.0f, job->a, d, job->b,
                 d, 0.0f, job->c + (size_t)task * (size_t)d * (size_t)d, d);
     job->end_ns[task] = now_ns();
 }

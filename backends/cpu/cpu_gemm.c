@@ -12,7 +12,7 @@
  */
 #include "cpu_gemm.h"
 
-#include <cblas.h>
+#include "cpu_blas.h"
 #include <string.h>
 
 /* Below this many multiply-adds a single call beats the cost of waking the
@@ -150,7 +150,7 @@ static void gemm_tile(void *arg, int64_t task, int worker)
     }
     const float *a = job->trans_a ? job->a + row0 : job->a + row0 * job->lda;
     const float *b = job->trans_b ? job->b + col0 * job->ldb : job->b + col0;
-    cblas_sgemm(CblasRowMajor, job->trans_a ? CblasTrans : CblasNoTrans,
+    cpu_sgemm(CblasRowMajor, job->trans_a ? CblasTrans : CblasNoTrans,
                 job->trans_b ? CblasTrans : CblasNoTrans, (blasint)rows, (blasint)cols,
                 (blasint)job->k, job->alpha, a, (blasint)job->lda, b, (blasint)job->ldb, beta,
                 c, (blasint)job->ldc);

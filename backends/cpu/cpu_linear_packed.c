@@ -32,7 +32,7 @@
 #include "cpu_backend.h"
 #include "cpu_gemm.h"
 
-#include <cblas.h>
+#include "cpu_blas.h"
 #include <string.h>
 
 /* Output rows of W expanded at a time. The bf16 kernel's panel is one
@@ -125,7 +125,7 @@ static void tile_portable(const packed_job *job, float *scratch, int64_t row0, i
         int64_t pn = min64(PANEL_N_PORTABLE, cols - p);
         expand_f32(job->w, job->k, col0 + p, pn, scratch);
         float *y = job->y + row0 * job->n + col0 + p;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rows, (blasint)pn,
+        cpu_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rows, (blasint)pn,
                     (blasint)job->k, 1.0f, job->x + row0 * job->k, (blasint)job->k, scratch,
                     (blasint)job->k, 0.0f, y, (blasint)job->n);
         tile_epilogue(y, job->n, rows, pn, scales ? scales + col0 + p : NULL,

@@ -247,12 +247,12 @@ static bool resume_fits_data(train_run *run, const cli_command *cmd)
         st = nctmc_model_get_config(m, &c);
     if (st == NCTMC_OK)
         st = nctmc_trainer_inspect(cpu, path, &p, NULL);
-    if (st != NCTMC_OK)
+    if (st != NCTMC_OK) {
         cli_fail("train", path, st, nctmc_context_last_error(cpu));
-    nctmc_model_free(m);
-    nctmc_context_free(cpu);
-    if (st != NCTMC_OK)
+        nctmc_model_free(m);
+        nctmc_context_free(cpu);
         return false;
+    }
     const nctmc_dataset_info *d = &run->data.info;
     int32_t L = p.seq_len > 0 ? p.seq_len : c.seq_len;
     int32_t batch = cli_option_given(cmd, "--batch") ? run->o->trainer.batch_size : p.batch_size;
@@ -270,11 +270,27 @@ static bool resume_fits_data(train_run *run, const cli_command *cmd)
     else if (c.n_classes > 0 && d->n_classes != c.n_classes)
         snprintf(why, sizeof why, "its shard has %d classes, the model %d", (int)d->n_classes,
                  (int)c.n_classes);
+    /* what the trainer would have allocated, from the header-only model:
+     * the library's own count (nctmc_trainer_memory) */
+    size_t backend_bytes = 0, host_bytes = 0;
+    nctmc_trainer_params asked = p;
+    asked.batch_size = batch;
+    bool counted = why[0] != '\0' &&
+                   nctmc_trainer_memory(m, &asked, &backend_bytes, &host_bytes) == NCTMC_OK;
+    nctmc_model_free(m);
+    nctmc_context_free(cpu);
     if (why[0] == '\0')
         return true;
-    cli_error("train", "%s cannot resume %s: %s (refused before allocating the training "
-              "workspace for %d sequences x %d tokens a step)",
-              run->o->data_dir, path, why, (int)batch, (int)L);
+    if (counted)
+        cli_error("train", "%s cannot resume %s: %s (refused before allocating the trainer's "
+                  "%.1f MB: %zu bytes of gradients, optimizer state and workspace for %d "
+                  "sequences x %d tokens a step, and %zu bytes of host memory)",
+                  run->o->data_dir, path, why, (double)(backend_bytes + host_bytes) / 1e6,
+                  backend_bytes, (int)batch, (int)L, host_bytes);
+    else
+        cli_error("train", "%s cannot resume %s: %s (refused before allocating the training "
+                  "workspace for %d sequences x %d tokens a step)",
+                  run->o->data_dir, path, why, (int)batch, (int)L);
     return false;
 }
 

@@ -4,7 +4,6 @@
  * reduced-precision kernel and default thread count, the CUDA module and
  * driver, build options). Reads process state only; safe from any thread.
  */
-#include <cblas.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,6 +11,7 @@
 #include "base/fail.h"
 #include "backend/backend_module.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/cpu_blas.h"
 #include "cpu/thread_pool.h"
 #include "nctmc.h"
 
@@ -53,7 +53,9 @@ NCTMC_API nctmc_status nctmc_get_features(nctmc_features *features)
 #else
     f.vector_clones = 1;
 #endif
-    f.blas = openblas_get_config();
+    char blas_err[NCTMC_ERROR_SIZE];
+    f.blas = cpu_blas_load(blas_err, sizeof blas_err) ? cpu_blas_functions()->get_config()
+                                                      : "OpenBLAS not loaded";
     find_cuda(&f);
     abi_write(features, &f, &abi_features);
     return NCTMC_OK;

@@ -189,4 +189,11 @@ void *plat_module_symbol(void *module, const char *name, char *why, size_t why_s
 
 void plat_module_close(void *module);
 
+/* plat_module_open (not lazy), with the calling thread allowed on one CPU
+ * only while the module's load-time constructors run, and its affinity put
+ * back after: a library that sizes a thread server by the CPUs its loader
+ * may use (OpenBLAS) starts none. Where affinity cannot be narrowed, the
+ * same as plat_module_open. */
+void *plat_module_open_one_cpu(const char *path, char *why, size_t why_size);
+
 #endif /* NCTMC_PLATFORM_H */

@@ -125,3 +125,27 @@ void plat_module_close(void *module)
 {
     dlclose(module);
 }
+
+void *plat_module_open_one_cpu(const char *path, char *why, size_t why_size)
+{
+#if defined(__linux__)
+    /* sched_setaffinity(0) is the calling thread's mask, not the process's */
+    cpu_set_t all, one;
+    bool narrowed = false;
+    if (sched_getaffinity(0, sizeof all, &all) == 0 && CPU_COUNT(&all) > 1) {
+        CPU_ZERO(&one);
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &all)) {
+                CPU_SET(c, &one);
+                break;
+            }
+        narrowed = sched_setaffinity(0, sizeof one, &one) == 0;
+    }
+    void *handle = plat_module_open(path, false, why, why_size);
+    if (narrowed)
+        sched_setaffinity(0, sizeof all, &all);
+    return handle;
+#else
+    return plat_module_open(path, false, why, why_size);
+#endif
+}

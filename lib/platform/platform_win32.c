@@ -804,3 +804,9 @@ void plat_module_close(void *module)
 {
     FreeLibrary((HMODULE)module);
 }
+
+void *plat_module_open_one_cpu(const char *path, char *why, size_t why_size)
+{
+    /* the Windows build links OpenBLAS, the one module this is for */
+    return plat_module_open(path, false, why, why_size);
+}

@@ -6,6 +6,7 @@
  * buffers made at creation, so the step loop never allocates.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -255,6 +256,47 @@ static int32_t workspace_mode(const nctmc_trainer_params *p)
     return p->activation_recompute ? DIT_WS_TRAINING_RECOMPUTE : DIT_WS_TRAINING;
 }
 
+/* What nctmc_trainer_create() with these checked parameters allocates,
+ * into *need: the same shape as creation's, on a trainer that owns nothing. */
+static nctmc_status trainer_need(const nctmc_model *model, const nctmc_trainer_params *full,
+                                 mem_need *need, char *err, size_t err_size)
+{
+    nctmc_trainer t;
+    memset(&t, 0, sizeof t);
+    t.model = (nctmc_model *)model;
+    t.be = model->ctx->backend;
+    t.params = *full;
+    t.seq_len = full->seq_len > 0 ? full->seq_len : model->dims.L;
+    t.rows = full->batch_size * full->accumulation;
+    mem_need_host(need, 1, sizeof t);
+    if (allocate_buffers(&t, need) != NCTMC_OK)
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                           "the trainer's slabs for %d x %d tokens overflow", full->batch_size,
+                           t.seq_len);
+    return dit_workspace_need(model, t.be, full->batch_size, t.seq_len, workspace_mode(full),
+                              need, err, err_size);
+}
+
+/* Creation ran out of memory (the reason in err): says how much it asked
+ * for, as nctmc_trainer_memory() counts it. */
+static nctmc_status fail_out_of_memory(const nctmc_model *model,
+                                       const nctmc_trainer_params *full, char *err,
+                                       size_t err_size)
+{
+    char cause[NCTMC_ERROR_SIZE / 2];
+    snprintf(cause, sizeof cause, "%s", err);
+    char why[NCTMC_ERROR_SIZE];
+    mem_need need = {0, 0, 0};
+    if (trainer_need(model, full, &need, why, sizeof why) != NCTMC_OK)
+        return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "%s", cause);
+    int32_t L = full->seq_len > 0 ? full->seq_len : model->dims.L;
+    return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY,
+                       "%s: the trainer asks for %zu bytes of backend memory and %zu bytes of "
+                       "host memory (batch %d x %d tokens, accumulation %d)",
+                       cause, need.backend_bytes, need.host_bytes, full->batch_size, (int)L,
+                       full->accumulation);
+}
+
 NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
                                             const nctmc_trainer_params *params,
                                             nctmc_trainer **out)
@@ -298,13 +340,15 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     st = allocate_buffers(t, NULL);
     if (st != NCTMC_OK) {
         nctmc_trainer_free(t);
-        return fail_format(err, err_size, st, "out of memory allocating the trainer's slabs");
+        fail_format(err, err_size, st, "out of memory allocating the trainer's slabs");
+        return fail_out_of_memory(model, params, err, err_size);
     }
     st = dit_workspace_create(model, t->be, params->batch_size, t->seq_len,
                               workspace_mode(params), &t->ws, err, err_size);
     if (st != NCTMC_OK) {
         nctmc_trainer_free(t);
-        return st;
+        return st == NCTMC_ERR_OUT_OF_MEMORY ? fail_out_of_memory(model, params, err, err_size)
+                                             : st;
     }
     /* The EMA starts at the initial weights (not at zero, which would bias
      * every early average towards zero). */
@@ -343,26 +387,9 @@ NCTMC_API nctmc_status nctmc_trainer_memory(const nctmc_model *model,
     char err[NCTMC_ERROR_SIZE];
     nctmc_trainer_params full;
     nctmc_status st = trainer_check(model, "nctmc_trainer_memory", params, &full, err, sizeof err);
-    if (st != NCTMC_OK)
-        return model_fail(model, st, "%s", err);
-    /* the same shape as nctmc_trainer_create's, on a trainer that owns
-     * nothing */
-    nctmc_trainer t;
-    memset(&t, 0, sizeof t);
-    t.model = (nctmc_model *)model;
-    t.be = model->ctx->backend;
-    t.params = full;
-    t.seq_len = full.seq_len > 0 ? full.seq_len : model->dims.L;
-    t.rows = full.batch_size * full.accumulation;
     mem_need need = {0, 0, 0};
-    mem_need_host(&need, 1, sizeof t);
-    if (allocate_buffers(&t, &need) != NCTMC_OK)
-        st = fail_format(err, sizeof err, NCTMC_ERR_OUT_OF_MEMORY,
-                         "the trainer's slabs for %d x %d tokens overflow", full.batch_size,
-                         t.seq_len);
     if (st == NCTMC_OK)
-        st = dit_workspace_need(model, t.be, full.batch_size, t.seq_len, workspace_mode(&full),
-                                &need, err, sizeof err);
+        st = trainer_need(model, &full, &need, err, sizeof err);
     if (st != NCTMC_OK)
         return model_fail(model, st, "%s", err);
     if (backend_bytes)
