@@ -30,7 +30,11 @@ def _trainer_params(preset, params):
 
 
 def _as_dict(s):
-    return {f: getattr(s, f) for f, _ in type(s)._fields_[1:]}
+    """The struct's settings as a dict: every field but struct_size and the
+    pointers (the communicator: a Python trainer runs in one process), so
+    that the dict can be passed back as keyword arguments."""
+    return {f: getattr(s, f) for f, ctype in type(s)._fields_[1:]
+            if ctype is not ctypes.c_void_p}
 
 
 class Trainer(Handle):
