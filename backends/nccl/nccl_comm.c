@@ -354,9 +354,13 @@ static nctmc_status create_world(comm_engine **out, char *err, size_t err_size)
     e->rank = (int)rank;
     e->size = (int)size;
     e->timeout_s = timeout_from_env();
+    int prev = 0;
+    bool known = cudaGetDevice(&prev) == cudaSuccess;
     nctmc_status st = engine_device(e, local, err, err_size);
     if (st == NCTMC_OK)
         st = engine_join(e, err, err_size);
+    if (known)
+        cudaSetDevice(prev);
     if (st != NCTMC_OK) {
         engine_free(e);
         return st;
@@ -478,7 +482,7 @@ static nctmc_status sum_work(comm_engine *e, size_t chunk, comm_type type, char 
     return st == NCTMC_OK ? wait_stream(e, "the all-reduce", err, err_size) : st;
 }
 
-static nctmc_status allreduce_sum(comm_engine *e, void *buf, int64_t n, comm_type type,
+static nctmc_status sum_on_device(comm_engine *e, void *buf, int64_t n, comm_type type,
                                   char *err, size_t err_size)
 {
     if (n == 0)
@@ -511,8 +515,8 @@ static nctmc_status allreduce_sum(comm_engine *e, void *buf, int64_t n, comm_typ
     return wait_stream(e, "copying the sum back", err, err_size);
 }
 
-static nctmc_status broadcast(comm_engine *e, void *buf, int64_t bytes, int32_t root,
-                              char *err, size_t err_size)
+static nctmc_status broadcast_on_device(comm_engine *e, void *buf, int64_t bytes, int32_t root,
+                                        char *err, size_t err_size)
 {
     if (bytes == 0)
         return NCTMC_OK;
@@ -545,6 +549,30 @@ static nctmc_status broadcast(comm_engine *e, void *buf, int64_t bytes, int32_t 
             return cuda_fail(c, "cudaMemcpyAsync", err, err_size);
     }
     return st == NCTMC_OK ? wait_stream(e, "the broadcast", err, err_size) : st;
+}
+
+/* The operations proper run on the engine's GPU; the caller's current
+ * device (the CUDA backend's) is restored after each. */
+static nctmc_status allreduce_sum(comm_engine *e, void *buf, int64_t n, comm_type type,
+                                  char *err, size_t err_size)
+{
+    int prev = 0;
+    bool known = cudaGetDevice(&prev) == cudaSuccess;
+    nctmc_status st = sum_on_device(e, buf, n, type, err, err_size);
+    if (known)
+        cudaSetDevice(prev);
+    return st;
+}
+
+static nctmc_status broadcast(comm_engine *e, void *buf, int64_t bytes, int32_t root,
+                              char *err, size_t err_size)
+{
+    int prev = 0;
+    bool known = cudaGetDevice(&prev) == cudaSuccess;
+    nctmc_status st = broadcast_on_device(e, buf, bytes, root, err, err_size);
+    if (known)
+        cudaSetDevice(prev);
+    return st;
 }
 
 static nctmc_status barrier(comm_engine *e, char *err, size_t err_size)
