@@ -2,7 +2,11 @@
 # Tokens per second of 1 and 2 ranks of one thread each (issue 35), through
 # nctmc train's own counter (global tokens per second of step time, rank 0),
 # on the digits data, alternating the two so that a busy machine hurts both
-# alike. A benchmark, not a test: compare the two lines of one run.
+# alike; then, in the same run, PyTorch DDP (gloo) training the reference
+# model with the same shapes and per-rank batch (bench/distributed_torch.py),
+# and the ratios: 2 ranks / 1 rank for each, and libnctmc / PyTorch at the
+# same rank count (medians over the repeats). A benchmark, not a test:
+# compare the lines of one run, and note the load average printed first.
 #
 #   sh bench/distributed.sh BUILD_DIR [REPEATS]
 set -eu
@@ -13,14 +17,29 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 root=$(cd "$(dirname "$0")/.." && pwd)
+echo "load: $(uptime)"
 "$nctmc" prepare --digits "$root/examples/data/digits.txt" --out "$tmp/dg" >/dev/null
 args="--data $tmp/dg --layers 2 --d-model 128 --heads 4 --cond-dim 64 --threads 1 --steps 30
       --batch 8 --eval-sequences 4 --eval-time-samples 1 --log-every 30 --out $tmp/b.st"
+# the tool prints "14.2k tok/s": tokens per second as a number
+ktok() { grep -o '[0-9.]*k tok/s' | tail -1 | sed 's/k tok\/s//' | awk '{print $1 * 1000}'; }
 i=0
 while [ $i -lt "$repeats" ]; do
-    printf '1 rank : '
-    "$nctmc" train $args 2>&1 | grep -o '[0-9.]*k tok/s' | tail -1
-    printf '2 ranks: '
-    mpirun --oversubscribe -n 2 "$nctmc" train $args 2>&1 | grep -o '[0-9.]*k tok/s' | tail -1
+    v=$("$nctmc" train $args 2>&1 | ktok)
+    echo "libnctmc 1 rank : $v tokens/s" && echo "$v" >>"$tmp/n1"
+    v=$(mpirun --oversubscribe -n 2 "$nctmc" train $args 2>&1 | ktok)
+    echo "libnctmc 2 ranks: $v tokens/s" && echo "$v" >>"$tmp/n2"
+    for r in 1 2; do
+        v=$(/usr/bin/python3 "$root/bench/distributed_torch.py" --ranks $r --steps 30 |
+            sed 's/.*tokens_per_s=\([0-9.]*\).*/\1/')
+        echo "torch DDP $r rank(s): $v tokens/s" && echo "$v" >>"$tmp/t$r"
+    done
     i=$((i + 1))
 done
+median() { sort -g "$1" | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+n1=$(median "$tmp/n1") n2=$(median "$tmp/n2") t1=$(median "$tmp/t1") t2=$(median "$tmp/t2")
+echo "medians (tokens/s): libnctmc 1 rank $n1, 2 ranks $n2; torch DDP gloo 1 rank $t1, 2 ranks $t2"
+awk -v n1="$n1" -v n2="$n2" -v t1="$t1" -v t2="$t2" 'BEGIN {
+    printf "2 ranks / 1 rank: libnctmc %.2fx, torch DDP %.2fx\n", n2 / n1, t2 / t1
+    printf "libnctmc / torch: 1 rank %.2fx, 2 ranks %.2fx\n", n1 / t1, n2 / t2 }'
+echo "load: $(uptime)"

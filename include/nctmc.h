@@ -1164,9 +1164,11 @@ typedef struct nctmc_comm nctmc_comm;
  * torchrun-style launcher (WORLD_SIZE / RANK), checked in that order. No
  * such variable, or a job of one, gives the world of one. A larger job
  * initialises MPI (MPI_Init_thread, which nctmc_comm_free() finalises) and
- * checks that MPI sees the rank and size the launcher set. Collective: every
- * rank calls it. A torchrun-style job of several processes needs the NCCL
- * engine, which this build lacks: NCTMC_ERR_UNSUPPORTED. On failure *out is
+ * checks that MPI sees the rank and size the launcher set. A torchrun-style
+ * job of several processes loads the NCCL engine (libnctmc-nccl.so, GPU
+ * LOCAL_RANK, a rendezvous at MASTER_ADDR / MASTER_PORT; docs/distributed.md);
+ * a build without it gives NCTMC_ERR_UNSUPPORTED. Collective: every rank
+ * calls it. On failure *out is
  * NULL and the reason is written to error_buffer (error_size bytes; may be
  * NULL).
  */

@@ -30,7 +30,7 @@ LAYERS = [
     ["backends/cpu", "backends/cuda"],
     ["lib/core"],
     ["lib/comm"],
-    ["backends/mpi"],
+    ["backends/mpi", "backends/nccl"],
     ["lib/io"],
     ["lib/text"],
     ["lib/data"],

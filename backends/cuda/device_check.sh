@@ -15,7 +15,8 @@
 #      own; then the comparison table.
 # Results go to $OUT (the device tool's folder) or /tmp/nctmc-device-check:
 # device.txt, build.log, conformance.log, bench_libnctmc.log,
-# bench_torch.log, compare.txt. The exit status is the conformance test's.
+# bench_torch.log, compare.txt, nccl.log. The exit status is the
+# conformance test's, or the NCCL test's when that fails.
 #
 #   sh backends/cuda/device_check.sh            on the GPU machine
 #   sh backends/cuda/device_check.sh --prepare  on a machine with the CUDA
@@ -42,7 +43,13 @@ if [ "$mode" = "--prepare" ]; then
     meson setup "$b" "$root" -Dcuda=enabled -Dreference_tests=disabled >/dev/null &&
         ninja -C "$b" tests/test_cuda_conformance bench_gpu_train libnctmc-cuda.so ||
         exit 1
-    for prog in test_cuda_conformance bench_gpu_train; do
+    progs="test_cuda_conformance bench_gpu_train"
+    if ninja -C "$b" tests/test_nccl_module libnctmc-nccl.so >/dev/null 2>&1; then
+        progs="$progs test_nccl_module"
+        cp "$b/libnctmc-nccl.so" "$carried/" &&
+            strip --strip-unneeded "$carried/libnctmc-nccl.so" || exit 1
+    fi
+    for prog in $progs; do
         cc -o "$carried/$prog" "$b/tests/$prog.p/"*.o "$b/libnctmc_internal.a" \
             -Wl,-Bstatic -lopenblas -lgfortran -lquadmath -Wl,-Bdynamic \
             -lpthread -lm -ldl || exit 1
@@ -73,10 +80,12 @@ elif command -v meson >/dev/null && command -v nvcc >/dev/null &&
     ninja -C "$build" tests/test_cuda_conformance bench_gpu_train libnctmc-cuda.so \
         >>"$out/build.log" 2>&1; then
     bin="$build/tests"
-    # the programs link the core statically from tests/; the module is one
-    # folder up, so name it
+    # the programs link the core statically from tests/; the modules are one
+    # folder up, so name them
+    ninja -C "$build" tests/test_nccl_module libnctmc-nccl.so >>"$out/build.log" 2>&1
     NCTMC_CUDA_MODULE="$build/libnctmc-cuda.so"
-    export NCTMC_CUDA_MODULE
+    NCTMC_NCCL_MODULE="$build/libnctmc-nccl.so"
+    export NCTMC_CUDA_MODULE NCTMC_NCCL_MODULE
 else
     tail -n 30 "$out/build.log"
     echo "device_check: cannot build here and no carried binaries (run --prepare where the"
@@ -91,6 +100,19 @@ status=$?
 grep -E '^FAIL|^device|attention B|sample_step|sampler|model .*gradients|cuda_conformance' \
     "$out/conformance.log" | head -n 120
 echo "device_check: conformance exit status $status"
+
+# 2b. the NCCL engine on one rank (a world of one still runs NCCL's
+#     send/receive, the rank-order sum, all-gather and broadcast)
+if [ -x "$bin/test_nccl_module" ]; then
+    RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 timeout 120 "$bin/test_nccl_module" >"$out/nccl.log" 2>&1
+    nccl_status=$?
+    cat "$out/nccl.log"
+    echo "device_check: NCCL module exit status $nccl_status"
+    [ "$status" -eq 0 ] && [ "$nccl_status" -ne 0 ] && [ "$nccl_status" -ne 77 ] &&
+        status=$nccl_status
+else
+    echo "device_check: no test_nccl_module (this build has no NCCL)" | tee "$out/nccl.log"
+fi
 [ "$mode" = "--quick" ] && exit "$status"
 
 # 3. the benchmark, libnctmc then PyTorch on the same GPU

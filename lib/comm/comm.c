@@ -2,8 +2,9 @@
  * comm.c — the public communicator (nctmc_comm_*): made from the launcher's
  * environment (mpirun, srun, torchrun-style variables) or from an MPI_Comm
  * given by pointer; a job of one process is the world of one with no
- * engine, a larger one loads the MPI module (libnctmc-mpi.so) beside the
- * core and checks it was built for this library.
+ * engine, a larger one loads the MPI module (libnctmc-mpi.so; mpirun, srun)
+ * or the NCCL module (libnctmc-nccl.so; a torchrun-style launcher) beside
+ * the core and checks it was built for this library.
  */
 #include "comm.h"
 
@@ -57,12 +58,14 @@ static nctmc_status check_module(const nctmc_comm_module *m, const char *where, 
     return NCTMC_OK;
 }
 
-static nctmc_status load_mpi(const nctmc_comm_module **out, char *err, size_t err_size)
+/* The engine module of `stem` (NCTMC_MPI_MODULE_STEM, NCTMC_NCCL_MODULE_STEM),
+ * or the file `env` names. */
+static nctmc_status load_engine(const char *stem, const char *env, const char *what,
+                                const nctmc_comm_module **out, char *err, size_t err_size)
 {
     char where[4096 + 64]; /* a path (PATH_MAX on Linux) and a note */
     void *handle = NULL;
-    nctmc_status st = module_open(NCTMC_MPI_MODULE_STEM, NCTMC_MPI_MODULE_ENV, "MPI", &handle,
-                                  where, sizeof where, err, err_size);
+    nctmc_status st = module_open(stem, env, what, &handle, where, sizeof where, err, err_size);
     if (st != NCTMC_OK)
         return st;
     union {
@@ -81,6 +84,11 @@ static nctmc_status load_mpi(const nctmc_comm_module **out, char *err, size_t er
     }
     module_close(handle);
     return st;
+}
+
+static nctmc_status load_mpi(const nctmc_comm_module **out, char *err, size_t err_size)
+{
+    return load_engine(NCTMC_MPI_MODULE_STEM, NCTMC_MPI_MODULE_ENV, "MPI", out, err, err_size);
 }
 
 /* ---- the launcher's environment ------------------------------------------ */
@@ -120,11 +128,14 @@ static nctmc_status comm_alloc(nctmc_comm **out, char *err, size_t err_size)
     return NCTMC_OK;
 }
 
-/* Starts the MPI engine on the job and checks it sees what the launcher
- * said. */
-static nctmc_status join_mpi(nctmc_comm *c, long size, long rank, char *err, size_t err_size)
+/* Starts the launcher's engine (MPI, or NCCL for a torchrun-style start) on
+ * the job and checks it sees what the launcher said. */
+static nctmc_status join_engine(nctmc_comm *c, int mpi, long size, long rank, char *err,
+                                size_t err_size)
 {
-    nctmc_status st = load_mpi(&c->module, err, err_size);
+    nctmc_status st = mpi ? load_mpi(&c->module, err, err_size)
+                          : load_engine(NCTMC_NCCL_MODULE_STEM, NCTMC_NCCL_MODULE_ENV, "NCCL",
+                                        &c->module, err, err_size);
     if (st == NCTMC_OK)
         st = c->module->create_world(&c->engine, err, err_size);
     if (st != NCTMC_OK) {
@@ -135,10 +146,11 @@ static nctmc_status join_mpi(nctmc_comm *c, long size, long rank, char *err, siz
     c->size = c->module->size(c->engine);
     if (c->size != size || c->rank != rank)
         return fail_format(err, err_size, NCTMC_ERR_BACKEND,
-                           "%s started rank %ld of %ld processes but MPI sees rank %d of %d: "
-                           "the MPI library and the launcher do not match (use the mpirun of "
+                           "%s started rank %ld of %ld processes but %s sees rank %d of %d: "
+                           "the engine and the launcher do not match (use the mpirun of "
                            "the Open MPI that libnctmc-mpi.so links, or srun --mpi=pmix)",
-                           c->launcher, rank, size, (int)c->rank, (int)c->size);
+                           c->launcher, rank, size, c->module->name, (int)c->rank,
+                           (int)c->size);
     return NCTMC_OK;
 }
 
@@ -158,13 +170,7 @@ static nctmc_status from_env(nctmc_comm *c, char *err, size_t err_size)
         snprintf(c->launcher, sizeof c->launcher, "%s", launchers[k].launcher);
         if (size == 1)
             return NCTMC_OK;
-        if (!launchers[k].mpi)
-            return fail_format(err, err_size, NCTMC_ERR_UNSUPPORTED,
-                               "%s=%ld (%s) names a job of several processes, which only the "
-                               "NCCL engine joins (over a TCP rendezvous); this build has the "
-                               "MPI engine: start the job with mpirun or srun",
-                               launchers[k].size, size, launchers[k].launcher);
-        return join_mpi(c, size, rank, err, err_size);
+        return join_engine(c, launchers[k].mpi, size, rank, err, err_size);
     }
     return NCTMC_OK;
 }

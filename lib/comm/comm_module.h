@@ -1,13 +1,14 @@
 /*
  * comm_module.h — the interface between the core's communicator (comm.c)
  * and a communication engine built as a run-time module: libnctmc-mpi.so
- * (backends/mpi/mpi_comm.c) today. The module links its engine's library
+ * (backends/mpi/mpi_comm.c) and libnctmc-nccl.so (backends/nccl/nccl_comm.c).
+ * The module links its engine's library
  * (Open MPI) and nothing of the core; the core finds it beside itself
  * (lib/backend/backend_module.h, module_open) and checks that it was built
  * from the same libnctmc version and interface before calling it.
  *
  * Every operation is collective over the engine's ranks, blocking, and on
- * host memory. The sum is in a fixed order: element i of the result is
+ * host memory (the NCCL engine also takes device memory). The sum is in a fixed order: element i of the result is
  * (((x_0[i] + x_1[i]) + x_2[i]) + ...) over ranks 0, 1, 2, ... with one
  * rounding per addition, the same bits on every rank and every run,
  * whatever the network does.
@@ -24,6 +25,8 @@
 #define NCTMC_COMM_MODULE_ENTRY "nctmc_comm_module_entry"
 #define NCTMC_MPI_MODULE_STEM "nctmc-mpi"
 #define NCTMC_MPI_MODULE_ENV "NCTMC_MPI_MODULE"
+#define NCTMC_NCCL_MODULE_STEM "nctmc-nccl"
+#define NCTMC_NCCL_MODULE_ENV "NCTMC_NCCL_MODULE"
 
 /* The element types of a sum. */
 typedef enum comm_type { COMM_FLOAT = 0, COMM_DOUBLE = 1 } comm_type;
@@ -37,7 +40,8 @@ typedef struct nctmc_comm_module {
     int32_t library_version;   /* NCTMC_VERSION_NUMBER it was built with */
     const char *name;          /* "mpi" */
     /* Joins the job its launcher started (MPI: MPI_Init when not yet
-     * initialised, which destroy() then finalises; MPI_COMM_WORLD). */
+     * initialised, which destroy() then finalises; MPI_COMM_WORLD. NCCL:
+     * RANK, WORLD_SIZE, LOCAL_RANK and a rendezvous at MASTER_ADDR:MASTER_PORT). */
     nctmc_status (*create_world)(comm_engine **out, char *err, size_t err_size);
     /* Uses an existing native communicator (MPI: a const MPI_Comm *), which
      * the engine duplicates; the caller keeps MPI initialised. */
