@@ -37,6 +37,7 @@ ADDED = {
     "nctmc_tokenizer_load_gpt2": "NCTMC_1.2",
     "nctmc_tokenizer_load_hf_json": "NCTMC_1.2",
     "nctmc_tokenizer_pad_vocab": "NCTMC_1.2",
+    "nctmc_sample_params_from_model": "NCTMC_1.3",
 }
 NODES = {VERSION_NODE} | set(ADDED.values())
 
