@@ -4,6 +4,9 @@
 #
 #   scripts/install-deps.sh          build + test dependencies
 #   scripts/install-deps.sh --build  only what building needs
+#   scripts/install-deps.sh --demo   what building and scripts/demo.sh need
+#                                    (numpy and scikit-learn, whose SVC
+#                                    scores the demo's digits)
 #
 # The test set also makes a Python virtual environment, build-pyenv/, that
 # sees Debian's packages (torch, numpy) and adds the `safetensors` and
@@ -21,8 +24,13 @@ build_pkgs="gcc pkg-config meson ninja-build libopenblas-dev"
 test_pkgs="clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-venv python3-pytest
     python3-setuptools python3-wheel fortunes"
 
-pkgs="$build_pkgs"
-[ "${1:-}" = "--build" ] || pkgs="$pkgs $test_pkgs"
+demo_pkgs="python3 python3-numpy python3-sklearn"
+
+case "${1:-}" in
+    --build) pkgs="$build_pkgs" ;;
+    --demo) pkgs="$build_pkgs $demo_pkgs" ;;
+    *) pkgs="$build_pkgs $test_pkgs" ;;
+esac
 
 missing=""
 for p in $pkgs; do
@@ -34,7 +42,7 @@ for p in $pkgs; do
 done
 
 python_env() { # the test venv with safetensors and tokenizers, made once
-    [ "${1:-}" = "--build" ] && return 0
+    case "${1:-}" in --build|--demo) return 0 ;; esac
     env_dir="$root/build-pyenv"
     if "$env_dir/bin/python" -c "import safetensors, tokenizers, unicodedata2" 2>/dev/null; then
         return 0
