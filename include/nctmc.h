@@ -466,7 +466,15 @@ enum {
      *  (its weights stay in the checkpoint). nctmc_model_forward() reports
      *  the resulting log lambda_theta and jump log-probabilities as for the
      *  other links. */
-    NCTMC_EXIT_LINK_DENOISER = 2
+    NCTMC_EXIT_LINK_DENOISER = 2,
+    /** Since 0.8.0, the default of nctmc_model_config_init(): the measured
+     *  best link for the configuration's process, chosen when the model is
+     *  created — NCTMC_EXIT_LINK_DENOISER for the uniform and mixture
+     *  processes, NCTMC_EXIT_LINK_NOISE_POSTERIOR for the masked process
+     *  (which ignores the link). A model never holds it:
+     *  nctmc_model_get_config() and the checkpoint report the link chosen
+     *  (docs/training.md, "Defaults"). */
+    NCTMC_EXIT_LINK_AUTO = -1
 };
 
 /** The model's hyper-parameters. Fill with nctmc_model_config_init(). */
@@ -500,14 +508,17 @@ typedef struct nctmc_model_config {
     /* ---- appended in 0.3.0 (0 = the 0.2.0 behaviour) ---- */
     /** What the time embedding sees (default NCTMC_TIME_INPUT_LOG_SNR). */
     nctmc_time_input time_input;
-    /** The exit-rate link (default NCTMC_EXIT_LINK_NOISE_POSTERIOR). */
+    /** The exit-rate link (default NCTMC_EXIT_LINK_AUTO since 0.8.0: the
+     *  denoiser link for the uniform and mixture processes; 0.3.0–0.7.0
+     *  defaulted to NCTMC_EXIT_LINK_NOISE_POSTERIOR). */
     nctmc_exit_link exit_link;
 } nctmc_model_config;
 
 /** Fills *config with a small uniform-process model: S = 256, L = 256,
  *  6 layers, d = 384, 6 heads, c = 128, no classes, linear schedule,
- *  p_u = 0.1, eps = 1e-3, seed 0, log-SNR time input, noise-posterior exit
- *  link (see "Versioned structs"). */
+ *  p_u = 0.1, eps = 1e-3, seed 0, log-SNR time input, and the exit link
+ *  NCTMC_EXIT_LINK_AUTO (the best measured link for the process chosen at
+ *  creation; see "Versioned structs"). */
 NCTMC_API nctmc_status nctmc_model_config_init_sized(nctmc_model_config *config, size_t size);
 #define nctmc_model_config_init(p) nctmc_model_config_init_sized((p), sizeof *(p))
 
@@ -1276,10 +1287,13 @@ typedef struct nctmc_trainer_params {
      *  classifier-free guidance (default 0.1; ignored without classes). */
     float label_dropout;
     uint64_t seed;            /**< default 0 */
-    /** How t is drawn (default NCTMC_TIME_SAMPLING_UNIFORM, the same
-     *  draws bit for bit as a library without this field). The loss that
-     *  nctmc_train_stats reports is then the weighted mean, an estimate of
-     *  the same objective. Saved in trainer checkpoints. */
+    /** How t is drawn (default NCTMC_TIME_SAMPLING_SQRT since 0.8.0, the
+     *  best measured density for every process; 0.2.0–0.7.0 defaulted to
+     *  NCTMC_TIME_SAMPLING_UNIFORM, which still gives the same draws bit
+     *  for bit as a library without this field when set explicitly). The
+     *  loss that nctmc_train_stats reports is then the weighted mean, an
+     *  estimate of the same objective. Saved in trainer checkpoints (one
+     *  without it was trained with UNIFORM and resumes so). */
     nctmc_time_sampling time_sampling;
     /** Activation recomputation (flag; default 0, appended in 0.5.0): keep
      *  only each block's output between the forward and the backward pass,
@@ -1892,6 +1906,24 @@ typedef struct nctmc_sample_params {
 /** Fills *params with the defaults listed above (see "Versioned structs"). */
 NCTMC_API nctmc_status nctmc_sample_params_init_sized(nctmc_sample_params *params, size_t size);
 #define nctmc_sample_params_init(p) nctmc_sample_params_init_sized((p), sizeof *(p))
+
+/**
+ * Since 0.8.0. Sets params->method, grid and n_steps to the sampling
+ * settings recommended for the model and leaves every other field as it
+ * is: call it after nctmc_sample_params_init() and before your own
+ * overrides. The settings are those its checkpoint carries (the trainer
+ * writes its process's best measured settings into every checkpoint it
+ * saves; docs/formats.md, "nctmc.sample.*"), or, for a model without them
+ * (an older file, or one made with nctmc_model_create() and never
+ * trained), its process's: the posterior sampler on the even grid with 64
+ * steps for the uniform process, tau-leaping on the even grid with 128
+ * steps for the masked one, the posterior sampler on the even grid with 128
+ * steps for the mixture (docs/api.md, "Sampling settings, measured").
+ * NCTMC_ERR_INVALID_ARGUMENT for NULL, or a struct_size below the first
+ * published one (the message goes to the model's last error).
+ */
+NCTMC_API nctmc_status nctmc_sample_params_from_model(const nctmc_model *model,
+                                                      nctmc_sample_params *params);
 
 /**
  * Draws samples: starts from the prior at t_max (fixed positions clamped),

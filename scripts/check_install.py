@@ -105,7 +105,7 @@ def check_shared():
     sys.path.insert(0, os.path.join(root, "tests"))
     import check_symbols
     abi_problems = check_symbols.problems(shared[0], header)
-    record("symbols versioned NCTMC_1 (0.3.0: NCTMC_1.1, 0.4.0: NCTMC_1.2), every nctmc.h function exported", not abi_problems,
+    record("symbols versioned NCTMC_1 (0.3.0: NCTMC_1.1, 0.4.0: NCTMC_1.2, 0.8.0: NCTMC_1.3), every nctmc.h function exported", not abi_problems,
            "; ".join(abi_problems)[:400])
     ldd = run(["ldd", shared[0]], env=clean_env())
     cuda = [line.strip() for line in ldd.stdout.split("\n") if CUDA_LIBRARY.search(line)]

@@ -9,6 +9,9 @@
 #   scripts/install-deps.sh --arm64  the aarch64 cross toolchain and qemu
 #                                    too (then scripts/arm64-sysroot.sh;
 #                                    docs/install.md, "64-bit ARM")
+#   scripts/install-deps.sh --demo   what building and scripts/demo.sh need
+#                                    (numpy and scikit-learn, whose SVC
+#                                    scores the demo's digits)
 #
 # The test set also makes a Python virtual environment, build-pyenv/, that
 # sees Debian's packages (torch, numpy) and adds the `safetensors` and
@@ -34,9 +37,12 @@ windows_pkgs="mingw-w64 wine wine64 clang python3-pip"
 
 arm64_pkgs="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
 
+demo_pkgs="python3 python3-numpy python3-sklearn"
+
 pkgs="$build_pkgs"
 case "${1:-}" in
     --build) ;;
+    --demo) pkgs="$build_pkgs $demo_pkgs" ;;
     --windows) pkgs="$windows_pkgs" ;;
     --arm64) pkgs="$pkgs $test_pkgs $arm64_pkgs" ;;
     *) pkgs="$pkgs $test_pkgs" ;;
@@ -52,7 +58,7 @@ for p in $pkgs; do
 done
 
 python_env() { # the test venv with safetensors and tokenizers, made once
-    [ "${1:-}" = "--build" ] || [ "${1:-}" = "--windows" ] && return 0
+    case "${1:-}" in --build|--demo|--windows) return 0 ;; esac
     env_dir="$root/build-pyenv"
     if "$env_dir/bin/python" -c "import safetensors, tokenizers, unicodedata2" 2>/dev/null; then
         return 0

@@ -54,6 +54,7 @@ ADDED = {
     "nctmc_comm_last_error": "NCTMC_1.3",
     "nctmc_comm_rank": "NCTMC_1.3",
     "nctmc_comm_size": "NCTMC_1.3",
+    "nctmc_sample_params_from_model": "NCTMC_1.3",
 }
 NODES = {VERSION_NODE} | set(ADDED.values())
 

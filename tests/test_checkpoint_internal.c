@@ -393,6 +393,34 @@ static void edit_user_key(pieces *p)
     p->meta[p->n_meta++] = (st_meta){"someone.else", "is fine"};
 }
 
+/* The recommended sampling settings (issue 34): all three keys, valid
+ * names and a step count in 1 .. 1000000, in any format. */
+static void add_sampling(pieces *p, const char *method, const char *grid, const char *steps)
+{
+    if (method)
+        p->meta[p->n_meta++] = (st_meta){"nctmc.sample.method", method};
+    if (grid)
+        p->meta[p->n_meta++] = (st_meta){"nctmc.sample.grid", grid};
+    if (steps)
+        p->meta[p->n_meta++] = (st_meta){"nctmc.sample.steps", steps};
+}
+static void edit_sampling(pieces *p) { add_sampling(p, "euler", "geometric", "7"); }
+static void edit_sampling_no_grid(pieces *p) { add_sampling(p, "euler", NULL, "7"); }
+static void edit_sampling_only_steps(pieces *p) { add_sampling(p, NULL, NULL, "7"); }
+static void edit_sampling_method(pieces *p) { add_sampling(p, "Euler", "uniform", "7"); }
+static void edit_sampling_grid(pieces *p) { add_sampling(p, "tau", "even", "7"); }
+static void edit_sampling_zero(pieces *p) { add_sampling(p, "tau", "uniform", "0"); }
+static void edit_sampling_many(pieces *p) { add_sampling(p, "tau", "uniform", "1000001"); }
+static void edit_sampling_junk(pieces *p) { add_sampling(p, "tau", "uniform", "64 "); }
+static void edit_sampling_format1(pieces *p)
+{
+    edit_legacy_values(p);
+    find_meta(p, "nctmc.format")->value = "1";
+    find_meta(p, "nctmc.config.time_input")->key = "other.time_input";
+    find_meta(p, "nctmc.config.exit_link")->key = "other.exit_link";
+    add_sampling(p, "posterior", "uniform", "1000000");
+}
+
 typedef struct crafted {
     const char *what;
     edit_fn edit;
@@ -437,7 +465,38 @@ static const crafted crafted_cases[] = {
     {"image tokenizer smaller than a sequence", edit_tok_image_too_small, true,
      NCTMC_ERR_FORMAT},
     {"someone else's key", edit_user_key, true, NCTMC_OK},
+    {"sampling settings", edit_sampling, true, NCTMC_OK},
+    {"sampling settings in a format-1 file", edit_sampling_format1, true, NCTMC_OK},
+    {"sampling settings without the grid", edit_sampling_no_grid, true, NCTMC_ERR_FORMAT},
+    {"sampling settings: only the steps", edit_sampling_only_steps, true, NCTMC_ERR_FORMAT},
+    {"sampling method name case", edit_sampling_method, true, NCTMC_ERR_FORMAT},
+    {"unknown sampling grid", edit_sampling_grid, true, NCTMC_ERR_FORMAT},
+    {"zero sampling steps", edit_sampling_zero, true, NCTMC_ERR_FORMAT},
+    {"too many sampling steps", edit_sampling_many, true, NCTMC_ERR_FORMAT},
+    {"sampling steps with a space", edit_sampling_junk, true, NCTMC_ERR_FORMAT},
 };
+
+/* The loaded model recommends what the file says, whatever its process's
+ * defaults are (this base is a mixture model: posterior, even grid, 128). */
+static void check_sampling_read(nctmc_context *ctx, const char *path, bool euler)
+{
+    nctmc_model *m = NULL;
+    if (nctmc_model_load(ctx, path, &m) != NCTMC_OK)
+        return;
+    nctmc_sample_params sp;
+    nctmc_sample_params_init(&sp);
+    CHECK(nctmc_sample_params_from_model(m, &sp) == NCTMC_OK, "from_model");
+    if (euler)
+        CHECK(sp.method == NCTMC_SAMPLE_EULER && sp.grid == NCTMC_GRID_GEOMETRIC &&
+                  sp.n_steps == 7,
+              "the file's settings: %d %d %d", (int)sp.method, (int)sp.grid, (int)sp.n_steps);
+    else
+        CHECK(sp.method == NCTMC_SAMPLE_POSTERIOR && sp.grid == NCTMC_GRID_UNIFORM &&
+                  sp.n_steps == 1000000,
+              "the format-1 file's settings: %d %d %d", (int)sp.method, (int)sp.grid,
+              (int)sp.n_steps);
+    nctmc_model_free(m);
+}
 
 static void test_crafted(nctmc_context *ctx, test_rng *rng)
 {
@@ -470,6 +529,8 @@ static void test_crafted(nctmc_context *ctx, test_rng *rng)
         st = load_status(ctx, out);
         CHECK(st == c->expect, "%s: load gives %d, expected %d (%s)", c->what, (int)st,
               (int)c->expect, nctmc_context_last_error(ctx));
+        if (st == NCTMC_OK && (c->edit == edit_sampling || c->edit == edit_sampling_format1))
+            check_sampling_read(ctx, out, c->edit == edit_sampling);
         free_pieces(&p);
     }
     unlink(out);

@@ -536,6 +536,9 @@ static void test_ema(void)
 {
     nctmc_context *ctx = make_ctx(1);
     nctmc_model_config c = tiny_config(NCTMC_PROCESS_UNIFORM, 0);
+    /* a link that uses the rate head (the default, the denoiser link for
+     * this process, leaves it untouched) */
+    c.exit_link = NCTMC_EXIT_LINK_NOISE_POSTERIOR;
     nctmc_model *m = NULL, *ema = NULL;
     nctmc_model_create(ctx, &c, &m);
     nctmc_model_create(ctx, &c, &ema);

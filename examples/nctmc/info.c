@@ -48,6 +48,15 @@ static void print_model(const nctmc_model *model, const char *path)
     char tok[128];
     cli_describe_tokenizer(nctmc_model_get_tokenizer(model), tok, sizeof tok);
     printf("tokenizer    %s\n", tok);
+    /* the checkpoint's recommendation, or its process's */
+    static const char *const methods[] = {"tau-leaping", "Euler", "posterior"};
+    nctmc_sample_params sp;
+    nctmc_sample_params_init(&sp);
+    if (nctmc_sample_params_from_model(model, &sp) == NCTMC_OK && sp.method >= 0 &&
+        sp.method <= NCTMC_SAMPLE_POSTERIOR)
+        printf("sampling     %s, %s grid, %d steps (nctmc sample's default for this model)\n",
+               methods[sp.method], sp.grid == NCTMC_GRID_GEOMETRIC ? "geometric" : "even",
+               (int)sp.n_steps);
 }
 
 static void print_tensors(const nctmc_model *model)

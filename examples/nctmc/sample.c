@@ -14,9 +14,14 @@
 #include "image_grid.h"
 #include "progress.h"
 
-static const char *const method_names[] = {"tau", "euler", "posterior", NULL};
+/* "auto" (the last choice) is the checkpoint's recommendation
+ * (nctmc_sample_params_from_model()), resolved once the model is loaded */
+static const char *const method_names[] = {"tau", "euler", "posterior", "auto", NULL};
 static const char *const method_titles[] = {"tau-leaping", "Euler", "posterior"};
-static const char *const grid_names[] = {"uniform", "geometric", NULL};
+static const char *const grid_names[] = {"uniform", "geometric", "auto", NULL};
+#define METHOD_AUTO 3
+#define GRID_AUTO 2
+static const char *const grid_titles[] = {"even grid", "geometric grid"};
 /* in the order of nctmc_cfg_rule and nctmc_correction_mode */
 static const char *const cfg_rule_names[] = {"separate", "rates", NULL};
 static const char *const correct_mode_names[] = {"greedy", "gibbs", NULL};
@@ -38,6 +43,7 @@ typedef struct sample_options {
     const char *infill;
     const char *blank;
     const char *out;
+    bool tokens;                 /* --tokens: write token ids, not text */
     const char *png;
     int32_t scale;
     bool no_preview;
@@ -490,11 +496,12 @@ static bool output(nctmc_context *ctx, const sample_options *o, const sample_job
                    nctmc_tokenizer *tok)
 {
     bool image = tok && nctmc_tokenizer_get_kind(tok) == NCTMC_TOKENIZER_IMAGE;
-    if (o->out != NULL && !write_samples_to(ctx, o->out, job, tok))
+    /* --tokens: the ids as numbers, as for a model without a tokenizer */
+    if (o->out != NULL && !write_samples_to(ctx, o->out, job, o->tokens ? NULL : tok))
         return false;
     if (image)
         return output_images(ctx, o, job, tok);
-    return o->out != NULL || write_samples(stdout, job, tok);
+    return o->out != NULL || write_samples(stdout, job, o->tokens ? NULL : tok);
 }
 
 /* ---- the subcommand ------------------------------------------------------ */
@@ -528,12 +535,35 @@ static int draw_job(nctmc_context *ctx, const nctmc_model *model, nctmc_tokenize
     return st == NCTMC_OK ? 0 : st == NCTMC_ERR_CANCELLED ? CLI_EXIT_INTERRUPTED : 1;
 }
 
-static int sample(nctmc_context *ctx, const char *ckpt, const sample_options *o)
+/* --method, --grid and --steps not given: the checkpoint's recommended
+ * settings (its process's for a file without them). */
+static void resolve_sampler(const nctmc_model *model, sample_options *o)
+{
+    nctmc_sample_params rec;
+    nctmc_sample_params_init(&rec);
+    nctmc_sample_params_from_model(model, &rec);
+    bool any = o->method == METHOD_AUTO || o->grid == GRID_AUTO || o->params.n_steps == 0;
+    if (o->method == METHOD_AUTO)
+        o->method = (int)rec.method;
+    if (o->grid == GRID_AUTO)
+        o->grid = (int)rec.grid;
+    if (o->params.n_steps == 0)
+        o->params.n_steps = rec.n_steps;
+    if (any)
+        fprintf(stderr, "sampler: %s, %s, %d steps (the checkpoint's recommendation where "
+                "--method, --grid or --steps is not given)\n",
+                method_titles[o->method], grid_titles[o->grid], (int)o->params.n_steps);
+}
+
+static int sample(nctmc_context *ctx, const char *ckpt, const sample_options *given)
 {
     nctmc_model *model = NULL;
     nctmc_status st = cli_load_model(ctx, ckpt, o->no_mmap, &model);
     if (st != NCTMC_OK)
         return cli_fail("sample", ckpt, st, nctmc_context_last_error(ctx));
+    sample_options resolved = *given;
+    sample_options *o = &resolved;
+    resolve_sampler(model, o);
     nctmc_model_config cfg;
     nctmc_model_config_init(&cfg);
     nctmc_model_get_config(model, &cfg);
@@ -574,8 +604,9 @@ int cmd_sample(int argc, char **argv)
     memset(&o, 0, sizeof o);
     nctmc_sample_params_init(&o.params);
     nctmc_sample_params *p = &o.params;
-    o.method = (int)p->method;
-    o.grid = (int)p->grid;
+    o.method = METHOD_AUTO;
+    o.grid = GRID_AUTO;
+    p->n_steps = 0;  /* not given: the checkpoint's (below the flag's range) */
     o.cfg_rule = (int)p->cfg_rule;
     o.correct_mode = (int)p->correction_mode;
     o.n = 1;
@@ -587,10 +618,13 @@ int cmd_sample(int argc, char **argv)
     cli_option options[] = {
         CLI_OPT_SECTION("sampler"),
         CLI_OPT_CHOICE("--method", o.method, method_names,
-                       "tau-leaping, Euler, or the posterior sampler"),
-        CLI_OPT_INT("--steps", p->n_steps, "N", 1, 1000000, "steps of the time grid"),
+                       "tau-leaping, Euler, the posterior sampler, or auto: the one the "
+                       "checkpoint recommends"),
+        CLI_OPT_INT("--steps", p->n_steps, "N", 1, 1000000,
+                    "steps of the time grid (default: the checkpoint's)"),
         CLI_OPT_CHOICE("--grid", o.grid, grid_names,
-                       "time grid: even in t, or in log t (finer near t_min)"),
+                       "time grid: even in t, in log t (finer near t_min), or auto: the "
+                       "checkpoint's"),
         CLI_OPT_FLOAT("--t-max", p->t_max, "T", 1e-9, 0.999999999, "first time"),
         CLI_OPT_FLOAT("--t-min", p->t_min, "T", 1e-9, 0.999999999, "last time"),
         CLI_OPT_FLOAT("--temperature", p->temperature, "T", 1e-6, 1e6,
@@ -627,6 +661,8 @@ int cmd_sample(int argc, char **argv)
         CLI_OPT_STRING("--blank", o.blank, "C", "the blank character of --infill"),
         CLI_OPT_SECTION("output"),
         CLI_OPT_STRING("--out", o.out, "FILE", "write the decoded samples to FILE (not stdout)"),
+        CLI_OPT_FLAG("--tokens", o.tokens,
+                     "write the token ids as numbers (one sample a line), not decoded text"),
         CLI_OPT_STRING("--png", o.png, "FILE", "image models: write a PNG grid of the samples"),
         CLI_OPT_INT("--scale", o.scale, "K", 1, 64, "PNG: K x K screen pixels per image pixel"),
         CLI_OPT_FLAG("--no-preview", o.no_preview, "image models: no ASCII preview on stdout"),

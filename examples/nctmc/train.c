@@ -146,7 +146,8 @@ static bool model_config_for_data(const train_run *run, nctmc_model_config *cfg)
     cfg->process = (nctmc_process)o->process;
     cfg->schedule = (nctmc_schedule)o->schedule;
     cfg->time_input = (nctmc_time_input)o->time_input;
-    cfg->exit_link = (nctmc_exit_link)o->exit_link;
+    /* train_exit_link_names puts "auto" (NCTMC_EXIT_LINK_AUTO, -1) first */
+    cfg->exit_link = (nctmc_exit_link)(o->exit_link - 1);
     cfg->seed = o->trainer.seed;
     /* the masked and mixture processes add the mask token after the data */
     cfg->vocab_size = info->vocab_size + (cfg->process == NCTMC_PROCESS_UNIFORM ? 0 : 1);
@@ -640,6 +641,11 @@ static bool check_paths(const train_options *o)
     return ok;
 }
 
+/* --exit-link's choices: "auto" (NCTMC_EXIT_LINK_AUTO = -1) then the links
+ * in enum order, so a choice's index is the link + 1. */
+static const char *const train_exit_link_names[] = {"auto", "sigma", "noise_posterior",
+                                                    "denoiser", NULL};
+
 static void train_defaults(train_options *o);
 
 /* The --preset choices: "none", then the library's presets; and the
@@ -681,6 +687,8 @@ static bool apply_preset(const cli_command *cmd, const char *name, train_options
     }
     p.process = p.model.process;
     p.schedule = p.model.schedule;
+    p.time_input = p.model.time_input;
+    p.exit_link = p.model.exit_link + 1;
     p.backend = nctmc_preset_backend(name);
     cli_copy_given_fields(cmd, o, &p, sizeof p);
     p.preset_name = name;
@@ -701,7 +709,7 @@ static void train_defaults(train_options *o)
     o->process = o->model.process;
     o->schedule = o->model.schedule;
     o->time_input = o->model.time_input;
-    o->exit_link = o->model.exit_link;
+    o->exit_link = o->model.exit_link + 1;  /* index into train_exit_link_names */
     nctmc_trainer_params_init(&o->trainer);
     nctmc_eval_params eval;
     nctmc_eval_params_init(&eval);
@@ -734,8 +742,10 @@ int cmd_train(int argc, char **argv)
         CLI_OPT_CHOICE("--schedule", o.schedule, cli_schedule_names, "noise schedule alpha_t"),
         CLI_OPT_CHOICE("--time-input", o.time_input, cli_time_input_names,
                        "what the time embedding sees: t or log(a_t / (1 - a_t))"),
-        CLI_OPT_CHOICE("--exit-link", o.exit_link, cli_exit_link_names,
-                       "exit rate from the head: h + log sigma_t, or the noise posterior"),
+        CLI_OPT_CHOICE("--exit-link", o.exit_link, train_exit_link_names,
+                       "exit rate: auto (denoiser for uniform and mixture, noise_posterior "
+                       "for masked), h + log sigma_t, the noise posterior, or from the "
+                       "denoiser's clean-token estimate"),
         CLI_OPT_FLOAT("--mixture-uniform", m->mixture_uniform, "P", 1e-6, 1.0,
                       "uniform share p_u of the mixture process"),
         CLI_OPT_FLOAT("--schedule-eps", m->schedule_eps, "E", 1e-9, 0.999999,
@@ -762,7 +772,8 @@ int cmd_train(int argc, char **argv)
                       "share of null labels, for classifier-free guidance"),
         CLI_OPT_CHOICE("--time-sampling", t->time_sampling, cli_time_sampling_names,
                        "how t is drawn: uniform (the paper's), or importance-sampled and "
-                       "reweighted (logit: uniform in logit t; sqrt: density ~ 1/sqrt t)"),
+                       "reweighted (logit: uniform in logit t; sqrt: density ~ 1/sqrt t, the "
+                       "best measured)"),
         CLI_OPT_UINT64("--seed", t->seed, "S", "seed of the initial weights and every draw"),
         CLI_OPT_INT("--recompute", t->activation_recompute, "0|1", 0, 1,
                     "1: keep only each block's output and run its forward again in the "

@@ -38,6 +38,11 @@
  * (model_quant.h), named by "nctmc.weights"; float models never use it. */
 #define FORMAT_REDUCED 3
 #define CONFIG_PREFIX "nctmc.config."
+/* The recommended sampling settings (any format; all three or none). */
+#define KEY_SAMPLE_METHOD "nctmc.sample.method"
+#define KEY_SAMPLE_GRID "nctmc.sample.grid"
+#define KEY_SAMPLE_STEPS "nctmc.sample.steps"
+#define N_SAMPLE_KEYS 3
 #define TOKENIZER_PREFIX "nctmc.tokenizer."
 /* Tensors a trainer checkpoint adds (raw weights, optimizer moments). */
 #define TRAINER_TENSOR_PREFIX "trainer."
@@ -52,6 +57,8 @@ static const char *const process_names[] = {"uniform", "masked", "mixture", NULL
 static const char *const schedule_names[] = {"linear", "cosine", "loglinear", NULL};
 static const char *const time_input_names[] = {"t", "log_snr", NULL};
 static const char *const exit_link_names[] = {"sigma", "noise_posterior", "denoiser", NULL};
+static const char *const sample_method_names[] = {"tau", "euler", "posterior", NULL};
+static const char *const sample_grid_names[] = {"uniform", "geometric", NULL};
 
 typedef struct config_field {
     const char *key;
@@ -154,10 +161,20 @@ typedef struct save_meta {
     st_meta *items;
     int32_t n;
     char values[N_CONFIG_FIELDS][NUMTEXT_MAX];
+    char sample_steps[NUMTEXT_MAX];
     char tokenizer_keys[TOKENIZER_MAX_FIELDS][META_KEY_MAX];
     tokenizer_fields tokenizer;
     const nctmc_allocator *alloc;   /* of items */
 } save_meta;
+
+/* The recommendation's three keys (validated when it was stored). */
+static void add_sampling_meta(const model_sampling *smp, save_meta *sm)
+{
+    snprintf(sm->sample_steps, sizeof sm->sample_steps, "%d", (int)smp->n_steps);
+    sm->items[sm->n++] = (st_meta){KEY_SAMPLE_METHOD, sample_method_names[smp->method]};
+    sm->items[sm->n++] = (st_meta){KEY_SAMPLE_GRID, sample_grid_names[smp->grid]};
+    sm->items[sm->n++] = (st_meta){KEY_SAMPLE_STEPS, sm->sample_steps};
+}
 
 static nctmc_status build_meta(const nctmc_model *m, const st_meta *extra, int32_t n_extra,
                                save_meta *sm, char *err, size_t err_size)
@@ -169,7 +186,8 @@ static nctmc_status build_meta(const nctmc_model *m, const st_meta *extra, int32
         if (st != NCTMC_OK)
             return st;
     }
-    size_t cap = 3 + (size_t)N_CONFIG_FIELDS + (size_t)sm->tokenizer.n + (size_t)n_extra;
+    size_t cap = 3 + (size_t)N_CONFIG_FIELDS + N_SAMPLE_KEYS + (size_t)sm->tokenizer.n +
+                 (size_t)n_extra;
     sm->items = mem_alloc(sm->alloc, sizeof *sm->items * cap);
     if (!sm->items)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
@@ -187,6 +205,8 @@ static nctmc_status build_meta(const nctmc_model *m, const st_meta *extra, int32
                                "cannot save: %s is not finite", config_fields[k].key);
         sm->items[sm->n++] = (st_meta){config_fields[k].key, sm->values[k]};
     }
+    if (m->sampling.stored)
+        add_sampling_meta(&m->sampling, sm);
     for (int32_t k = 0; k < sm->tokenizer.n; k++) {
         snprintf(sm->tokenizer_keys[k], META_KEY_MAX, TOKENIZER_PREFIX "%s",
                  sm->tokenizer.keys[k]);
@@ -347,6 +367,9 @@ static bool known_key(const char *key, int format)
         return format >= FORMAT_REDUCED;
     if (has_prefix(key, TOKENIZER_PREFIX))
         return tokenizer_is_field(key + strlen(TOKENIZER_PREFIX));
+    if (strcmp(key, KEY_SAMPLE_METHOD) == 0 || strcmp(key, KEY_SAMPLE_GRID) == 0 ||
+        strcmp(key, KEY_SAMPLE_STEPS) == 0)
+        return true;
     for (int32_t k = 0; k < N_CONFIG_FIELDS; k++)
         if (strcmp(key, config_fields[k].key) == 0)
             return config_fields[k].since <= format;
@@ -439,6 +462,37 @@ static nctmc_status read_config(const st_file *file, nctmc_model_config *cfg, mo
     char why[NCTMC_ERROR_SIZE];
     if (model_config_validate(cfg, dims, why, sizeof why) != NCTMC_OK)
         return fail_format(err, err_size, NCTMC_ERR_FORMAT, "the stored configuration: %s", why);
+    return NCTMC_OK;
+}
+
+/* The recommended sampling settings: all three keys or none (then
+ * stored = false and the process's defaults apply). */
+static nctmc_status read_sampling(const st_file *file, model_sampling *out, char *err,
+                                  size_t err_size)
+{
+    memset(out, 0, sizeof *out);
+    const char *method = st_file_meta(file, KEY_SAMPLE_METHOD);
+    const char *grid = st_file_meta(file, KEY_SAMPLE_GRID);
+    const char *steps = st_file_meta(file, KEY_SAMPLE_STEPS);
+    if (!method && !grid && !steps)
+        return NCTMC_OK;
+    if (!method || !grid || !steps)
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
+                           "metadata \"%s\" is missing (the nctmc.sample.* keys come together)",
+                           !method ? KEY_SAMPLE_METHOD : !grid ? KEY_SAMPLE_GRID
+                                                               : KEY_SAMPLE_STEPS);
+    int64_t n = 0;
+    model_sampling s = {true, name_index(sample_method_names, 3, method),
+                        name_index(sample_grid_names, 2, grid), 0};
+    if (numtext_parse_i64(steps, 1, MODEL_SAMPLING_MAX_STEPS, &n))
+        s.n_steps = (int32_t)n;
+    if (!model_sampling_valid(&s))
+        return fail_format(err, err_size, NCTMC_ERR_FORMAT,
+                           "metadata nctmc.sample.* = \"%.20s\", \"%.20s\", \"%.20s\" is not a "
+                           "valid method (tau, euler, posterior), grid (uniform, geometric) "
+                           "and step count (1 .. %d)",
+                           method, grid, steps, MODEL_SAMPLING_MAX_STEPS);
+    *out = s;
     return NCTMC_OK;
 }
 
@@ -694,6 +748,9 @@ nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
                     quant_type_name(weight_type));
         map = lazy = false;
     }
+    model_sampling sampling;
+    if (st == NCTMC_OK)
+        st = read_sampling(file, &sampling, err, err_size);
     if (st == NCTMC_OK)
         st = read_tokenizer(&ctx->alloc, file, &cfg, &tok, err, err_size);
     if (st == NCTMC_OK)
@@ -714,6 +771,7 @@ nctmc_status model_io_create_ex(nctmc_context *ctx, const st_file *file,
         return st;
     }
     m->tokenizer = tok;
+    m->sampling = sampling;
     *out = m;
     return NCTMC_OK;
 }

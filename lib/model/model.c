@@ -157,6 +157,7 @@ static nctmc_status model_build(nctmc_context *ctx, const nctmc_model_config *co
     nctmc_status st = abi_read(config, &cfg, sizeof cfg, &abi_model_config, ctx->last_error,
                                sizeof ctx->last_error);
     config = &cfg;
+    model_config_resolve(&cfg);
     model_dims dims;
     if (st == NCTMC_OK)
         st = model_config_validate(config, &dims, err, err_size);

@@ -92,6 +92,21 @@ typedef struct model_view {
     const nctmc_packed_weight *out_q;   /* as in model_block_view, for out_w */
 } model_view;
 
+/* The sampling settings recommended for a model (method, grid, steps;
+ * nctmc_sample_params_from_model()). A trainer writes them into its
+ * checkpoints and a load reads them back; stored is false for a model
+ * without them (made in memory, or loaded from a file that has none), which
+ * then gets its process's (model_sampling_of()). */
+typedef struct model_sampling {
+    bool stored;
+    nctmc_sample_method method;
+    nctmc_time_grid grid;
+    int32_t n_steps;
+} model_sampling;
+
+/* The most steps a recommendation may name (nctmc_sample()'s own limit). */
+#define MODEL_SAMPLING_MAX_STEPS 1000000
+
 /* A model is reference counted like its context: the caller's handle is one
  * reference, every sampler and trainer of the model holds another. It holds
  * one reference to its context. */
@@ -114,6 +129,7 @@ struct nctmc_model {
     file_map weights_map;
     model_view view;          /* typed pointers into `weights` */
     struct nctmc_tokenizer *tokenizer;  /* owned copy, or NULL */
+    model_sampling sampling;  /* from the checkpoint; stored false if none */
     /* NCTMC_WEIGHT_F32, or a sampling-only model whose linear weights are
      * reduced (model_quant.h): then packed[k] describes tensor k when its
      * type is not 0, such a tensor takes no room in `weights`, and its
@@ -176,6 +192,16 @@ nctmc_status model_config_validate(const nctmc_model_config *config, model_dims 
 
 /* The forward process of a configuration. */
 nctmc_fp model_config_fp(const nctmc_model_config *config);
+/* Replaces NCTMC_EXIT_LINK_AUTO by the link it stands for (the process's);
+ * any other value is left as it is. */
+void model_config_resolve(nctmc_model_config *config);
+/* The best measured sampling settings of a process (docs/api.md, "Sampling
+ * settings, measured"); stored is false. */
+model_sampling model_sampling_default(nctmc_process process);
+/* The model's stored recommendation, or its process's default. */
+model_sampling model_sampling_of(const nctmc_model *model);
+/* Whether method, grid and n_steps are values nctmc_sample() takes. */
+bool model_sampling_valid(const model_sampling *sampling);
 
 /* Whether the model's outputs pass through the denoiser link
  * (denoiser_math.h): its exit link, on a process whose exit rate is learned. */

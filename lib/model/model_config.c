@@ -35,8 +35,53 @@ NCTMC_API nctmc_status nctmc_model_config_init_sized(nctmc_model_config *config,
     d.schedule_eps = 1e-3f;
     d.seed = 0;
     d.time_input = NCTMC_TIME_INPUT_LOG_SNR;
-    d.exit_link = NCTMC_EXIT_LINK_NOISE_POSTERIOR;
+    d.exit_link = NCTMC_EXIT_LINK_AUTO;
     return abi_init(config, size, &d, &abi_model_config);
+}
+
+/* NCTMC_EXIT_LINK_AUTO becomes the best measured link of the process
+ * (docs/training.md, "Defaults"): the denoiser link for the uniform and
+ * mixture processes (research/2026-11-27-denoiser-link-with-sqrt-t.md,
+ * research/2026-11-27-mixture-under-both-levers.md); for the masked
+ * process, which ignores the link, the noise-posterior link that 0.3.0–0.7.0
+ * gave it, so its checkpoints stay what they were. */
+void model_config_resolve(nctmc_model_config *cfg)
+{
+    if (cfg->exit_link == NCTMC_EXIT_LINK_AUTO)
+        cfg->exit_link = cfg->process == NCTMC_PROCESS_MASKED ? NCTMC_EXIT_LINK_NOISE_POSTERIOR
+                                                              : NCTMC_EXIT_LINK_DENOISER;
+}
+
+/* Measured per process (docs/api.md, "Sampling settings, measured"):
+ * uniform, the posterior sampler on the even grid at 64 steps
+ * (research/2026-11-27-few-step-sampling-grid.md; the digits check in
+ * research/2026-11-28-defaults-and-demo.md); masked, tau-leaping on the
+ * even grid (the same study: the geometric grid hurts every masked cell) at
+ * the 128 steps it always had; mixture, the posterior sampler on the even
+ * grid (it has mask tokens, like masked) at 128 steps
+ * (research/2026-11-26-digits-demo-mixture.md). */
+model_sampling model_sampling_default(nctmc_process process)
+{
+    model_sampling s = {false, NCTMC_SAMPLE_POSTERIOR, NCTMC_GRID_UNIFORM, 128};
+    if (process == NCTMC_PROCESS_UNIFORM)
+        s.n_steps = 64;
+    else if (process == NCTMC_PROCESS_MASKED)
+        s.method = NCTMC_SAMPLE_TAU_LEAPING;
+    return s;
+}
+
+model_sampling model_sampling_of(const nctmc_model *model)
+{
+    return model->sampling.stored ? model->sampling
+                                  : model_sampling_default(model->config.process);
+}
+
+bool model_sampling_valid(const model_sampling *s)
+{
+    return (s->method == NCTMC_SAMPLE_TAU_LEAPING || s->method == NCTMC_SAMPLE_EULER ||
+            s->method == NCTMC_SAMPLE_POSTERIOR) &&
+           (s->grid == NCTMC_GRID_UNIFORM || s->grid == NCTMC_GRID_GEOMETRIC) &&
+           s->n_steps >= 1 && s->n_steps <= MODEL_SAMPLING_MAX_STEPS;
 }
 
 static nctmc_status out_of_range(char *err, size_t n, const char *field, long long value,

@@ -66,6 +66,7 @@ static nctmc_status fill_converted(const nctmc_model *src, nctmc_model *dst,
     st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
         return fail_format(err, err_size, st, "uploading the weights: %s", be->error);
+    dst->sampling = src->sampling;
     if (src->tokenizer)
         st = tokenizer_clone(&dst->ctx->alloc, src->tokenizer, &dst->tokenizer);
     if (st != NCTMC_OK)

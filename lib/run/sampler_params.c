@@ -54,6 +54,26 @@ NCTMC_API nctmc_status nctmc_sample_params_init_sized(nctmc_sample_params *param
     return abi_init(params, size, &d, &abi_sample_params);
 }
 
+NCTMC_API nctmc_status nctmc_sample_params_from_model(const nctmc_model *model,
+                                                      nctmc_sample_params *params)
+{
+    if (!model)
+        return NCTMC_ERR_INVALID_ARGUMENT;
+    char err[NCTMC_ERROR_SIZE];
+    if (!params)
+        return model_fail(model, NCTMC_ERR_INVALID_ARGUMENT,
+                          "nctmc_sample_params_from_model: params is NULL");
+    nctmc_status st = abi_check_output(params, &abi_sample_params, err, sizeof err);
+    if (st != NCTMC_OK)
+        return model_fail(model, st, "nctmc_sample_params_from_model: %s", err);
+    /* method, n_steps and grid are inside every published size */
+    model_sampling s = model_sampling_of(model);
+    params->method = s.method;
+    params->grid = s.grid;
+    params->n_steps = s.n_steps;
+    return NCTMC_OK;
+}
+
 static nctmc_status check_shape(const nctmc_sampler *s, const nctmc_sample_params *p,
                                 sample_run *run, char *err, size_t err_size)
 {

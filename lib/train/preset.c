@@ -34,16 +34,19 @@ static void paper_config(nctmc_model_config *c)
     c->process = NCTMC_PROCESS_UNIFORM;
     c->schedule = NCTMC_SCHEDULE_LINEAR;
     /* the recipe is the paper's; how the network sees t and how its head
-     * becomes a rate are this library's measured choices (docs/math.md):
-     * both stay inside the paper's model class */
+     * becomes a rate are this library's measured choices (docs/math.md,
+     * docs/training.md "Defaults"): both stay inside the paper's model
+     * class */
     c->time_input = NCTMC_TIME_INPUT_LOG_SNR;
-    c->exit_link = NCTMC_EXIT_LINK_NOISE_POSTERIOR;
+    c->exit_link = NCTMC_EXIT_LINK_DENOISER;
 }
 
 /* The recipe the paper shares with MDLM: AdamW 3e-4 (0.9, 0.999, 1e-8, no
  * weight decay), 2500 warm-up steps then a constant rate, clipping at 1,
- * EMA 0.9999, batch 512, t ~ U(1e-3, 1 - 1e-3); 10^6 steps of 512 x 512
- * tokens are the paper's 262B training tokens. */
+ * EMA 0.9999, batch 512, t over (1e-3, 1 - 1e-3); 10^6 steps of 512 x 512
+ * tokens are the paper's 262B training tokens. t is drawn from the sqrt
+ * density and reweighted (the same objective as the paper's even draws,
+ * with less variance: docs/training.md, "Defaults"). */
 static void paper_params(nctmc_trainer_params *p)
 {
     p->batch_size = 512;
@@ -59,7 +62,7 @@ static void paper_params(nctmc_trainer_params *p)
     p->grad_clip = 1.0f;
     p->ema_decay = 0.9999f;
     p->time_eps = 1e-3f;
-    p->time_sampling = NCTMC_TIME_SAMPLING_UNIFORM;
+    p->time_sampling = NCTMC_TIME_SAMPLING_SQRT;
 }
 
 /* Chosen by measurement on the digits data with two cores
@@ -75,7 +78,7 @@ static void cpu_small_config(nctmc_model_config *c)
     c->process = NCTMC_PROCESS_UNIFORM;
     c->schedule = NCTMC_SCHEDULE_LINEAR;
     c->time_input = NCTMC_TIME_INPUT_LOG_SNR;
-    c->exit_link = NCTMC_EXIT_LINK_NOISE_POSTERIOR;
+    c->exit_link = NCTMC_EXIT_LINK_DENOISER;
 }
 
 static void cpu_small_params(nctmc_trainer_params *p)
@@ -93,7 +96,7 @@ static void cpu_small_params(nctmc_trainer_params *p)
     p->grad_clip = 1.0f;
     p->ema_decay = 0.99f;
     p->time_eps = 1e-3f;
-    p->time_sampling = NCTMC_TIME_SAMPLING_UNIFORM;
+    p->time_sampling = NCTMC_TIME_SAMPLING_SQRT;
 }
 
 static const preset presets[] = {

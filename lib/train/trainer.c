@@ -38,6 +38,9 @@ NCTMC_API nctmc_status nctmc_trainer_params_init_sized(nctmc_trainer_params *par
     d.label_dropout = 0.1f;
     d.seed = 0;
     d.accumulation = 1;
+    /* the best measured density for every process (docs/training.md,
+     * "Defaults") */
+    d.time_sampling = NCTMC_TIME_SAMPLING_SQRT;
     return abi_init(params, size, &d, &abi_trainer_params);
 }
 
@@ -320,6 +323,13 @@ NCTMC_API nctmc_status nctmc_trainer_create(nctmc_model *model,
     st = model_make_writable(model, err, err_size);
     if (st != NCTMC_OK)
         return st;
+    /* what the trainer's checkpoints recommend for sampling
+     * (nctmc_sample_params_from_model()): the model's own when its file had
+     * one, else the best measured settings of its process */
+    if (!model->sampling.stored) {
+        model->sampling = model_sampling_default(model->config.process);
+        model->sampling.stored = true;
+    }
     nctmc_trainer *t = mem_calloc(model->ctx->backend->alloc, 1, sizeof *t);
     if (!t)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");

@@ -287,8 +287,12 @@ static nctmc_status read_trainer_meta(const st_file *file, nctmc_trainer_params 
     for (int32_t k = 0; k < N_TRAINER_FIELDS; k++) {
         const trainer_field *f = &trainer_fields[k];
         const char *text = st_file_meta(file, f->key);
-        if (!text && f->optional)
-            continue; /* the default nctmc_trainer_params_init() left */
+        if (!text && f->optional) {
+            /* written before the field existed: the run used its 0 value
+             * (NCTMC_TIME_SAMPLING_UNIFORM), whatever today's default is */
+            memset(field_ptr(f, p, s), 0, f->kind == FIELD_I32 || f->kind == FIELD_F32 ? 4 : 8);
+            continue;
+        }
         if (!text)
             return fail_format(err, err_size, NCTMC_ERR_FORMAT,
                                "not a trainer checkpoint: metadata \"%s\" is missing", f->key);
