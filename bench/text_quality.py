@@ -297,7 +297,8 @@ def cmd_sample(args):
         for steps in steps_of(args):
             path = os.path.join(args.out, "samples", "%s-steps%d.txt" % (name, steps))
             cmd = [args.nctmc, "sample", ckpt, "--n", str(args.n), "--steps", str(steps),
-                   "--seed", str(args.seed), "--batch", str(args.batch), "--out", path]
+                   "--seed", str(args.seed), "--batch", str(args.batch), "--out", path,
+                   "--method", args.method]
             wall = run_logged(cmd + tool_flags(args), path[:-4] + ".log")
             print("sampled %s, %d steps: %d samples in %.1f s -> %s" % (name, steps, args.n,
                                                                        wall, path), flush=True)
@@ -416,6 +417,9 @@ def main(argv=None):
     ap.add_argument("--model", action="append", default=[], help="NAME=CHECKPOINT (repeat)")
     ap.add_argument("--out", required=True, help="directory for samples, logs and the table")
     ap.add_argument("--steps", default="16,64,256", help="sampling steps, comma-separated")
+    ap.add_argument("--method", default="tau", choices=["tau", "euler", "posterior", "auto"],
+                    help="the sampler (default tau, the one the recorded text-model results "
+                         "used; auto = each checkpoint's recommendation)")
     ap.add_argument("--n", type=int, default=64, help="samples per model and step count")
     ap.add_argument("--batch", type=int, default=16, help="samples drawn at once")
     ap.add_argument("--seed", type=int, default=0, help="sampling and evaluation seed")

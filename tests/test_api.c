@@ -45,7 +45,7 @@ static nctmc_model *make_model(nctmc_context *ctx, const nctmc_model_config *c)
 {
     nctmc_model *m = NULL;
     nctmc_status st = nctmc_model_create(ctx, c, &m);
-    CHECK(st == NCTMC_OK && m, "model_build: %s (%s)", nctmc_status_string(st),
+    CHECK(st == NCTMC_OK && m, "model_create: %s (%s)", nctmc_status_string(st),
           nctmc_context_last_error(ctx));
     return m;
 }

@@ -106,9 +106,9 @@ static void test_context_clears(nctmc_context *ctx)
     CHECK(nctmc_model_create(ctx, &c, &m) != NCTMC_OK, "a bad config was accepted");
     CHECK(nctmc_context_last_error(ctx)[0] != '\0', "no message for a bad config");
     c.n_heads = 2;
-    CHECK(nctmc_model_create(ctx, &c, &m) == NCTMC_OK, "model_build");
+    CHECK(nctmc_model_create(ctx, &c, &m) == NCTMC_OK, "model_create");
     CHECK(strcmp(nctmc_context_last_error(ctx), "") == 0,
-          "model_build succeeded but the context keeps \"%s\"", nctmc_context_last_error(ctx));
+          "model_create succeeded but the context keeps \"%s\"", nctmc_context_last_error(ctx));
 
     /* forward_ex reports to its context */
     int32_t tokens[TINY_L] = {0};

@@ -67,7 +67,7 @@ static nctmc_model *make_model_link(int process, int schedule, float pu, float e
     c.seed = seed;
     nctmc_model *m = NULL;
     nctmc_status st = nctmc_model_create(g_ctx, &c, &m);
-    CHECK(st == NCTMC_OK, "model_build: %s", nctmc_context_last_error(g_ctx));
+    CHECK(st == NCTMC_OK, "model_create: %s", nctmc_context_last_error(g_ctx));
     return m;
 }
 

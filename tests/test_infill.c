@@ -111,7 +111,7 @@ static nctmc_model *make_model(nctmc_context *ctx, const nctmc_tokenizer *tok, i
     c.vocab_size = nctmc_tokenizer_vocab_size(tok) + (process != NCTMC_PROCESS_UNIFORM);
     c.seq_len = SEQ;
     nctmc_model *m = NULL;
-    CHECK(nctmc_model_create(ctx, &c, &m) == NCTMC_OK, "model_build: %s",
+    CHECK(nctmc_model_create(ctx, &c, &m) == NCTMC_OK, "model_create: %s",
           nctmc_context_last_error(ctx));
     tiny_randomize(m, 5);
     CHECK(nctmc_model_set_tokenizer(m, tok) == NCTMC_OK, "set_tokenizer: %s",

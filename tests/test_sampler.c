@@ -84,7 +84,7 @@ static nctmc_model *make_model(nctmc_context *ctx, nctmc_process process, int32_
     nctmc_model_config c = tiny_config(process, n_classes);
     nctmc_model *m = NULL;
     nctmc_status st = nctmc_model_create(ctx, &c, &m);
-    CHECK(st == NCTMC_OK && m, "model_build: %s", nctmc_context_last_error(ctx));
+    CHECK(st == NCTMC_OK && m, "model_create: %s", nctmc_context_last_error(ctx));
     if (m)
         randomize_weights(m, 100 + (uint64_t)process, zero_output_weights);
     return m;

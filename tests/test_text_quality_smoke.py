@@ -159,7 +159,8 @@ def check_end_to_end(tool, tmp, rng):
               for r in model_rows), "every model row has its NELBO in bits/byte")
     check(all(r["n"] == 3 and 189 <= r["bytes"] <= 192 and r["gen_ppl"] > 1
               and 0 < r["unigram_entropy"] <= 8 for r in model_rows),
-          "every model row scored 3 samples, 192 bytes")
+          "every model row scored 3 samples, 192 bytes (%s)"
+          % [(r["n"], r["bytes"], r["gen_ppl"], r["unigram_entropy"]) for r in model_rows])
     ref = rows[-1]
     check(res["judge"]["window"] == 64 and ref["n"] > 0 and ref["gen_ppl"] < 8,
           "the reference: 64-byte windows of unseen held-out text, perplexity %.2f < 8"

@@ -71,7 +71,7 @@ static inline nctmc_model *tiny_model(nctmc_context *ctx, int32_t process, int32
     nctmc_model_config c = tiny_model_config(process, n_classes);
     nctmc_model *m = NULL;
     nctmc_status st = nctmc_model_create(ctx, &c, &m);
-    CHECK(st == NCTMC_OK && m, "model_build: %s", nctmc_context_last_error(ctx));
+    CHECK(st == NCTMC_OK && m, "model_create: %s", nctmc_context_last_error(ctx));
     if (m)
         tiny_randomize(m, 11);
     return m;

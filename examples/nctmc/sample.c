@@ -558,7 +558,7 @@ static void resolve_sampler(const nctmc_model *model, sample_options *o)
 static int sample(nctmc_context *ctx, const char *ckpt, const sample_options *given)
 {
     nctmc_model *model = NULL;
-    nctmc_status st = cli_load_model(ctx, ckpt, o->no_mmap, &model);
+    nctmc_status st = cli_load_model(ctx, ckpt, given->no_mmap, &model);
     if (st != NCTMC_OK)
         return cli_fail("sample", ckpt, st, nctmc_context_last_error(ctx));
     sample_options resolved = *given;

@@ -508,6 +508,7 @@ _fn("nctmc_eval", STATUS, H, POINTER(EvalParams), POINTER(EvalResult))
 _fn("nctmc_sampler_create", STATUS, H, POINTER(SamplerParams), PH)
 _fn("nctmc_sampler_free", None, H)
 _fn("nctmc_sample", STATUS, H, POINTER(SampleParams))
+_fn("nctmc_sample_params_from_model", STATUS, H, POINTER(SampleParams))
 _fn("nctmc_sampler_cancel", None, H)
 _fn("nctmc_sampler_last_error", c_char_p, H)
 _fn("nctmc_infill", STATUS, H, H, c_char_p, c_size_t, POINTER(TextRange), c_int32,

@@ -24,8 +24,8 @@ def _code(table, value, what):
     return value
 
 
-def _settings(p, stop, batch=1, method="tau", steps=128, seed=0, labels=None, temperature=1.0,
-              cfg_scale=1.0, grid="uniform", t_max=None, t_min=None, final_denoise=None,
+def _settings(p, stop, batch=1, method=None, steps=None, seed=0, labels=None, temperature=1.0,
+              cfg_scale=1.0, grid=None, t_max=None, t_min=None, final_denoise=None,
               correction_steps=0, correction_temperature=None, first_sequence=0, progress=None,
               cfg_rule=None, correction_mode="greedy", correction_time=None):
     """Writes the sampling settings (Sampler.sample's keywords) into the
@@ -35,9 +35,13 @@ def _settings(p, stop, batch=1, method="tau", steps=128, seed=0, labels=None, te
     failure): the objects the C call reads, which must live until it
     returns, and the list that receives an exception raised by `progress`
     (to re-raise after the call)."""
-    C.set_field(p, "method", _code(METHODS, method, "method"))
-    C.set_field(p, "grid", _code(GRIDS, grid, "grid"))
-    C.set_field(p, "n_steps", steps)
+    # None: the model's recommended setting, already in p
+    if method is not None:
+        C.set_field(p, "method", _code(METHODS, method, "method"))
+    if grid is not None:
+        C.set_field(p, "grid", _code(GRIDS, grid, "grid"))
+    if steps is not None:
+        C.set_field(p, "n_steps", steps)
     C.set_field(p, "seed", seed)
     C.set_field(p, "first_sequence", first_sequence)
     C.set_field(p, "temperature", temperature)
@@ -132,6 +136,15 @@ class Sampler(Handle):
     another; the running call then raises `Cancelled` at its next step."""
 
     _free = N.nctmc_sampler_free
+
+    def _recommended(self):
+        """SampleParams with the library's defaults and the model's
+        recommended method, grid and steps (read when the sampler was made:
+        the sampler keeps its model alive in C, the Python Model may be
+        closed since)."""
+        p = N.new(N.SampleParams)
+        p.method, p.grid, p.n_steps = self._recommendation
+        return p
     # infill_text's first buffer: the text plus this many bytes per token
     # the sampler may generate (a BPE token longer than that costs a
     # second, identical call)
@@ -145,6 +158,9 @@ class Sampler(Handle):
         check(N.nctmc_sampler_create(model, ctypes.byref(p), ctypes.byref(out)),
               model.context._error)
         super().__init__(out)
+        rec = N.new(N.SampleParams)
+        check(N.nctmc_sample_params_from_model(model, ctypes.byref(rec)), model._error)
+        self._recommendation = (rec.method, rec.grid, rec.n_steps)
         self.model = model
         self.max_batch = max_batch
         self.max_length = max_length or model.seq_len
@@ -156,14 +172,17 @@ class Sampler(Handle):
         """Asks a running sample() (on another thread) to stop."""
         N.nctmc_sampler_cancel(self)
 
-    def sample(self, batch=1, length=0, method="tau", steps=128, seed=0, labels=None,
-               temperature=1.0, cfg_scale=1.0, grid="uniform", t_max=None, t_min=None,
+    def sample(self, batch=1, length=0, method=None, steps=None, seed=0, labels=None,
+               temperature=1.0, cfg_scale=1.0, grid=None, t_max=None, t_min=None,
                final_denoise=None, correction_steps=0, correction_temperature=None,
                fixed_tokens=None, fixed_mask=None, first_sequence=0, progress=None,
                cfg_rule=None, correction_mode="greedy", correction_time=None):
         """Draws `batch` sequences; returns an int32 array [batch, length].
 
-        None leaves a setting at the library's default (docs/api.md):
+        method, steps and grid left None take the model's recommended
+        sampler (nctmc_sample_params_from_model: what the checkpoint
+        carries, else its process's default; docs/api.md). Other None
+        settings stay at the library's default (docs/api.md):
         final_denoise (a bool), cfg_rule ("rates" or "separate": how
         cfg_scale combines the two passes), correction_temperature and
         correction_time. correction_mode is "greedy" (paper Alg. 3) or
@@ -178,7 +197,7 @@ class Sampler(Handle):
         length = C.int32(length, "length") or self.max_length
         if batch < 1 or length < 1:
             raise ValueError("batch and length must be >= 1, not %d and %d" % (batch, length))
-        p = N.new(N.SampleParams)
+        p = self._recommended()
         p.batch, p.length = batch, length
         stop = Interruptible()
         keep, failure = _settings(
@@ -258,7 +277,7 @@ class Sampler(Handle):
         n = len(pairs)
         rs = (N.TextRange * max(n, 1))(*[N.TextRange(int(a), int(b)) for a, b in pairs])
         where = (N.TextRange * max(n, 1))()
-        sp = N.new(N.SampleParams)
+        sp = self._recommended()
         stop = Interruptible()
         # keep: alive through the calls
         keep, failure = _settings(sp, stop, **settings)

@@ -811,3 +811,21 @@ def test_labels_image_tokenizer_and_write_file(ctx, tmp_path):
     with pytest.raises(nctmc.Error) as e:
         nctmc.write_file(tmp_path / "adir", b"x", ctx)
     assert e.value.status == 6 and e.value.message
+
+
+def test_samples_follow_the_models_recommended_sampler(ctx, trained):
+    # no method, grid or steps: the checkpoint's recommendation
+    # (nctmc_sample_params_from_model), the same draws as asking for it
+    m = nctmc.Model.load(trained["path"], ctx)
+    p = nctmc._native.new(nctmc._native.SampleParams)
+    assert nctmc._native.nctmc_sample_params_from_model(m, ctypes.byref(p)) == 0
+    names = {v: k for k, v in nctmc._sampler.METHODS.items()}
+    grids = {v: k for k, v in nctmc._sampler.GRIDS.items()}
+    s = m.sampler(max_batch=2)
+    default = s.sample(batch=2, seed=5)
+    asked = s.sample(batch=2, seed=5, method=names[p.method], grid=grids[p.grid],
+                     steps=p.n_steps)
+    assert np.array_equal(default, asked)
+    other = s.sample(batch=2, seed=5, method="euler" if names[p.method] != "euler" else "tau",
+                     grid=grids[p.grid], steps=p.n_steps)
+    assert not np.array_equal(default, other)
