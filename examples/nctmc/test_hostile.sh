@@ -232,7 +232,13 @@ train_truncated() {
     kill -CONT "$pid"
     wait "$pid"
     status=$?
-    if [ "$status" -eq "$want" ]; then ok; else bad "train $* on a truncated shard: status $status, want $want"; fi
+    # a sanitizer's runtime catches SIGBUS itself and exits 1 with its report
+    if [ "$status" -eq "$want" ] ||
+        { [ -n "${NCTMC_TEST_SANITIZED:-}" ] && [ "$want" -ne 0 ] && [ "$status" -ne 0 ]; }; then
+        ok
+    else
+        bad "train $* on a truncated shard: status $status, want $want"
+    fi
 }
 train_truncated 135
 train_truncated 0 --no-mmap

@@ -203,7 +203,8 @@ static nctmc_status copy_parts(bpe_model *m, const bpe_parts *p, char *err, size
     memcpy(m->offsets, p->offsets, sizeof *m->offsets * (n + 1));
     memcpy(m->bytes, p->bytes, n_bytes);
     memcpy(m->special, p->special, n);
-    memcpy(m->merges, p->merges, sizeof *m->merges * 2 * (size_t)p->n_merges);
+    if (p->n_merges > 0) /* a model may have no merges: then p->merges is NULL */
+        memcpy(m->merges, p->merges, sizeof *m->merges * 2 * (size_t)p->n_merges);
     for (uint32_t i = 0; i <= m->table_mask; i++)
         m->table[i].key = BPE_EMPTY_KEY;
     return NCTMC_OK;
