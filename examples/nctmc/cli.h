@@ -130,9 +130,12 @@ bool cli_encode(const char *cmd, nctmc_tokenizer *tok, const char *text, size_t 
  * Decodes tokens into a malloc'd string. Tokens outside the tokenizer's
  * vocabulary (a mask token left when final denoising is off) are shown as
  * '_' in text and as the background level in images, instead of failing.
- * NULL on failure, reported.
+ * The text's length goes to *len (unless NULL): a byte tokenizer's text
+ * may hold NUL bytes, so strlen() does not give it. NULL on failure,
+ * reported.
  */
-char *cli_decode(const char *cmd, nctmc_tokenizer *tok, const int32_t *tokens, size_t n);
+char *cli_decode(const char *cmd, nctmc_tokenizer *tok, const int32_t *tokens, size_t n,
+                 size_t *len);
 
 /**
  * A copy of the model's tokenizer, for decoding (encode and decode record

@@ -266,7 +266,8 @@ static nctmc_status decode_image(text_buffer *b, nctmc_tokenizer *tok, const int
     return st;
 }
 
-char *cli_decode(const char *cmd, nctmc_tokenizer *tok, const int32_t *tokens, size_t n)
+char *cli_decode(const char *cmd, nctmc_tokenizer *tok, const int32_t *tokens, size_t n,
+                 size_t *len)
 {
     text_buffer b = {NULL, 0, 0};
     nctmc_status st = text_reserve(&b, 0) ? NCTMC_OK : NCTMC_ERR_OUT_OF_MEMORY;
@@ -281,6 +282,8 @@ char *cli_decode(const char *cmd, nctmc_tokenizer *tok, const int32_t *tokens, s
         return NULL;
     }
     b.data[b.len] = '\0';
+    if (len)
+        *len = b.len; /* a byte tokenizer's text may hold NUL bytes */
     return b.data;
 }
 

@@ -410,14 +410,14 @@ static bool write_samples(FILE *out, const sample_job *job, nctmc_tokenizer *tok
             fputc('\n', out);
             continue;
         }
-        char *text = cli_decode("sample", tok, seq, (size_t)job->length);
+        size_t len = 0;
+        char *text = cli_decode("sample", tok, seq, (size_t)job->length, &len);
         if (text == NULL)
             return false;
-        size_t len = strlen(text);
         if (terminal)
             cli_write_escaped(out, text, true);
         else
-            fputs(text, out);
+            fwrite(text, 1, len, out); /* every byte, NUL included */
         if (len == 0 || text[len - 1] != '\n')
             fputc('\n', out);
         free(text);
