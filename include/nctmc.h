@@ -1650,6 +1650,28 @@ typedef struct nctmc_eval_params {
      *  were padding and may hold anything), and no later release gives it
      *  a meaning. */
     int32_t reserved0;
+    /* ---- appended after 0.7.0 (a library before it leaves it NULL) ---- */
+    /** Evaluation over the ranks of a data-parallel job (default NULL, the
+     *  world of one; the communicator of nctmc_trainer_params.comm). Every
+     *  rank calls nctmc_eval() with the same model, the whole held-out set
+     *  and the same parameters (checked: ranks that disagree on the library
+     *  version, the model's configuration, the parameters or the data
+     *  refuse, naming the difference; the weights are not compared). The
+     *  call is collective. The forward passes of batch_size rows are dealt
+     *  out round-robin (pass j to rank j mod N); each rank sends the
+     *  per-position outputs of its passes to every other, and every rank
+     *  then adds up all rows in the single process's order, so each returns
+     *  the result, bit for bit, that one process returns with the same
+     *  parameters and backend (docs/distributed.md). progress is called on
+     *  every rank after each round of N passes with the rows done by all
+     *  ranks; a rank whose callback returns 0 stops every rank after that
+     *  round (each returns NCTMC_ERR_CANCELLED with the same partial
+     *  result). A rank whose forward pass fails makes every rank fail after
+     *  that round. A call refused before this field can be read (params
+     *  NULL, a struct_size below the first layout, non-zero fields this
+     *  library does not know) is not collective and leaves the other ranks
+     *  waiting. */
+    nctmc_comm *comm;
 } nctmc_eval_params;
 
 /** Fills *params with the defaults (see "Versioned structs"). */

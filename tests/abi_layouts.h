@@ -167,11 +167,12 @@ LAYOUTS(trainer_state, TRAINER_STATE_HEAD, uint64_t seed;, seed);
     uint64_t seed;                                                                \
     int32_t (*progress)(int64_t done, int64_t total, void *user_data);
 /* 0.2.0 ended at user_data; 0.6.0 appended time_sampling; 0.8.0 named the
- * trailing padding reserved0 */
+ * trailing padding reserved0; after 0.7.0 comm */
 #define EVAL_PARAMS_HEAD_050 EVAL_PARAMS_HEAD void *user_data;
 #define EVAL_PARAMS_HEAD_060 EVAL_PARAMS_HEAD_050 nctmc_time_sampling time_sampling;
-LAYOUTS_APPENDED(eval_params, EVAL_PARAMS_HEAD, EVAL_PARAMS_HEAD_060,
-                 int32_t reserved0;, reserved0, user_data);
+#define EVAL_PARAMS_HEAD_080 EVAL_PARAMS_HEAD_060 int32_t reserved0;
+LAYOUTS_APPENDED(eval_params, EVAL_PARAMS_HEAD, EVAL_PARAMS_HEAD_080,
+                 nctmc_comm *comm;, comm, user_data);
 
 #define EVAL_RESULT_HEAD                                                          \
     size_t struct_size;                                                           \

@@ -163,7 +163,7 @@ static void calls_with_old_padding(objects *o)
     memset(&lp, 0xFF, sizeof lp);
     lp.struct_size = sizeof lp;
     lp.mapping = NCTMC_LOAD_COPY;
-    CHECK(sizeof lp <= sizeof(nctmc_load_params) && sizeof(eval_params_old) ==
+    CHECK(sizeof lp <= sizeof(nctmc_load_params) && sizeof(eval_params_old) <=
               sizeof(nctmc_eval_params) && sizeof(dataset_info_old) == sizeof(nctmc_dataset_info),
           "0.7.0's layouts are no larger than the current ones");
     nctmc_model *loaded = NULL;

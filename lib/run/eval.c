@@ -9,15 +9,26 @@
  * random number is a Philox draw named by (stream, time sample, sequence,
  * position) under the seed, and each sequence's sum runs over its rows in
  * order, so batch_size changes no draw and no order of summation.
+ *
+ * Over N ranks (params.comm) the forward passes are dealt out round-robin:
+ * in each round of N passes rank q runs pass q of the round and broadcasts
+ * its per-position outputs (L_cond and h); every rank then folds all N
+ * passes into its sums in pass order, exactly as one process would, so
+ * every rank returns one process's result bit for bit. A rank's failure
+ * and a progress callback's stop travel with the round, so that no rank
+ * waits for one that has left.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/abi.h"
 #include "base/checked.h"
+#include "comm/comm.h"
 #include "core/context.h"
 #include "dit/dit.h"
+#include "eval_agree.h"
 #include "eval_median.h"
 #include "eval_reliability.h"
 #include "model/model.h"
@@ -216,19 +227,21 @@ static nctmc_status eval_check_data(nctmc_model *m, const nctmc_eval_params *p)
     return NCTMC_OK;
 }
 
-/* Reads the caller's parameters into *p (this build's struct), checks them
- * and the result struct's size, and resolves T. */
-static nctmc_status eval_check_params(nctmc_model *m, const nctmc_eval_params *given,
-                                      nctmc_eval_params *p, const nctmc_eval_result *r,
-                                      double *T)
+/* Reads the caller's parameters into *p (this build's struct). */
+static nctmc_status eval_read_params(nctmc_model *m, const nctmc_eval_params *given,
+                                     nctmc_eval_params *p)
 {
     if (!given)
         return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_eval: params is NULL");
     nctmc_eval_params_init(p);
-    nctmc_status st =
-        abi_read(given, p, sizeof *p, &abi_eval_params, m->last_error, sizeof m->last_error);
-    if (st != NCTMC_OK)
-        return st;
+    return abi_read(given, p, sizeof *p, &abi_eval_params, m->last_error, sizeof m->last_error);
+}
+
+/* Checks the parameters read and the result struct's size, and resolves T. */
+static nctmc_status eval_check_params(nctmc_model *m, const nctmc_eval_params *p,
+                                      const nctmc_eval_result *r, double *T)
+{
+    nctmc_status st;
     if (!r)
         return FAIL_INTO(m, NCTMC_ERR_INVALID_ARGUMENT, "nctmc_eval: result is NULL");
     st = abi_check_output(r, &abi_eval_result, m->last_error, sizeof m->last_error);
@@ -272,6 +285,10 @@ typedef struct eval_state {
     int64_t loss_count;
     eval_reservoir res[NCTMC_EVAL_BUCKETS][2];   /* [bucket][noisy] log rates */
     eval_reliability rel;
+    /* over several ranks: one slot per rank of a round (eval_slot_floats) */
+    int32_t rank, ranks;
+    float *slots;
+    double *stops;        /* [ranks]: whose progress callback said stop */
 } eval_state;
 
 static void eval_state_free(eval_state *e)
@@ -284,6 +301,8 @@ static void eval_state_free(eval_state *e)
     mem_free(a, e->times);
     mem_free(a, e->loss);
     mem_free(a, e->rate_h);
+    mem_free(a, e->slots);
+    mem_free(a, e->stops);
     for (int b = 0; b < NCTMC_EVAL_BUCKETS; b++)
         for (int c = 0; c < 2; c++)
             mem_free(a, e->res[b][c].values);
@@ -302,6 +321,33 @@ static nctmc_status eval_alloc_reservoirs(eval_state *e)
                 return FAIL_INTO(e->m, NCTMC_ERR_OUT_OF_MEMORY,
                                  "out of memory for the exit-rate medians");
         }
+    return NCTMC_OK;
+}
+
+/* A rank's slot in a round: its status and pass size, then L_cond and h of
+ * each position of the pass (the bytes eval_run_model brings home). */
+#define EVAL_SLOT_HEAD 2
+static size_t eval_slot_floats(const eval_state *e)
+{
+    return EVAL_SLOT_HEAD + 2 * (size_t)e->B * (size_t)e->L;
+}
+
+static nctmc_status eval_alloc_slots(eval_state *e, nctmc_comm *comm)
+{
+    e->rank = comm_rank(comm);
+    e->ranks = comm_size(comm);
+    if (e->ranks == 1)
+        return NCTMC_OK;
+    const nctmc_allocator *a = &e->m->ctx->alloc;
+    size_t n;
+    if (__builtin_mul_overflow(eval_slot_floats(e), (size_t)e->ranks * sizeof(float), &n))
+        n = SIZE_MAX;
+    e->slots = mem_alloc(a, n);
+    e->stops = mem_alloc(a, (size_t)e->ranks * sizeof *e->stops);
+    if (!e->slots || !e->stops)
+        return FAIL_INTO(e->m, NCTMC_ERR_OUT_OF_MEMORY,
+                         "out of host memory for the rows of %d ranks", (int)e->ranks);
+    memset(e->slots, 0, n);  /* a short or failed pass sends defined bytes */
     return NCTMC_OK;
 }
 
@@ -342,7 +388,8 @@ static nctmc_status eval_state_init(eval_state *e, nctmc_model *m, const nctmc_e
     e->rate_h = mem_alloc(a, N * sizeof *e->rate_h);
     if (!e->x0 || !e->x_t || !e->labels || !e->times || !e->loss || !e->rate_h)
         return FAIL_INTO(m, NCTMC_ERR_OUT_OF_MEMORY, "out of host memory for eval batches");
-    return eval_alloc_reservoirs(e);
+    st = eval_alloc_slots(e, p->comm);
+    return st == NCTMC_OK ? eval_alloc_reservoirs(e) : st;
 }
 
 /* ---- one forward pass ---------------------------------------------------------- */
@@ -528,6 +575,22 @@ static void eval_fill_result(eval_state *e, nctmc_eval_result *caller)
 
 /* ---- the entry point --------------------------------------------------------------- */
 
+/* Fills the partial result and says who stopped: this rank's callback, or
+ * rank `stopper`'s. */
+static nctmc_status eval_cancelled(eval_state *e, nctmc_eval_result *result, int64_t done,
+                                   int32_t stopper)
+{
+    eval_fill_result(e, result);
+    char who[48] = "the progress callback";
+    if (stopper != e->rank)
+        snprintf(who, sizeof who, "rank %d's progress callback", (int)stopper);
+    return FAIL_INTO(e->m, NCTMC_ERR_CANCELLED,
+                     "eval cancelled by %s after %lld of %lld rows; the result covers the "
+                     "%lld sequences finished",
+                     who, (long long)done, (long long)e->n_rows,
+                     (long long)(e->est.n + e->est.n_infinite));
+}
+
 static nctmc_status eval_run(eval_state *e, nctmc_eval_result *result)
 {
     const nctmc_eval_params *p = e->p;
@@ -539,14 +602,125 @@ static nctmc_status eval_run(eval_state *e, nctmc_eval_result *result)
             st = eval_consume_rows(e, g0, nb);
         if (st != NCTMC_OK)
             return st;
-        if (p->progress && !p->progress(g0 + nb, e->n_rows, p->user_data)) {
-            eval_fill_result(e, result);
-            return FAIL_INTO(e->m, NCTMC_ERR_CANCELLED,
-                             "eval cancelled by the progress callback after %lld of %lld "
-                             "rows; the result covers the %lld sequences finished",
-                             (long long)(g0 + nb), (long long)e->n_rows,
-                             (long long)(e->est.n + e->est.n_infinite));
+        if (p->progress && !p->progress(g0 + nb, e->n_rows, p->user_data))
+            return eval_cancelled(e, result, g0 + nb, e->rank);
+    }
+    eval_fill_result(e, result);
+    return NCTMC_OK;
+}
+
+/* ---- over several ranks ------------------------------------------------------------ */
+
+/* Forward pass j: its first row and its row count. */
+static int32_t eval_pass_rows(const eval_state *e, int64_t j, int64_t *g0)
+{
+    *g0 = j * e->B;
+    return e->n_rows - *g0 < e->B ? (int32_t)(e->n_rows - *g0) : e->B;
+}
+
+/* Runs pass j into this rank's slot, if there is such a pass; a failure
+ * goes into the slot's status (the message stays in the model). */
+static void eval_run_own_pass(eval_state *e, int64_t j, int64_t n_passes)
+{
+    float *slot = e->slots + (size_t)e->rank * eval_slot_floats(e);
+    int32_t head[EVAL_SLOT_HEAD] = {NCTMC_OK, 0};
+    if (j < n_passes) {
+        int64_t g0;
+        int32_t nb = eval_pass_rows(e, j, &g0);
+        size_t N = (size_t)nb * (size_t)e->L;
+        eval_fill_rows(e, g0, nb);
+        head[0] = (int32_t)eval_run_model(e, nb);
+        head[1] = nb;
+        if (head[0] == NCTMC_OK) {
+            memcpy(slot + EVAL_SLOT_HEAD, e->loss, N * sizeof(float));
+            memcpy(slot + EVAL_SLOT_HEAD + (size_t)e->B * e->L, e->rate_h, N * sizeof(float));
         }
+    }
+    memcpy(slot, head, sizeof head);
+}
+
+/* Every rank's slot to every rank (byte copies: the bits travel as they
+ * are); then the first rank whose pass failed fails every rank. */
+static nctmc_status eval_share_round(eval_state *e)
+{
+    size_t floats = eval_slot_floats(e);
+    char why[NCTMC_ERROR_SIZE];
+    for (int32_t q = 0; q < e->ranks; q++) {
+        nctmc_status st = comm_broadcast(e->p->comm, e->slots + (size_t)q * floats,
+                                         (int64_t)(floats * sizeof(float)), q, why, sizeof why);
+        if (st != NCTMC_OK)
+            return FAIL_INTO(e->m, st, "eval, rank %d of %d: sharing the rows: %s",
+                             (int)e->rank, (int)e->ranks, why);
+    }
+    for (int32_t q = 0; q < e->ranks; q++) {
+        int32_t head[EVAL_SLOT_HEAD];
+        memcpy(head, e->slots + (size_t)q * floats, sizeof head);
+        if (head[0] != NCTMC_OK && q == e->rank)
+            return (nctmc_status)head[0];
+        if (head[0] != NCTMC_OK)
+            return FAIL_INTO(e->m, (nctmc_status)head[0],
+                             "eval, rank %d of %d: the forward pass of rank %d failed (its "
+                             "error says why)",
+                             (int)e->rank, (int)e->ranks, (int)q);
+    }
+    return NCTMC_OK;
+}
+
+/* Folds the round's passes j0, j0 + 1, ... into the sums, in pass order:
+ * the rows, draws and additions of one process. */
+static nctmc_status eval_fold_round(eval_state *e, int64_t j0, int64_t n_passes)
+{
+    size_t floats = eval_slot_floats(e), half = (size_t)e->B * (size_t)e->L;
+    for (int32_t q = 0; q < e->ranks && j0 + q < n_passes; q++) {
+        const float *slot = e->slots + (size_t)q * floats;
+        int64_t g0;
+        int32_t nb = eval_pass_rows(e, j0 + q, &g0);
+        size_t N = (size_t)nb * (size_t)e->L;
+        eval_fill_rows(e, g0, nb);
+        memcpy(e->loss, slot + EVAL_SLOT_HEAD, N * sizeof(float));
+        memcpy(e->rate_h, slot + EVAL_SLOT_HEAD + half, N * sizeof(float));
+        nctmc_status st = eval_consume_rows(e, g0, nb);
+        if (st != NCTMC_OK)
+            return st;
+    }
+    return NCTMC_OK;
+}
+
+/* Every rank's progress callback, then their verdicts summed: *stopper is
+ * the first rank whose callback said stop, or -1. */
+static nctmc_status eval_agree_stop(eval_state *e, int64_t done, int32_t *stopper)
+{
+    const nctmc_eval_params *p = e->p;
+    memset(e->stops, 0, (size_t)e->ranks * sizeof *e->stops);
+    e->stops[e->rank] = p->progress && !p->progress(done, e->n_rows, p->user_data) ? 1.0 : 0.0;
+    char why[NCTMC_ERROR_SIZE];
+    nctmc_status st = comm_sum(p->comm, e->stops, e->ranks, COMM_DOUBLE, why, sizeof why);
+    if (st != NCTMC_OK)
+        return FAIL_INTO(e->m, st, "eval, rank %d of %d: %s", (int)e->rank, (int)e->ranks, why);
+    *stopper = -1;
+    for (int32_t q = e->ranks - 1; q >= 0; q--)
+        if (e->stops[q] > 0.0)
+            *stopper = q;
+    return NCTMC_OK;
+}
+
+/* Rounds of `ranks` passes: rank q runs pass q of each round. */
+static nctmc_status eval_run_ranks(eval_state *e, nctmc_eval_result *result)
+{
+    int64_t n_passes = (e->n_rows + e->B - 1) / e->B;
+    for (int64_t j0 = 0; j0 < n_passes; j0 += e->ranks) {
+        eval_run_own_pass(e, j0 + e->rank, n_passes);
+        nctmc_status st = eval_share_round(e);
+        if (st == NCTMC_OK)
+            st = eval_fold_round(e, j0, n_passes);
+        int64_t done = n_passes - j0 <= e->ranks ? e->n_rows : (j0 + e->ranks) * e->B;
+        int32_t stopper = -1;
+        if (st == NCTMC_OK)
+            st = eval_agree_stop(e, done, &stopper);
+        if (st != NCTMC_OK)
+            return st;
+        if (stopper >= 0)
+            return eval_cancelled(e, result, done, stopper);
     }
     eval_fill_result(e, result);
     return NCTMC_OK;
@@ -559,13 +733,19 @@ NCTMC_API nctmc_status nctmc_eval(nctmc_model *model, const nctmc_eval_params *p
         return NCTMC_ERR_INVALID_ARGUMENT;
     double T = 1.0;
     nctmc_eval_params p;
-    nctmc_status st = eval_check_params(model, params, &p, result, &T);
+    nctmc_status st = eval_read_params(model, params, &p);
     if (st != NCTMC_OK)
         return st;
+    /* from here on every rank of p.comm takes part, whatever happens */
     eval_state e;
-    st = eval_state_init(&e, model, &p, T);
+    memset(&e, 0, sizeof e);
+    e.m = model;
+    st = eval_check_params(model, &p, result, &T);
     if (st == NCTMC_OK)
-        st = eval_run(&e, result);
+        st = eval_state_init(&e, model, &p, T);
+    st = eval_agree(model, &p, st);
+    if (st == NCTMC_OK)
+        st = e.ranks > 1 ? eval_run_ranks(&e, result) : eval_run(&e, result);
     if (st == NCTMC_OK) {
         model_clear_error(model);
         ctx_log(model->ctx, NCTMC_LOG_INFO,

@@ -265,6 +265,10 @@ class EvalParams(Structure):
         ("progress", EVAL_PROGRESS),
         ("user_data", c_void_p),
         ("time_sampling", c_int32),     # 0.6.0
+        ("reserved0", c_int32),         # 0.8.0: what was padding, always 0
+        # appended after 0.7.0: nctmc_comm * (evaluation over ranks); the
+        # binding leaves it NULL, as TrainerParams.comm
+        ("comm", c_void_p),
     ]
 
 
