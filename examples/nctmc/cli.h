@@ -224,6 +224,7 @@ typedef struct cli_eval_settings {
     uint64_t seed;
     bool show_progress;
     nctmc_time_sampling time_sampling;   /* 0 = uniform in t */
+    nctmc_comm *comm;      /* the job's ranks (mpirun); NULL = this process */
 } cli_eval_settings;
 
 nctmc_status cli_eval_run(nctmc_model *model, const cli_eval_set *set,

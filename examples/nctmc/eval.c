@@ -3,6 +3,7 @@
  * reliability table; also the evaluation helpers `train` validates with.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,6 +130,7 @@ nctmc_status cli_eval_run(nctmc_model *model, const cli_eval_set *set,
     params.t_max = settings->t_max;
     params.seed = settings->seed;
     params.time_sampling = settings->time_sampling;
+    params.comm = settings->comm;
     progress bar;
     progress_begin(&bar, "eval", 0, set->n_sequences, 0);
     params.progress = eval_progress;
@@ -211,6 +213,8 @@ typedef struct eval_options {
     bool verbose;
     bool no_mmap;
     int time_sampling;     /* index into eval_time_sampling_names */
+    nctmc_comm *comm;      /* the job's ranks (mpirun, srun); one without */
+    int32_t rank, ranks;
 } eval_options;
 
 /* The densities nctmc_eval accepts (logit cannot be normalised on (0, T]),
@@ -234,19 +238,26 @@ static int evaluate(nctmc_context *ctx, const char *checkpoint, const char *shar
     cli_eval_set set;
     int rc = 1;
     if (cli_eval_set_load("eval", ctx, shard, &config, o->max_sequences, o->no_mmap, &set)) {
-        cli_printf(stdout,
-                   "%s on %s: %lld sequences of %d tokens%s, %d time samples each (%s)\n",
-                   checkpoint, shard, (long long)set.n_sequences, (int)set.length,
-                   set.labels ? " with labels" : "", (int)o->time_samples,
-                   eval_time_sampling_notes[o->time_sampling]);
+        bool speak = o->rank == 0;  /* every rank has the same result */
+        char ranks[48] = "";
+        if (o->ranks > 1)
+            snprintf(ranks, sizeof ranks, "; %d ranks (%s engine)", (int)o->ranks,
+                     nctmc_comm_engine(o->comm));
+        if (speak)
+            cli_printf(stdout,
+                       "%s on %s: %lld sequences of %d tokens%s, %d time samples each "
+                       "(%s)%s\n",
+                       checkpoint, shard, (long long)set.n_sequences, (int)set.length,
+                       set.labels ? " with labels" : "", (int)o->time_samples,
+                       eval_time_sampling_notes[o->time_sampling], ranks);
         nctmc_eval_result result;
-        cli_eval_settings settings = {o->batch, o->time_samples, o->t_max, o->seed, true,
-                                      eval_time_sampling_values[o->time_sampling]};
+        cli_eval_settings settings = {o->batch, o->time_samples, o->t_max, o->seed, speak,
+                                      eval_time_sampling_values[o->time_sampling], o->comm};
         st = cli_eval_run(model, &set, &settings, &result);
-        if (st == NCTMC_ERR_CANCELLED && result.n_tokens > 0)
+        if (speak && st == NCTMC_ERR_CANCELLED && result.n_tokens > 0)
             printf("interrupted: the estimate covers the first %lld tokens only\n",
                    (long long)result.n_tokens);
-        if (st == NCTMC_OK || (st == NCTMC_ERR_CANCELLED && result.n_tokens > 0)) {
+        if (speak && (st == NCTMC_OK || (st == NCTMC_ERR_CANCELLED && result.n_tokens > 0))) {
             cli_eval_print_summary(stdout, &result);
             printf("\n");
             cli_eval_print_reliability(stdout, &result);
@@ -268,7 +279,7 @@ int cmd_eval(int argc, char **argv)
     nctmc_eval_params defaults;
     nctmc_eval_params_init(&defaults);
     eval_options o = {NULL, NULL, 0, defaults.n_time_samples, EVAL_BATCH_ROWS,
-                      defaults.t_max, 0, 0, "auto", false, false, 0};
+                      defaults.t_max, 0, 0, "auto", false, false, 0, NULL, 0, 1};
     cli_option options[] = {
         CLI_OPT_STRING("--data", o.data_dir, "DIR",
                        "a `prepare` directory: evaluates its " CLI_VAL_SHARD),
@@ -297,7 +308,9 @@ int cmd_eval(int argc, char **argv)
         "the model's negative log-likelihood, with its Monte Carlo standard error)\n"
         "and prints the exit-rate reliability table: per time bucket, positions\n"
         "binned by the noise probability their learned exit rate implies, next to\n"
-        "the share of them that is noise, and the expected calibration error.",
+        "the share of them that is noise, and the expected calibration error.\n"
+        "Under mpirun (or srun) the ranks share the forward passes and every rank\n"
+        "gets one process's result, bit for bit; rank 0 prints it.",
         "  nctmc eval build/digits.safetensors --data build/digits\n"
         "  nctmc eval model.safetensors --shard data/val.bin --sequences 200\n",
         1, 1, options, sizeof options / sizeof options[0]};
@@ -312,13 +325,29 @@ int cmd_eval(int argc, char **argv)
     nctmc_context *ctx = NULL;
     int rc = 1;
     cli_interrupt_install();
+    char why_comm[512];
+    nctmc_status st = nctmc_comm_from_env(&o.comm, why_comm, sizeof why_comm);
+    if (st != NCTMC_OK) {
+        free(shard);
+        return cli_fail("eval", "cannot join the job's ranks", st, why_comm);
+    }
+    o.rank = nctmc_comm_rank(o.comm);
+    o.ranks = nctmc_comm_size(o.comm);
     /* eval writes nothing; its inputs are checked before the model loads */
     if (shard != NULL && cli_check_input_file("eval", "checkpoint", checkpoint) &&
         cli_check_input_file("eval", "shard", shard) &&
         cli_context_create("eval", o.backend, o.threads, o.verbose, &ctx) == NCTMC_OK &&
         (o.data_dir == NULL || manifest_check("eval", ctx, o.data_dir)))
         rc = evaluate(ctx, checkpoint, shard, &o);
+    /* nctmc_eval fails and stops on every rank alike; a rank that failed
+     * before it (a file it cannot read) ends the job, so that the others do
+     * not wait for it for ever */
+    if (rc != 0 && rc != CLI_EXIT_INTERRUPTED && o.ranks > 1) {
+        cli_error("eval", "rank %d of %d failed: ending the job", (int)o.rank, (int)o.ranks);
+        nctmc_comm_abort(o.comm, rc);
+    }
     nctmc_context_free(ctx);
+    nctmc_comm_free(o.comm);
     free(shard);
     return rc;
 }

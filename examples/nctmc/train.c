@@ -375,8 +375,9 @@ static bool validate(train_run *run, int64_t step)
     bool ema = run->params.ema_decay > 0.0f;
     /* the same seed every time, so successive validations differ only by
      * the weights */
+    /* rank 0 validates alone (comm NULL) */
     cli_eval_settings settings = {EVAL_BATCH_ROWS, run->o->eval_time_samples, 0.0f, 0, true,
-                                  NCTMC_TIME_SAMPLING_UNIFORM};
+                                  NCTMC_TIME_SAMPLING_UNIFORM, NULL};
     nctmc_eval_result result;
     nctmc_status st = nctmc_trainer_copy_weights(run->trainer, run->eval_model, ema);
     if (st == NCTMC_OK)
