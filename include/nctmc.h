@@ -1620,7 +1620,8 @@ typedef struct nctmc_eval_params {
      *  or cosine schedule need T < 1 (sigma_t diverges at 1). */
     float t_max;
     uint64_t seed;            /**< default 0 */
-    /** Called after each forward pass with (rows done, rows in all), rows
+    /** Called after each forward pass (over ranks: after each round, see
+     *  comm) with (rows done, rows in all), rows
      *  being n_sequences * n_time_samples; return 0 to stop (non-zero to
      *  go on): the call
      *  then returns NCTMC_ERR_CANCELLED with the result over the sequences
