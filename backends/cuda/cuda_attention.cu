@@ -19,6 +19,26 @@
  * log-sum-exp of each scaled score row) are exactly what the fallback
  * keeps, so either direction may run on either path.
  *
+ * The backward operation. The H200 run (cuDNN 9.19, sm_90) never got a
+ * backward plan: the graph's finalisation failed with BAD_PARAM
+ * ("outputGraph.buildDAG()", cut short by a 96-byte buffer then). What the
+ * public record says: cudnn-frontend itself never builds
+ * OPERATION_SDPA_BWD (its backward is the composite graph of matmul,
+ * pointwise and reduction operations that the fused-attention engines
+ * pattern-match); the one program that builds it by hand found engines
+ * for it only on Blackwell; another found none on sm_100/sm_121 in
+ * 9.24-9.26; and the frontend's routing to it (with SM80/SM90 support in
+ * the backend) is still being added upstream. Nothing in this graph breaks
+ * a documented constraint of the backward (bf16 or fp16 q, k, v, o, dO, dQ,
+ * dK, dV with the head dimension innermost, D a multiple of 8 up to 256;
+ * float32 Stats [B, H, L, 1] from the forward with its statistics; the
+ * scale a float by value; no mask, bias or dropout; L needs no padding).
+ * So on Hopper the backward runs the fallback, and the way to cuDNN's
+ * backward there is the composite graph (with its deterministic mode),
+ * not this operation. The reason a plan was not made now carries cuDNN's
+ * version, the failing step and cuDNN's full last error string (describe
+ * shows it; test_cuda_fused prints it), so a run names the cause.
+ *
  * Fallback path (any shape; always with NCTMC_CUDA_ATTENTION_FALLBACK).
  * Materialised attention in float32 on TF32 batched products: q, k, v (and
  * dO) are gathered head-major, S = scale Q Kᵀ for a chunk of sequences at a
