@@ -231,7 +231,9 @@ static bool gemm_epilogue(cuda_backend *cb, bool trans_a, bool trans_b, int64_t 
 {
     if (m <= 0 || n <= 0 || k <= 0)
         return false;
-    if (aux && operand_alignment(aux, ldc, 4) < 16)
+    /* cuBLASLt's GELU aux wants 16-byte alignment and a leading dimension
+     * that is a multiple of 8; other shapes run unfused rather than fail */
+    if (aux && (operand_alignment(aux, ldc, 4) < 16 || ldc % 8 != 0))
         return false;
     cuda_lt_key key = make_key(trans_a, trans_b, m, n, k, a, lda, b, ldb, bf16, c, ldc, bias, epi);
     cuda_lt_entry *e = lt_lookup(cb, &key);
