@@ -24,7 +24,8 @@
  * --fused 1: the backend with its fused block kernels (NCTMC_CUDA_FUSED=1:
  * cuBLASLt GELU epilogues, adaLN with the gated residual; issue 38), forward
  * and train step only, reported as bench=forward_fused / train_step_fused
- * (so bench/compare_torch_gpu.py keeps them apart from the default rows).
+ * and bench=memory_fused (so bench/compare_torch_gpu.py keeps them apart
+ * from the default rows).
  *
  * Model FLOPs, the standard count (Kaplan et al. / PaLM's MFU):
  *   per token, forward + backward = 6 N + 12 n_layers L d,
@@ -475,9 +476,9 @@ int main(int argc, char **argv)
                train_flops, peak);
         size_t peak_used = 0, total = 0;
         cuda->memory(be, &peak_used, &total);
-        printf("bench=memory impl=libnctmc precision=%s config=%s batch=%d peak_device_mib=%.0f "
+        printf("bench=%s impl=libnctmc precision=%s config=%s batch=%d peak_device_mib=%.0f "
                "device_total_mib=%.0f\n",
-               precision, a.config, a.batch, (double)peak_used / 1048576.0,
+               a.fused ? "memory_fused" : "memory", precision, a.config, a.batch, (double)peak_used / 1048576.0,
                (double)total / 1048576.0);
         cuda->describe(be, desc, sizeof desc);
         printf("# %s: %s\n", precision, desc);
