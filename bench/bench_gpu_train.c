@@ -21,6 +21,11 @@
  *   memory      the device memory in use at most while training (the whole
  *               device as nvidia-smi counts it, CUDA context included).
  * Each is run in TF32 and in bf16 mode (--precision).
+ * --fused 1: the backend with its fused block kernels (NCTMC_CUDA_FUSED=1:
+ * cuBLASLt GELU epilogues, adaLN with the gated residual; issue 38), forward
+ * and train step only, reported as bench=forward_fused / train_step_fused
+ * and bench=memory_fused (so bench/compare_torch_gpu.py keeps them apart
+ * from the default rows).
  *
  * Model FLOPs, the standard count (Kaplan et al. / PaLM's MFU):
  *   per token, forward + backward = 6 N + 12 n_layers L d,
@@ -50,7 +55,7 @@
  * Usage: bench_gpu_train [--config paper-small|cpu-small|tiny] [--batch B]
  *        [--reps R] [--warmup W] [--precision tf32|bf16|both]
  *        [--sample-batch B] [--sample-steps N] [--kernel-batch B]
- *        [--peak-tflops X]
+ *        [--peak-tflops X] [--fused 0|1]
  */
 #include <math.h>
 #include <stdio.h>
@@ -70,11 +75,24 @@ typedef struct bench_args {
     const char *precision;
     int batch, reps, warmup, sample_batch, sample_steps, kernel_batch;
     double peak_tflops;
+    int fused; /* --fused 1: the fused block kernels, forward and train step only */
 } bench_args;
+
+/* --fused 1: the switch the CUDA backend reads when the context creates it
+ * (NCTMC_CUDA_FUSED=1), and only the forward and the train step. */
+static bench_args fused_selection(bench_args a)
+{
+    if (!a.fused)
+        return a;
+    setenv("NCTMC_CUDA_FUSED", "1", 1);
+    a.sample_batch = 0;
+    a.kernel_batch = 0;
+    return a;
+}
 
 static bench_args parse_args(int argc, char **argv)
 {
-    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0.0};
+    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0.0, 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (strcmp(k, "--config") == 0) a.config = v;
@@ -86,6 +104,7 @@ static bench_args parse_args(int argc, char **argv)
         else if (strcmp(k, "--sample-steps") == 0) a.sample_steps = atoi(v);
         else if (strcmp(k, "--peak-tflops") == 0) a.peak_tflops = atof(v);
         else if (strcmp(k, "--kernel-batch") == 0) a.kernel_batch = atoi(v);
+        else if (strcmp(k, "--fused") == 0) a.fused = atoi(v) != 0;
     }
     if (a.batch < 1) a.batch = 1;
     if (a.reps < 1) a.reps = 1;
@@ -93,7 +112,7 @@ static bench_args parse_args(int argc, char **argv)
     if (a.sample_batch < 0) a.sample_batch = 0;
     if (a.sample_steps < 1) a.sample_steps = 1;
     if (a.kernel_batch < 0) a.kernel_batch = 0;
-    return a;
+    return fused_selection(a);
 }
 
 /* Dense bf16 tensor-core peak of known parts, from the device's name. */
@@ -450,14 +469,16 @@ int main(int argc, char **argv)
             continue;
         cuda->set_bf16(be, bf16 != 0);
         double t_fwd = time_pass(&s, be, false, &a);
-        report("forward", precision, &a, z, t_fwd, train_flops / 3.0, peak);
+        report(a.fused ? "forward_fused" : "forward", precision, &a, z, t_fwd,
+               train_flops / 3.0, peak);
         double t_step = time_pass(&s, be, true, &a);
-        report("train_step", precision, &a, z, t_step, train_flops, peak);
+        report(a.fused ? "train_step_fused" : "train_step", precision, &a, z, t_step,
+               train_flops, peak);
         size_t peak_used = 0, total = 0;
         cuda->memory(be, &peak_used, &total);
-        printf("bench=memory impl=libnctmc precision=%s config=%s batch=%d peak_device_mib=%.0f "
+        printf("bench=%s impl=libnctmc precision=%s config=%s batch=%d peak_device_mib=%.0f "
                "device_total_mib=%.0f\n",
-               precision, a.config, a.batch, (double)peak_used / 1048576.0,
+               a.fused ? "memory_fused" : "memory", precision, a.config, a.batch, (double)peak_used / 1048576.0,
                (double)total / 1048576.0);
         cuda->describe(be, desc, sizeof desc);
         printf("# %s: %s\n", precision, desc);

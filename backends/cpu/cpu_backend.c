@@ -110,6 +110,10 @@ static const nctmc_backend_ops cpu_ops = {
     .sample_step = cpu_sample_step,
     .linear_packed_scratch_bytes = cpu_linear_packed_scratch_bytes,
     .linear_forward_packed = cpu_linear_forward_packed,
+    .linear_gelu_forward = cpu_linear_gelu_forward,
+    .linear_backward_gelu = cpu_linear_backward_gelu,
+    .residual_adaln_forward = cpu_residual_adaln_forward,
+    .adaln_residual_backward = cpu_adaln_residual_backward,
 };
 
 nctmc_backend *cpu_backend_create(int n_threads, char *err, size_t err_size)

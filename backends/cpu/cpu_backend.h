@@ -88,6 +88,25 @@ void cpu_gated_residual_backward(nctmc_backend *be, int64_t rows, int32_t seq_le
                                  int32_t dim, const float *y, const float *gate,
                                  int32_t mod_stride, const float *dx, float *dy, float *dgate);
 
+/* cpu_fused.c: the fused block operations, as the sequences they name */
+void cpu_linear_gelu_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                             const float *x, const float *w, const float *bias, float *pre,
+                             float *y);
+void cpu_linear_backward_gelu(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                              const float *x, const float *w, const float *dy, const float *pre,
+                              float *dx, float *dw, float *dbias, bool accumulate_params);
+void cpu_residual_adaln_forward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t dim,
+                                const float *x, const float *y, const float *gate,
+                                const float *w, const float *shift, const float *scale,
+                                int32_t mod_stride, float *out, float *u, float *mean,
+                                float *rstd);
+void cpu_adaln_residual_backward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t dim,
+                                 const float *x, const float *w, const float *scale,
+                                 int32_t mod_stride, const float *mean, const float *rstd,
+                                 const float *dy, float *dx, float *dw, bool accumulate_dw,
+                                 float *dshift, float *dscale, const float *y_res,
+                                 const float *gate, float *dy_res, float *dgate);
+
 /* cpu_rotary.c */
 void cpu_rotary_forward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t heads,
                         int32_t head_dim, float base, float *qkv);

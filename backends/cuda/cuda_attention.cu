@@ -19,6 +19,26 @@
  * log-sum-exp of each scaled score row) are exactly what the fallback
  * keeps, so either direction may run on either path.
  *
+ * The backward operation. The H200 run (cuDNN 9.19, sm_90) never got a
+ * backward plan: the graph's finalisation failed with BAD_PARAM
+ * ("outputGraph.buildDAG()", cut short by a 96-byte buffer then). What the
+ * public record says: cudnn-frontend itself never builds
+ * OPERATION_SDPA_BWD (its backward is the composite graph of matmul,
+ * pointwise and reduction operations that the fused-attention engines
+ * pattern-match); the one program that builds it by hand found engines
+ * for it only on Blackwell; another found none on sm_100/sm_121 in
+ * 9.24-9.26; and the frontend's routing to it (with SM80/SM90 support in
+ * the backend) is still being added upstream. Nothing in this graph breaks
+ * a documented constraint of the backward (bf16 or fp16 q, k, v, o, dO, dQ,
+ * dK, dV with the head dimension innermost, D a multiple of 8 up to 256;
+ * float32 Stats [B, H, L, 1] from the forward with its statistics; the
+ * scale a float by value; no mask, bias or dropout; L needs no padding).
+ * So on Hopper the backward runs the fallback, and the way to cuDNN's
+ * backward there is the composite graph (with its deterministic mode),
+ * not this operation. The reason a plan was not made now carries cuDNN's
+ * version, the failing step and cuDNN's full last error string (describe
+ * shows it; test_cuda_fused prints it), so a run names the cause.
+ *
  * Fallback path (any shape; always with NCTMC_CUDA_ATTENTION_FALLBACK).
  * Materialised attention in float32 on TF32 batched products: q, k, v (and
  * dO) are gathered head-major, S = scale Q Kᵀ for a chunk of sequences at a
@@ -202,17 +222,26 @@ typedef struct plan_builder {
     bool failed;
 } plan_builder;
 
+/* reason = "cuDNN <version> <step>: <status>: <cuDNN's last error string>",
+ * the detail on one line (cudnnGetLastErrorString may hold several). */
+static void dnn_reason(char *reason, size_t size, const char *step, cudnnStatus_t s)
+{
+    char detail[1024] = "";
+    cudnnGetLastErrorString(detail, sizeof detail);
+    for (char *c = detail; *c; c++)
+        if (*c == '\n' || *c == '\r' || *c == '\t')
+            *c = ' ';
+    snprintf(reason, size, "cuDNN %zu %s: %s%s%.400s", cudnnGetVersion(), step,
+             cudnnGetErrorString(s), detail[0] ? ": " : "", detail);
+}
+
 /* Records the first failing step with cuDNN's own message. */
 static bool dnn_ok(plan_builder *pb, cudnnStatus_t s, const char *step)
 {
     if (s == CUDNN_STATUS_SUCCESS)
         return true;
-    if (!pb->failed) {
-        char detail[96] = "";
-        cudnnGetLastErrorString(detail, sizeof detail);
-        snprintf(pb->plan->reason, sizeof pb->plan->reason, "cuDNN %s: %s%s%.90s", step,
-                 cudnnGetErrorString(s), detail[0] ? ": " : "", detail);
-    }
+    if (!pb->failed)
+        dnn_reason(pb->plan->reason, sizeof pb->plan->reason, step, s);
     pb->failed = true;
     return false;
 }
@@ -297,22 +326,27 @@ static void choose_engine(plan_builder *pb, cudnnBackendDescriptor_t graph)
 {
     static const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     int offered = 0, nondeterministic = 0, unreadable = 0, failed = 0;
+    char heur_failure[320] = ""; /* cuDNN's word on a heuristics query that failed */
     for (int mi = 0; mi < 2 && !pb->failed && !pb->plan->plan; mi++) {
         cudnnBackendDescriptor_t heur = NULL;
         if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur) !=
             CUDNN_STATUS_SUCCESS)
             break;
         int64_t count = 0;
-        bool heur_ok =
-            cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph) ==
-                CUDNN_STATUS_SUCCESS &&
-            cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1,
-                                     &modes[mi]) == CUDNN_STATUS_SUCCESS &&
-            cudnnBackendFinalize(heur) == CUDNN_STATUS_SUCCESS &&
-            cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL) ==
-                CUDNN_STATUS_SUCCESS;
+        cudnnStatus_t hs = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+        if (hs == CUDNN_STATUS_SUCCESS)
+            hs = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE,
+                                          1, &modes[mi]);
+        if (hs == CUDNN_STATUS_SUCCESS)
+            hs = cudnnBackendFinalize(heur);
+        if (hs == CUDNN_STATUS_SUCCESS)
+            hs = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL);
+        bool heur_ok = hs == CUDNN_STATUS_SUCCESS;
+        if (!heur_ok && !heur_failure[0])
+            dnn_reason(heur_failure, sizeof heur_failure,
+                       mi == 0 ? "heuristics (mode A)" : "heuristics (fallback)", hs);
         if (heur_ok && count > 0) {
             if (count > 16)
                 count = 16;
@@ -365,8 +399,9 @@ static void choose_engine(plan_builder *pb, cudnnBackendDescriptor_t graph)
     if (!pb->failed && !pb->plan->plan) {
         snprintf(pb->plan->reason, sizeof pb->plan->reason,
                  "cuDNN: no usable engine for this SDPA graph (%d offered: %d nondeterministic, "
-                 "%d with unreadable notes, %d failed to finalise)",
-                 offered, nondeterministic, unreadable, failed);
+                 "%d with unreadable notes, %d failed to finalise)%s%.300s",
+                 offered, nondeterministic, unreadable, failed, heur_failure[0] ? "; " : "",
+                 heur_failure);
         pb->failed = true;
     }
 }
@@ -539,7 +574,7 @@ static bool execute_plan(cuda_backend *cb, cuda_sdpa_plan *p, int n, const int64
     if (st != CUDNN_STATUS_SUCCESS) {
         /* a plan that does not run is not offered again */
         p->ok = false;
-        snprintf(p->reason, sizeof p->reason, "cuDNN execute: %s", cudnnGetErrorString(st));
+        dnn_reason(p->reason, sizeof p->reason, "execute", st);
         return false;
     }
     return true;
@@ -610,12 +645,12 @@ static bool cudnn_forward(cuda_backend *cb, const att_shape *s, const float *qkv
 {
     const char *why = cudnn_unusable(cb, s);
     if (why[0]) {
-        snprintf(cb->last_forward, sizeof cb->last_forward, "custom (%.150s)", why);
+        snprintf(cb->last_forward, sizeof cb->last_forward, "custom (%.500s)", why);
         return false;
     }
     cuda_sdpa_plan *p = get_plan(cb, s, false, saved != NULL);
     if (!p->ok) {
-        snprintf(cb->last_forward, sizeof cb->last_forward, "custom (%.150s)", p->reason);
+        snprintf(cb->last_forward, sizeof cb->last_forward, "custom (%.500s)", p->reason);
         return false;
     }
     half_bufs h = half_layout(s, workspace);
@@ -626,7 +661,7 @@ static bool cudnn_forward(cuda_backend *cb, const att_shape *s, const float *qkv
     void *ptrs[6] = {h.qkv, (char *)h.qkv + d * half_bytes, (char *)h.qkv + 2 * d * half_bytes,
                      h.o, &scale, saved};
     if (!execute_plan(cb, p, saved ? 6 : 5, uids, ptrs)) {
-        snprintf(cb->last_forward, sizeof cb->last_forward, "custom (%.150s)", p->reason);
+        snprintf(cb->last_forward, sizeof cb->last_forward, "custom (%.500s)", p->reason);
         return false;
     }
     from_io(cb, s->N * d, h.o, NULL, out);
@@ -640,12 +675,12 @@ static bool cudnn_backward(cuda_backend *cb, const att_shape *s, const float *qk
 {
     const char *why = cudnn_unusable(cb, s);
     if (why[0]) {
-        snprintf(cb->last_backward, sizeof cb->last_backward, "custom (%.150s)", why);
+        snprintf(cb->last_backward, sizeof cb->last_backward, "custom (%.500s)", why);
         return false;
     }
     cuda_sdpa_plan *p = get_plan(cb, s, true, true);
     if (!p->ok) {
-        snprintf(cb->last_backward, sizeof cb->last_backward, "custom (%.150s)", p->reason);
+        snprintf(cb->last_backward, sizeof cb->last_backward, "custom (%.500s)", p->reason);
         return false;
     }
     half_bufs h = half_layout(s, workspace);
@@ -666,7 +701,7 @@ static bool cudnn_backward(cuda_backend *cb, const att_shape *s, const float *qk
     void *ptrs[10] = {q,      q + d * hb,  q + 2 * d * hb,      h.o,
                       (void *)saved, &scale, h.dout,   dq, dq + d * hb, dq + 2 * d * hb};
     if (!execute_plan(cb, p, 10, uids, ptrs)) {
-        snprintf(cb->last_backward, sizeof cb->last_backward, "custom (%.150s)", p->reason);
+        snprintf(cb->last_backward, sizeof cb->last_backward, "custom (%.500s)", p->reason);
         return false;
     }
     from_io(cb, s->N * 3 * d, h.dqkv, h.amax, dqkv);

@@ -89,6 +89,10 @@ static const nctmc_backend_ops cuda_ops = {
     /* no reduced-precision weights on the GPU yet: such models are refused */
     .linear_packed_scratch_bytes = NULL,
     .linear_forward_packed = NULL,
+    .linear_gelu_forward = cuda_linear_gelu_forward,
+    .linear_backward_gelu = cuda_linear_backward_gelu,
+    .residual_adaln_forward = cuda_residual_adaln_forward,
+    .adaln_residual_backward = cuda_adaln_residual_backward,
 };
 
 /* The first device failure of creation, as a message; false when e is ok. */
@@ -180,6 +184,9 @@ extern "C" nctmc_backend *cuda_backend_create(int device, bool bf16, char *err,
     snprintf(cb->device_name, sizeof cb->device_name, "%.120s", prop.name);
     cb->bf16 = bf16;
     cb->attention_mode = NCTMC_CUDA_ATTENTION_AUTO;
+    /* the fused block kernels (cuda_fused.cu): off unless asked for */
+    const char *fused = getenv("NCTMC_CUDA_FUSED");
+    cb->fused = fused && strcmp(fused, "1") == 0;
     cb->pending = NCTMC_OK;
     snprintf(cb->last_forward, sizeof cb->last_forward, "none yet");
     snprintf(cb->last_backward, sizeof cb->last_backward, "none yet");
@@ -218,9 +225,13 @@ extern "C" void cuda_backend_memory(nctmc_backend *be, size_t *peak_used, size_t
 extern "C" void cuda_backend_describe(nctmc_backend *be, char *buf, size_t size)
 {
     cuda_backend *cb = cuda_of(be);
-    snprintf(buf, size, "%s (sm_%d%d, %d SMs), %s products; attention forward: %s; "
+    char fused[64] = "fused kernels off";
+    if (cb->fused)
+        snprintf(fused, sizeof fused, "fused kernels on (%u GELU epilogue fallbacks)",
+                 cb->fused_fallbacks);
+    snprintf(buf, size, "%s (sm_%d%d, %d SMs), %s products, %s; attention forward: %s; "
              "backward: %s%s%s",
              cb->device_name, cb->cc_major, cb->cc_minor, cb->sm_count,
-             cb->bf16 ? "bf16" : "TF32", cb->last_forward, cb->last_backward,
+             cb->bf16 ? "bf16" : "TF32", fused, cb->last_forward, cb->last_backward,
              cb->dnn ? "" : "; ", cb->dnn ? "" : cb->dnn_reason);
 }

@@ -17,7 +17,9 @@
  * boundaries depend only on the shapes. No floating-point atomics.
  *
  * Calls go one way: cuda_backend.cu (the table of operations, creation and
- * teardown) calls the operation files; they call cuda_memory.cu (scratch,
+ * teardown) calls the operation files; cuda_fused.cu (the fused block
+ * operations) calls cuda_linear.cu, cuda_adaln.cu and cuda_pointwise.cu;
+ * the operation files call cuda_memory.cu (scratch,
  * bf16 copies) and cuda_errors.cu; cuda_memory.cu calls cuda_errors.cu;
  * nothing calls back up into cuda_backend.cu.
  */
@@ -49,9 +51,15 @@ typedef struct cuda_lt_key {
     int32_t trans_a, trans_b;
     int32_t bf16;      /* A and B in bfloat16 (else float32, TF32 math) */
     int32_t bias;      /* bias epilogue */
+    int32_t epi;       /* CUDA_EPI_*: the GELU epilogues (NCTMC_CUDA_FUSED) */
     int64_t m, n, k, lda, ldb, ldc;
     int32_t align_a, align_b, align_c; /* bytes */
 } cuda_lt_key;
+
+/* The GELU epilogues of the fused block operations: GELU with the
+ * pre-activation saved (aux), GELU alone (aux would alias the output), and
+ * the product times GELU'(aux). */
+enum { CUDA_EPI_NONE = 0, CUDA_EPI_GELU_AUX, CUDA_EPI_GELU, CUDA_EPI_DGELU };
 
 typedef struct cuda_lt_entry {
     bool used;
@@ -71,7 +79,7 @@ typedef struct cuda_sdpa_plan {
     cudnnBackendDescriptor_t keep[CUDA_SDPA_DESCS];
     int32_t n_keep;
     int64_t workspace_bytes;
-    char reason[160];  /* why cuDNN declined (when !ok) */
+    char reason[480];  /* why cuDNN declined (when !ok), with cuDNN's own detail */
 } cuda_sdpa_plan;
 
 typedef struct cuda_backend {
@@ -94,8 +102,14 @@ typedef struct cuda_backend {
     size_t scratch_bytes;
     bool bf16;
     nctmc_cuda_attention attention_mode;
-    char last_forward[200];     /* what the last attention calls ran */
-    char last_backward[200];
+    /* NCTMC_CUDA_FUSED=1 at creation: the fused block operations run their
+     * fused kernels (GELU epilogues, adaLN with the gated residual); off,
+     * they run the unfused sequence they name. fused_fallbacks counts the
+     * epilogue products cuBLASLt had no algorithm for (run unfused). */
+    bool fused;
+    unsigned fused_fallbacks;
+    char last_forward[520];     /* what the last attention calls ran */
+    char last_backward[520];
     nctmc_status pending;       /* first recorded failure, or NCTMC_OK */
     char pending_msg[256];
     cuda_lt_entry lt_cache[CUDA_LT_CACHE];
@@ -223,6 +237,18 @@ void cuda_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t o
                           const float *x, const float *w, const float *dy, float *dx,
                           bool accumulate_dx, float *dw, float *dbias, bool accumulate_params);
 void cuda_lt_cache_free(cuda_backend *cb);
+/* The GELU epilogue products (cuda_fused.cu's fused path). The forward
+ * writes pre = x wᵀ + bias and, when it returns true, y = GELU(pre) (false:
+ * cuBLASLt had no GELU algorithm; y is the caller's to compute). The
+ * backward is linear_backward with accumulate_dx false and, when it returns
+ * true, dx multiplied by GELU'(pre) (false: dx = dy w only). */
+bool cuda_linear_gelu_epilogue(cuda_backend *cb, int64_t rows, int32_t in, int32_t out,
+                               const float *x, const float *w, const float *bias, float *pre,
+                               float *y);
+bool cuda_linear_dgelu_epilogue(cuda_backend *cb, int64_t rows, int32_t in, int32_t out,
+                                const float *x, const float *w, const float *dy,
+                                const float *pre, float *dx, float *dw, float *dbias,
+                                bool accumulate_params);
 
 /* cuda_embedding.cu */
 void cuda_embedding_forward(nctmc_backend *be, int64_t rows, int32_t dim, const int32_t *ids,
@@ -260,6 +286,40 @@ void cuda_adaln_backward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32
                          const float *mean, const float *rstd, const float *dy, float *dx,
                          bool accumulate_dx, float *dw, bool accumulate_dw, float *dshift,
                          float *dscale);
+/* The fused kernels of residual_adaln_forward / adaln_residual_backward
+ * (cuda_fused.cu's fused path; same arguments as the operations). */
+void cuda_residual_adaln_fused(cuda_backend *cb, int64_t rows, int32_t seq_len, int32_t dim,
+                               const float *x, const float *y, const float *gate,
+                               const float *w, const float *shift, const float *scale,
+                               int32_t mod_stride, float *out, float *u, float *mean,
+                               float *rstd);
+void cuda_adaln_residual_fused(cuda_backend *cb, int64_t rows, int32_t seq_len, int32_t dim,
+                               const float *x, const float *w, const float *scale,
+                               int32_t mod_stride, const float *mean, const float *rstd,
+                               const float *dy, float *dx, float *dw, bool accumulate_dw,
+                               float *dshift, float *dscale, const float *y_res,
+                               const float *gate, float *dy_res, float *dgate);
+
+/* cuda_fused.cu: the fused block operations, fused kernels when cb->fused,
+ * else the sequence of the operations above that each names */
+void cuda_linear_gelu_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                              const float *x, const float *w, const float *bias, float *pre,
+                              float *y);
+void cuda_linear_backward_gelu(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                               const float *x, const float *w, const float *dy,
+                               const float *pre, float *dx, float *dw, float *dbias,
+                               bool accumulate_params);
+void cuda_residual_adaln_forward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t dim,
+                                 const float *x, const float *y, const float *gate,
+                                 const float *w, const float *shift, const float *scale,
+                                 int32_t mod_stride, float *out, float *u, float *mean,
+                                 float *rstd);
+void cuda_adaln_residual_backward(nctmc_backend *be, int64_t rows, int32_t seq_len, int32_t dim,
+                                  const float *x, const float *w, const float *scale,
+                                  int32_t mod_stride, const float *mean, const float *rstd,
+                                  const float *dy, float *dx, float *dw, bool accumulate_dw,
+                                  float *dshift, float *dscale, const float *y_res,
+                                  const float *gate, float *dy_res, float *dgate);
 
 /* cuda_attention.cu */
 size_t cuda_attention_saved_floats(nctmc_backend *be, int32_t batch, int32_t seq_len,

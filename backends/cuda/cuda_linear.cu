@@ -14,6 +14,14 @@
  * broadcast before the product. The bias gradient is a column sum in a
  * fixed two-stage order (in double), never atomics.
  *
+ * The fused block operations (cuda_fused.cu, NCTMC_CUDA_FUSED) use the
+ * GELU epilogues: GELU_AUX_BIAS forward (GELU of the product plus bias,
+ * saving the pre-activation) and DGELU backward (dx times GELU'(pre)).
+ * cuBLASLt's GELU is the tanh approximation, the model's GELU (PyTorch
+ * treats its GELU epilogue as gelu(approximate="tanh")); its exact float
+ * evaluation is cuBLASLt's, so it agrees with the model's to within
+ * rounding, not bit for bit — test_cuda_fused measures the difference.
+ *
  * cuBLASLt's heuristic is asked once per shape (and operand alignment) and
  * its answer cached; a shape it has no algorithm for runs through
  * cublasGemmEx with the same types. cuBLAS gives the same bits run after
@@ -62,6 +70,21 @@ void cuda_lt_cache_free(cuda_backend *cb)
             lt_entry_release(&cb->lt_cache[i]);
 }
 
+/* The cuBLASLt epilogue of a key. */
+static cublasLtEpilogue_t epilogue_of(const cuda_lt_key *k)
+{
+    switch (k->epi) {
+    case CUDA_EPI_GELU_AUX:
+        return k->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case CUDA_EPI_GELU:
+        return k->bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case CUDA_EPI_DGELU:
+        return CUBLASLT_EPILOGUE_DGELU;
+    default:
+        return k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    }
+}
+
 /* Builds the descriptors of a product and asks the heuristic for one
  * algorithm; e->ok says whether it found one. */
 static void lt_entry_build(cuda_backend *cb, cuda_lt_entry *e, const cuda_lt_key *k)
@@ -77,12 +100,19 @@ static void lt_entry_build(cuda_backend *cb, cuda_lt_entry *e, const cuda_lt_key
         return;
     cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    if (k->bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType_t bias_type = CUDA_R_32F;
+    cublasLtEpilogue_t epi = epilogue_of(k);
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT)
         cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (k->bias) {
+        cudaDataType_t bias_type = CUDA_R_32F;
         cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                        sizeof bias_type);
+    }
+    if (k->epi == CUDA_EPI_GELU_AUX || k->epi == CUDA_EPI_DGELU) {
+        /* the pre-activation: float32 (the output's type), laid out as C */
+        int64_t aux_ld = k->ldc;
+        cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                       sizeof aux_ld);
     }
     uint64_t a_rows = k->trans_a ? k->k : k->m, a_cols = k->trans_a ? k->m : k->k;
     uint64_t b_rows = k->trans_b ? k->n : k->k, b_cols = k->trans_b ? k->k : k->n;
@@ -162,6 +192,68 @@ static void broadcast_bias(cuda_backend *cb, int64_t m, int64_t n, int64_t ldc,
     cuda_launched(cb, "broadcast_bias");
 }
 
+/* The key of a product (operand alignments from the pointers). */
+static cuda_lt_key make_key(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                            const void *a, int64_t lda, const void *b, int64_t ldb, bool bf16,
+                            const float *c, int64_t ldc, const float *bias, int32_t epi)
+{
+    int32_t elem = bf16 ? 2 : 4;
+    cuda_lt_key key;
+    memset(&key, 0, sizeof key);
+    key.trans_a = trans_a;
+    key.trans_b = trans_b;
+    key.bf16 = bf16;
+    key.bias = bias != NULL;
+    key.epi = epi;
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldc = ldc;
+    key.align_a = operand_alignment(a, lda, elem);
+    key.align_b = operand_alignment(b, ldb, elem);
+    key.align_c = operand_alignment(c, ldc, 4);
+    return key;
+}
+
+/*
+ * The product with a GELU epilogue (epi a CUDA_EPI_* other than NONE), beta
+ * 0: C = GELU(op(A) op(B) + bias) with aux = the pre-activation (GELU_AUX),
+ * C = GELU(op(A) op(B) + bias) (GELU), or C = (op(A) op(B)) * GELU'(aux)
+ * (DGELU, no bias); aux is float32 laid out as C, 16-byte aligned. Returns
+ * false, launching nothing, when cuBLASLt has no algorithm for it.
+ */
+static bool gemm_epilogue(cuda_backend *cb, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                          int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
+                          bool bf16, float *c, int64_t ldc, const float *bias, int32_t epi,
+                          void *aux)
+{
+    if (m <= 0 || n <= 0 || k <= 0)
+        return false;
+    /* cuBLASLt's GELU aux wants 16-byte alignment and a leading dimension
+     * that is a multiple of 8; other shapes run unfused rather than fail */
+    if (aux && (operand_alignment(aux, ldc, 4) < 16 || ldc % 8 != 0))
+        return false;
+    cuda_lt_key key = make_key(trans_a, trans_b, m, n, k, a, lda, b, ldb, bf16, c, ldc, bias, epi);
+    cuda_lt_entry *e = lt_lookup(cb, &key);
+    if (!e->ok)
+        return false;
+    if (bias)
+        cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                       sizeof bias);
+    if (aux)
+        cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                       sizeof aux);
+    const float alpha = 1.0f, beta = 0.0f;
+    cuda_check_blas(cb,
+                    cublasLtMatmul(cb->lt, e->desc, &alpha, a, e->a, b, e->b, &beta, c, e->c, c,
+                                   e->c, &e->algo, cb->blas_workspace, CUDA_BLAS_WORKSPACE_BYTES,
+                                   cb->stream),
+                    "cublasLtMatmul (GELU epilogue)");
+    return true;
+}
+
 /*
  * C[m x n] (column-major, ldc) = op(A) op(B) + beta C, or, with a bias,
  * = op(A) op(B) + bias[m] broadcast over the columns (beta then 0).
@@ -183,22 +275,8 @@ static void gemm(cuda_backend *cb, bool trans_a, bool trans_b, int64_t m, int64_
         }
         return;
     }
-    int32_t elem = bf16 ? 2 : 4;
-    cuda_lt_key key;
-    memset(&key, 0, sizeof key);
-    key.trans_a = trans_a;
-    key.trans_b = trans_b;
-    key.bf16 = bf16;
-    key.bias = bias != NULL;
-    key.m = m;
-    key.n = n;
-    key.k = k;
-    key.lda = lda;
-    key.ldb = ldb;
-    key.ldc = ldc;
-    key.align_a = operand_alignment(a, lda, elem);
-    key.align_b = operand_alignment(b, ldb, elem);
-    key.align_c = operand_alignment(c, ldc, 4);
+    cuda_lt_key key = make_key(trans_a, trans_b, m, n, k, a, lda, b, ldb, bf16, c, ldc, bias,
+                               CUDA_EPI_NONE);
     const float alpha = 1.0f;
     cuda_lt_entry *e = lt_lookup(cb, &key);
     if (!e->ok && bias) {
@@ -241,25 +319,53 @@ static bool fits_int(cuda_backend *cb, int64_t rows)
     return true;
 }
 
-void cuda_linear_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
-                         const float *x, const float *w, const float *bias, float *y)
+/* The forward product's operands: x and w themselves (TF32) or, in bf16
+ * mode, bfloat16 copies in scratch. False (recorded) when scratch failed. */
+static bool forward_operands(cuda_backend *cb, int64_t rows, int32_t in, int32_t out,
+                             const float *x, const float *w, const void **xa, const void **wa)
 {
-    cuda_backend *cb = cuda_of(be);
-    if (rows <= 0 || out <= 0 || !fits_int(cb, rows))
-        return;
-    if (!cb->bf16) {
-        gemm(cb, true, false, out, rows, in, w, in, x, in, false, 0.0f, y, out, bias);
-        return;
-    }
+    *xa = x;
+    *wa = w;
+    if (!cb->bf16)
+        return true;
     size_t x_bytes = cuda_round64((size_t)rows * (size_t)in * 2);
     size_t w_bytes = cuda_round64((size_t)out * (size_t)in * 2);
     char *s = (char *)cuda_scratch(cb, x_bytes + w_bytes);
     if (!s)
-        return;
+        return false;
     __nv_bfloat16 *x16 = (__nv_bfloat16 *)s, *w16 = (__nv_bfloat16 *)(s + x_bytes);
     cuda_to_bf16(cb, rows * in, x, x16);
     cuda_to_bf16(cb, (int64_t)out * in, w, w16);
-    gemm(cb, true, false, out, rows, in, w16, in, x16, in, true, 0.0f, y, out, bias);
+    *xa = x16;
+    *wa = w16;
+    return true;
+}
+
+void cuda_linear_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                         const float *x, const float *w, const float *bias, float *y)
+{
+    cuda_backend *cb = cuda_of(be);
+    const void *xa, *wa;
+    if (rows <= 0 || out <= 0 || !fits_int(cb, rows) ||
+        !forward_operands(cb, rows, in, out, x, w, &xa, &wa))
+        return;
+    gemm(cb, true, false, out, rows, in, wa, in, xa, in, cb->bf16, 0.0f, y, out, bias);
+}
+
+bool cuda_linear_gelu_epilogue(cuda_backend *cb, int64_t rows, int32_t in, int32_t out,
+                               const float *x, const float *w, const float *bias, float *pre,
+                               float *y)
+{
+    const void *xa, *wa;
+    if (rows <= 0 || out <= 0 || !fits_int(cb, rows) ||
+        !forward_operands(cb, rows, in, out, x, w, &xa, &wa))
+        return true; /* nothing to compute, or the failure is recorded */
+    bool aux = pre != y;
+    if (gemm_epilogue(cb, true, false, out, rows, in, wa, in, xa, in, cb->bf16, y, out, bias,
+                      aux ? CUDA_EPI_GELU_AUX : CUDA_EPI_GELU, aux ? pre : NULL))
+        return true;
+    gemm(cb, true, false, out, rows, in, wa, in, xa, in, cb->bf16, 0.0f, pre, out, bias);
+    return false;
 }
 
 /* Stage 1: partial[chunk][j] = sum over the chunk's rows of dy[r][j] in
@@ -318,13 +424,15 @@ static void bias_gradient(cuda_backend *cb, int64_t rows, int32_t out, const flo
     cuda_launched(cb, "dbias_final");
 }
 
-void cuda_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
-                          const float *x, const float *w, const float *dy, float *dx,
-                          bool accumulate_dx, float *dw, float *dbias, bool accumulate_params)
+/* linear_backward; with `pre`, dx (overwritten) through the DGELU
+ * epilogue where cuBLASLt has it: returns whether dx got GELU'(pre). */
+static bool linear_backward_run(cuda_backend *cb, int64_t rows, int32_t in, int32_t out,
+                                const float *x, const float *w, const float *dy, float *dx,
+                                bool accumulate_dx, float *dw, float *dbias,
+                                bool accumulate_params, const float *pre)
 {
-    cuda_backend *cb = cuda_of(be);
     if (rows <= 0 || !fits_int(cb, rows))
-        return;
+        return true;
     bool bf16 = cb->bf16;
     int64_t n_chunks = (rows + DBIAS_CHUNK_ROWS - 1) / DBIAS_CHUNK_ROWS;
     size_t partial_bytes = dbias ? cuda_round64((size_t)n_chunks * (size_t)out * 8) : 0;
@@ -334,7 +442,7 @@ void cuda_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t o
     char *s = NULL;
     if (partial_bytes + x_bytes + w_bytes + dy_bytes > 0 &&
         !(s = (char *)cuda_scratch(cb, partial_bytes + x_bytes + w_bytes + dy_bytes)))
-        return;
+        return true; /* recorded */
     const void *xa = x, *wa = w, *dya = dy;
     if (bf16) {
         __nv_bfloat16 *x16 = (__nv_bfloat16 *)(s + partial_bytes);
@@ -353,7 +461,11 @@ void cuda_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t o
             wa = w16;
         }
     }
-    if (dx)
+    bool dgelu = false;
+    if (dx && pre)
+        dgelu = gemm_epilogue(cb, false, false, in, rows, out, wa, in, dya, out, bf16, dx, in,
+                              NULL, CUDA_EPI_DGELU, (void *)pre);
+    if (dx && !dgelu)
         gemm(cb, false, false, in, rows, out, wa, in, dya, out, bf16, accumulate_dx ? 1.0f : 0.0f,
              dx, in, NULL);
     if (dw)
@@ -361,4 +473,22 @@ void cuda_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t o
              accumulate_params ? 1.0f : 0.0f, dw, in, NULL);
     if (dbias)
         bias_gradient(cb, rows, out, dy, dbias, accumulate_params, (double *)s);
+    return dgelu;
+}
+
+void cuda_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                          const float *x, const float *w, const float *dy, float *dx,
+                          bool accumulate_dx, float *dw, float *dbias, bool accumulate_params)
+{
+    linear_backward_run(cuda_of(be), rows, in, out, x, w, dy, dx, accumulate_dx, dw, dbias,
+                        accumulate_params, NULL);
+}
+
+bool cuda_linear_dgelu_epilogue(cuda_backend *cb, int64_t rows, int32_t in, int32_t out,
+                                const float *x, const float *w, const float *dy,
+                                const float *pre, float *dx, float *dw, float *dbias,
+                                bool accumulate_params)
+{
+    return linear_backward_run(cb, rows, in, out, x, w, dy, dx, false, dw, dbias,
+                               accumulate_params, pre);
 }

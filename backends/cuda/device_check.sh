@@ -14,7 +14,7 @@
 #      batch 16 and 64, each in its own process so that its memory is its
 #      own; then the comparison table.
 # Results go to $OUT (the device tool's folder) or /tmp/nctmc-device-check:
-# device.txt, build.log, conformance.log, bench_libnctmc.log,
+# device.txt, build.log, conformance.log, fused.log, cudnn.log, bench_libnctmc.log,
 # bench_torch.log, compare.txt, nccl.log. The exit status is the
 # conformance test's, or the NCCL test's when that fails.
 #
@@ -41,16 +41,18 @@ if [ "$mode" = "--prepare" ]; then
     b="$carried/meson"
     rm -rf "$carried"
     meson setup "$b" "$root" -Dcuda=enabled -Dreference_tests=disabled >/dev/null &&
-        ninja -C "$b" tests/test_cuda_conformance bench_gpu_train libnctmc-cuda.so ||
-        exit 1
-    progs="test_cuda_conformance bench_gpu_train"
+        ninja -C "$b" tests/test_cuda_conformance tests/test_cuda_fused bench/bench_gpu_train \
+            libnctmc-cuda.so || exit 1
+    progs="test_cuda_conformance test_cuda_fused bench_gpu_train"
     if ninja -C "$b" tests/test_nccl_module libnctmc-nccl.so >/dev/null 2>&1; then
         progs="$progs test_nccl_module"
         cp "$b/libnctmc-nccl.so" "$carried/" &&
             strip --strip-unneeded "$carried/libnctmc-nccl.so" || exit 1
     fi
     for prog in $progs; do
-        cc -o "$carried/$prog" "$b/tests/$prog.p/"*.o "$b/libnctmc_internal.a" \
+        objs="$b/tests/$prog.p"
+        [ -d "$objs" ] || objs="$b/bench/$prog.p" # bench_gpu_train is built in bench/
+        cc -o "$carried/$prog" "$objs/"*.o "$b/libnctmc_internal.a" \
             -Wl,-Bstatic -lopenblas -lgfortran -lquadmath -Wl,-Bdynamic \
             -lpthread -lm -ldl || exit 1
         strip "$carried/$prog"
@@ -77,8 +79,8 @@ if [ -x "$carried/test_cuda_conformance" ] && [ -x "$carried/bench_gpu_train" ];
     bin="$carried"
 elif command -v meson >/dev/null && command -v nvcc >/dev/null &&
     meson setup "$build" "$root" -Dcuda=enabled -Dreference_tests=disabled >"$out/build.log" 2>&1 &&
-    ninja -C "$build" tests/test_cuda_conformance bench_gpu_train libnctmc-cuda.so \
-        >>"$out/build.log" 2>&1; then
+    ninja -C "$build" tests/test_cuda_conformance tests/test_cuda_fused bench_gpu_train \
+        libnctmc-cuda.so >>"$out/build.log" 2>&1; then
     bin="$build/tests"
     # the programs link the core statically from tests/; the modules are one
     # folder up, so name them
@@ -101,6 +103,20 @@ grep -E '^FAIL|^device|attention B|sample_step|sampler|model .*gradients|cuda_co
     "$out/conformance.log" | head -n 120
 echo "device_check: conformance exit status $status"
 
+# 2a. issue 38's fused block kernels (NCTMC_CUDA_FUSED) and cuDNN's attention
+#     backward against the CPU (fused.log), with cuDNN's own log (cudnn.log)
+if [ -x "$bin/test_cuda_fused" ]; then
+    CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$out/cudnn.log" timeout 180 "$bin/test_cuda_fused" \
+        >"$out/fused.log" 2>&1
+    fused_status=$?
+    [ -f "$out/cudnn.log" ] && tail -n 3000 "$out/cudnn.log" >"$out/cudnn.tail" &&
+        mv "$out/cudnn.tail" "$out/cudnn.log"
+    grep -E '^FAIL|fused|attention|NOTE|model|cuda_fused' "$out/fused.log" | head -n 80
+    echo "device_check: fused kernels exit status $fused_status"
+    [ "$status" -eq 0 ] && [ "$fused_status" -ne 0 ] && [ "$fused_status" -ne 77 ] &&
+        status=$fused_status
+fi
+
 # 2b. the NCCL engine on one rank (a world of one still runs NCCL's
 #     send/receive, the rank-order sum, all-gather and broadcast)
 if [ -x "$bin/test_nccl_module" ]; then
@@ -121,6 +137,10 @@ fi
         --sample-batch 16 --sample-steps 16 --kernel-batch 16
     timeout 90 "$bin/bench_gpu_train" --config paper-small --batch 64 --reps 3 --warmup 1 \
         --precision bf16 --sample-batch 0 --kernel-batch 0
+    for batch in 16 64; do # the fused block kernels (bench=*_fused rows)
+        timeout 90 "$bin/bench_gpu_train" --config paper-small --batch $batch --reps 3 \
+            --warmup 1 --precision bf16 --fused 1
+    done
 } >"$out/bench_libnctmc.log" 2>&1
 cat "$out/bench_libnctmc.log"
 torch_bench() { # extra arguments; appends to bench_torch.log

@@ -338,6 +338,41 @@ typedef struct nctmc_backend_ops {
     void (*linear_forward_packed)(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
                                   const float *x, const struct nctmc_packed_weight *w,
                                   const float *bias, float *y, void *scratch);
+
+    /* ---- fused block operations ------------------------------------------ */
+    /* Each computes what the named sequence of the operations above computes
+     * (a backend may run that sequence; a fused kernel must agree with it
+     * within its precision). */
+    /* linear_forward into pre[rows, out], then gelu_forward(pre) into y;
+     * y may equal pre. */
+    void (*linear_gelu_forward)(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                                const float *x, const float *w, const float *bias, float *pre,
+                                float *y);
+    /* linear_backward with accumulate_dx false, then gelu_backward(pre, dx)
+     * in place: dx[rows, in] = (dy w) * gelu'(pre[rows, in]) (dx required);
+     * dw and dbias as linear_backward. */
+    void (*linear_backward_gelu)(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                                 const float *x, const float *w, const float *dy,
+                                 const float *pre, float *dx, float *dw, float *dbias,
+                                 bool accumulate_params);
+    /* gated_residual_forward(x, y, gate) into out (out may equal x), then
+     * adaln_forward(out, w, shift, scale) into u, mean, rstd. gate, shift
+     * and scale share mod_stride. */
+    void (*residual_adaln_forward)(nctmc_backend *be, int64_t rows, int32_t seq_len,
+                                   int32_t dim, const float *x, const float *y,
+                                   const float *gate, const float *w, const float *shift,
+                                   const float *scale, int32_t mod_stride, float *out, float *u,
+                                   float *mean, float *rstd);
+    /* adaln_backward(x, w, scale, mean, rstd, dy) with accumulate_dx true
+     * (dx += ...), then gated_residual_backward(y_res, gate, dx) into
+     * dy_res and dgate. dy_res may equal dy. */
+    void (*adaln_residual_backward)(nctmc_backend *be, int64_t rows, int32_t seq_len,
+                                    int32_t dim, const float *x, const float *w,
+                                    const float *scale, int32_t mod_stride, const float *mean,
+                                    const float *rstd, const float *dy, float *dx, float *dw,
+                                    bool accumulate_dw, float *dshift, float *dscale,
+                                    const float *y_res, const float *gate, float *dy_res,
+                                    float *dgate);
 } nctmc_backend_ops;
 
 struct nctmc_backend {
@@ -380,7 +415,7 @@ nctmc_backend *cpu_backend_create_with(int n_threads, const struct nctmc_allocat
  * per-row math it shares (lcond_math.h, sample_math.h, philox.h) is inline
  * in headers.
  */
-#define NCTMC_BACKEND_ABI_VERSION 6u
+#define NCTMC_BACKEND_ABI_VERSION 7u
 #define NCTMC_BACKEND_MODULE_ENTRY "nctmc_backend_module_entry"
 
 typedef struct nctmc_backend_module {

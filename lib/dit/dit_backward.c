@@ -59,15 +59,19 @@ static void mlp_branch_backward(const nctmc_model *m, dit_workspace *ws, dit_lay
     int32_t ms = 6 * z->d;
     be->ops->gated_residual_backward(be, N, L, z->d, a->m2, a->mod + MOD_GATE_MLP * z->d, ms,
                                      s->d_x, s->d_u, s->d_mod + MOD_GATE_MLP * z->d);
-    be->ops->linear_backward(be, N, z->F, z->d, a->g, w->mlp2_w, s->d_u, s->d_f, false,
-                             gw->mlp2_w, gw->mlp2_b, acc);
-    be->ops->gelu_backward(be, N * z->F, a->m1, s->d_f, s->d_f);
+    be->ops->linear_backward_gelu(be, N, z->F, z->d, a->g, w->mlp2_w, s->d_u, a->m1, s->d_f,
+                                  gw->mlp2_w, gw->mlp2_b, acc);
     be->ops->linear_backward(be, N, z->d, z->F, a->u2, w->mlp0_w, s->d_f, s->d_u, false,
                              gw->mlp0_w, gw->mlp0_b, acc);
-    be->ops->adaln_backward(be, N, L, z->d, a->x_mid, w->norm2_w,
-                            a->mod + MOD_SCALE_MLP * z->d, ms, a->ln2_mean, a->ln2_rstd, s->d_u,
-                            s->d_x, true, gw->norm2_w, acc, s->d_mod + MOD_SHIFT_MLP * z->d,
-                            s->d_mod + MOD_SCALE_MLP * z->d);
+    /* norm2, then the attention branch's gated residual: d_u becomes the
+     * gradient of the attention branch's output */
+    be->ops->adaln_residual_backward(be, N, L, z->d, a->x_mid, w->norm2_w,
+                                     a->mod + MOD_SCALE_MLP * z->d, ms, a->ln2_mean, a->ln2_rstd,
+                                     s->d_u, s->d_x, gw->norm2_w, acc,
+                                     s->d_mod + MOD_SHIFT_MLP * z->d,
+                                     s->d_mod + MOD_SCALE_MLP * z->d, a->y_attn,
+                                     a->mod + MOD_GATE_MSA * z->d, s->d_u,
+                                     s->d_mod + MOD_GATE_MSA * z->d);
 }
 
 static void attention_branch_backward(const nctmc_model *m, dit_workspace *ws,
@@ -79,8 +83,7 @@ static void attention_branch_backward(const nctmc_model *m, dit_workspace *ws,
     dit_grad_scratch *s = &ws->grad;
     int64_t N = (int64_t)B * L;
     int32_t ms = 6 * z->d;
-    be->ops->gated_residual_backward(be, N, L, z->d, a->y_attn, a->mod + MOD_GATE_MSA * z->d,
-                                     ms, s->d_x, s->d_u, s->d_mod + MOD_GATE_MSA * z->d);
+    /* d_u holds the gradient of y_attn (mlp_branch_backward's last step) */
     be->ops->linear_backward(be, N, z->d, z->d, a->att_out, w->out_w, s->d_u, s->d_att, false,
                              gw->out_w, NULL, acc);
     be->ops->attention_backward(be, B, L, z->H, z->D, a->qkv, a->att_out, a->att_saved,

@@ -66,8 +66,6 @@ static void attention_branch(const nctmc_model *m, dit_workspace *ws, dit_layer_
     be->ops->attention_forward(be, B, L, z->H, z->D, a->qkv, a->att_out, a->att_saved,
                                ws->att_workspace);
     linear(ws, N, z->d, z->d, a->att_out, w->out_w, w->out_q, NULL, a->y_attn);
-    be->ops->gated_residual_forward(be, N, L, z->d, a->x_in, a->y_attn,
-                                    a->mod + MOD_GATE_MSA * z->d, ms, a->x_mid);
 }
 
 static void mlp_branch(const nctmc_model *m, dit_workspace *ws, dit_layer_acts *a,
@@ -77,10 +75,18 @@ static void mlp_branch(const nctmc_model *m, dit_workspace *ws, dit_layer_acts *
     const model_dims *z = &m->dims;
     int64_t N = (int64_t)B * L;
     int32_t ms = 6 * z->d;
-    be->ops->adaln_forward(be, N, L, z->d, a->x_mid, w->norm2_w, a->mod + MOD_SHIFT_MLP * z->d,
-                           a->mod + MOD_SCALE_MLP * z->d, ms, a->u2, a->ln2_mean, a->ln2_rstd);
-    linear(ws, N, z->d, z->F, a->u2, w->mlp0_w, w->mlp0_q, w->mlp0_b, a->m1);
-    be->ops->gelu_forward(be, N * z->F, a->m1, a->g);
+    /* the attention branch's gated residual, then norm2 */
+    be->ops->residual_adaln_forward(be, N, L, z->d, a->x_in, a->y_attn,
+                                    a->mod + MOD_GATE_MSA * z->d, w->norm2_w,
+                                    a->mod + MOD_SHIFT_MLP * z->d, a->mod + MOD_SCALE_MLP * z->d,
+                                    ms, a->x_mid, a->u2, a->ln2_mean, a->ln2_rstd);
+    if (w->mlp0_q) {
+        linear(ws, N, z->d, z->F, a->u2, w->mlp0_w, w->mlp0_q, w->mlp0_b, a->m1);
+        be->ops->gelu_forward(be, N * z->F, a->m1, a->g);
+    } else {
+        be->ops->linear_gelu_forward(be, N, z->d, z->F, a->u2, w->mlp0_w, w->mlp0_b, a->m1,
+                                     a->g);
+    }
     linear(ws, N, z->F, z->d, a->g, w->mlp2_w, w->mlp2_q, w->mlp2_b, a->m2);
     be->ops->gated_residual_forward(be, N, L, z->d, a->x_mid, a->m2,
                                     a->mod + MOD_GATE_MLP * z->d, ms, a->x_out);
