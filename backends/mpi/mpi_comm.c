@@ -18,9 +18,17 @@
  * reduce-scatters go on one duplicate communicator and the all-gathers on
  * another, each started in the order of the sums on every rank (a sum's
  * all-gather starts only after the previous sum's), as MPI requires of
- * collectives on one communicator. Measured with Open MPI 4.1 over shared
- * memory (bench/bench_allreduce.c, docs/distributed.md): this overlaps the
- * sum with computation, and a communication thread did not do better.
+ * collectives on one communicator. It needs no thread support from MPI
+ * (the caller's thread does every call), so an MPI_Comm from a caller that
+ * initialised MPI at any thread level works. Measured with Open MPI 4.1 over
+ * shared memory on a 2-core machine with both cores computing
+ * (bench/bench_allreduce.c, docs/distributed.md): neither this nor a
+ * communication thread hid any of the sum there (shared memory moves the
+ * bytes with the same cores that compute), and both cost a little more
+ * than one sum after the computation (the thread slightly less than this).
+ * This design stays because it asks nothing of MPI's thread support; a
+ * thread would need MPI_THREAD_SERIALIZED, which a caller's MPI_Comm from
+ * MPI_Init (MPI_THREAD_SINGLE) does not give.
  *
  * Errors are returned (MPI_ERRORS_RETURN on the engine's communicator),
  * with MPI's message, never left to abort the process by default.
