@@ -13,7 +13,7 @@
 #   5. the gradient sum in one bucket per stage of the backward pass,
 #      overlapped with it: the bits of one process, and with accumulation
 #      on each rank the bits of the sum after the backward pass
-#      (NCTMC_COMM_OVERLAP=0).
+#      (NCTMC_COMM_OVERLAP=0); ranks that would cut it differently refuse.
 #
 #   test_distributed.sh PATH/TO/nctmc PATH/TO/digits.txt MPIRUN
 set -u
@@ -165,6 +165,11 @@ one b3ref train $three --steps 3 --batch 2 --accumulation 3 --process masked \
 same b3.st b3ref.st
 same b2.st b2after.st
 has b2.log "comm [0-9.]*%"
+# ranks that would cut the slab differently (and so start different sums)
+# refuse before the first step
+refuse buckets "differ from rank 0 in the gradient buckets" \
+    -n 1 env NCTMC_COMM_BUCKET_BYTES=1 "$nctmc" train $three --steps 2 --batch 2 \
+    --out "$tmp/bk.st" : -n 1 "$nctmc" train $three --steps 2 --batch 2 --out "$tmp/bk.st"
 
 if [ "$failed" -ne 0 ]; then
     echo "$failed check(s) failed"
