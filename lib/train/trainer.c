@@ -2,8 +2,10 @@
  * trainer.c — the training step: draw times, noise and label dropout from
  * Philox streams keyed by (seed, step, global row), run the L_cond loss and
  * its gradients one micro-batch at a time (gradient accumulation: the
- * partials added in order), clip, AdamW, EMA. Everything per step lives in
- * buffers made at creation, so the step loop never allocates.
+ * partials added in order), sum them over the ranks (bucket by bucket
+ * during the last micro-batch's backward pass when overlapped), clip,
+ * AdamW, EMA. Everything per step lives in buffers made at creation, so the
+ * step loop never allocates.
  */
 #include <math.h>
 #include <stdio.h>
@@ -177,9 +179,8 @@ static void *staging_alloc(nctmc_backend *be, mem_need *need, size_t n, size_t e
 
 /* The smallest bucket the overlapped sum starts (DDP's first bucket is
  * 1 MiB; NCTMC_COMM_BUCKET_BYTES sets another, comm.h): smaller ones cost
- * more in per-sum latency than they hide. A
- * larger slab gets larger buckets, so that at most TRAINER_MAX_BUCKETS
- * sums are started at once. */
+ * more in per-sum latency than they hide. A larger slab gets larger
+ * buckets, so that at most TRAINER_MAX_BUCKETS sums are started at once. */
 #define TRAINER_BUCKET_BYTES ((size_t)1 << 20)
 #define TRAINER_MAX_BUCKETS 48
 _Static_assert(TRAINER_MAX_BUCKETS < COMM_MAX_STARTED, "the engine holds every bucket's sum");
