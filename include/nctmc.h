@@ -1350,6 +1350,13 @@ typedef struct nctmc_train_stats {
                                    positions with a non-zero rate */
     int32_t skipped;          /**< 1: non-finite loss or gradient, no update; else 0 */
     int64_t n_skipped;        /**< skipped steps so far */
+    /** Data-parallel runs (appended after 0.7.0): the seconds this step
+     *  spent on summing the gradients over the ranks that its backward pass
+     *  did not hide (waiting, copying, moving the sums along); 0 for one
+     *  process. With NCTMC_COMM_OVERLAP=0 in the environment the sum runs
+     *  after the backward pass, and this is its whole time
+     *  (docs/distributed.md). */
+    double comm_seconds;
 } nctmc_train_stats;
 
 /** Fills *stats with zeros and struct_size (see "Versioned structs"). */

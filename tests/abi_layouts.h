@@ -149,7 +149,10 @@ LAYOUTS_APPENDED(trainer_params, TRAINER_PARAMS_HEAD, TRAINER_PARAMS_HEAD_070,
     int64_t step;                                                                 \
     double loss, grad_norm, learning_rate, mean_log_rate;                         \
     int32_t skipped;
-LAYOUTS(train_stats, TRAIN_STATS_HEAD, int64_t n_skipped;, n_skipped);
+/* 0.2.0 ended at n_skipped; after 0.7.0 comm_seconds */
+#define TRAIN_STATS_HEAD_070 TRAIN_STATS_HEAD int64_t n_skipped;
+LAYOUTS_APPENDED(train_stats, TRAIN_STATS_HEAD, TRAIN_STATS_HEAD_070, double comm_seconds;,
+                 comm_seconds, n_skipped);
 
 #define TRAINER_STATE_HEAD                                                        \
     size_t struct_size;                                                           \

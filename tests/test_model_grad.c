@@ -4,9 +4,14 @@
  * along random directions through all parameters at once), for every forward
  * process; per-sequence loss weights (importance sampling of t); gradient
  * accumulation; bitwise determinism run after run and across thread
- * counts; and activation recomputation giving the same bits.
+ * counts; activation recomputation giving the same bits; and the backward
+ * pass's stages (dit_workspace_on_grads_ready, dit_grad_stage_tail): each
+ * reported in order, when the slab's tail it names already holds its final
+ * gradients.
  */
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -405,6 +410,90 @@ static void test_recompute(nctmc_process process, int32_t n_classes, nctmc_exit_
     fixture_free(&f);
 }
 
+/* What the grads-ready callback saw: the stages in order, and whether each
+ * stage's tail of the slab already held the final gradients. */
+typedef struct ready_log {
+    grad_fixture *f;
+    const float *want;      /* the final gradients (host) */
+    float *seen;            /* host scratch */
+    int32_t calls, order_ok, final_ok;
+} ready_log;
+
+/* Whether a and b (host copies of the slab from float `lo` on) agree in
+ * every tensor of that part (the padding between tensors is never written). */
+static bool tail_equal(const nctmc_model *m, const float *a, const float *b, size_t lo)
+{
+    for (int32_t k = 0; k < m->n_tensors; k++) {
+        const model_tensor *t = &m->tensors[k];
+        if (t->offset >= lo &&
+            memcmp(a + t->offset - lo, b + t->offset - lo,
+                   (size_t)t->n_elements * sizeof(float)) != 0)
+            return false;
+    }
+    return true;
+}
+
+static void on_ready(void *user, int32_t stage)
+{
+    ready_log *r = user;
+    nctmc_model *m = r->f->model;
+    nctmc_backend *be = r->f->ctx->backend;
+    size_t lo = dit_grad_stage_tail(m, stage);
+    if (stage != r->calls || lo == SIZE_MAX) {
+        r->order_ok = 0;
+    } else {
+        size_t bytes = (m->slab_floats - lo) * sizeof(float);
+        be->ops->download(be, r->seen, r->f->grads + lo, bytes);
+        if (!tail_equal(m, r->seen, r->want + lo, lo))
+            r->final_ok = 0;
+    }
+    r->calls++;
+}
+
+static void test_grads_ready(void)
+{
+    grad_fixture f;
+    fixture_init_layers(&f, NCTMC_PROCESS_MIXTURE, 3, 2, 99, 4, NCTMC_EXIT_LINK_NOISE_POSTERIOR);
+    nctmc_model *m = f.model;
+    nctmc_backend *be = f.ctx->backend;
+    int32_t n = m->dims.n_layers, stages = dit_grad_stages(m);
+    CHECK(stages == n + 2, "stages: %d for %d blocks", stages, n);
+    /* the standard layout: every stage's part is a tail, starting at the
+     * output layer's first tensor, then each block's, then the slab's start */
+    int32_t out = model_find_tensor(m, "output_layer.norm_final.weight");
+    CHECK(out >= 0 && dit_grad_stage_tail(m, 0) == m->tensors[out].offset,
+          "stage 0 starts at the output layer");
+    for (int32_t s = 1; s <= n; s++) {
+        char name[64];
+        snprintf(name, sizeof name, "blocks.%d.norm1.weight", (int)(n - s));
+        int32_t k = model_find_tensor(m, name);
+        CHECK(k >= 0 && dit_grad_stage_tail(m, s) == m->tensors[k].offset,
+              "stage %d starts at %s", (int)s, name);
+    }
+    CHECK(dit_grad_stage_tail(m, n + 1) == 0, "the last stage's part is the whole slab");
+    (void)eval_loss(&f, true);
+    float *want = malloc(slab_bytes(m)), *seen = malloc(slab_bytes(m));
+    memcpy(want, f.host_grads, slab_bytes(m));
+    /* a slab of garbage: a stage reported before its gradients are written
+     * shows it */
+    memset(f.host_grads, 0xff, slab_bytes(m));
+    be->ops->upload(be, f.grads, f.host_grads, slab_bytes(m));
+    ready_log r = {&f, want, seen, 0, 1, 1};
+    dit_workspace_on_grads_ready(f.ws, on_ready, &r);
+    (void)eval_loss(&f, true);
+    CHECK(r.calls == stages && r.order_ok, "grads ready: %d calls in order (want %d)", r.calls,
+          stages);
+    CHECK(r.final_ok, "grads ready: each stage's tail final when reported");
+    CHECK(tail_equal(m, f.host_grads, want, 0), "the callback changes no gradient");
+    dit_workspace_on_grads_ready(f.ws, NULL, NULL);
+    r.calls = 0;
+    (void)eval_loss(&f, true);
+    CHECK(r.calls == 0, "no callback once it is removed");
+    free(want);
+    free(seen);
+    fixture_free(&f);
+}
+
 int main(void)
 {
     const nctmc_exit_link np = NCTMC_EXIT_LINK_NOISE_POSTERIOR, dn = NCTMC_EXIT_LINK_DENOISER;
@@ -420,5 +509,6 @@ int main(void)
     test_recompute(NCTMC_PROCESS_MASKED, 0, np, "masked");
     test_recompute(NCTMC_PROCESS_MIXTURE, 3, np, "mixture+labels");
     test_recompute(NCTMC_PROCESS_UNIFORM, 0, dn, "uniform/denoiser");
+    test_grads_ready();
     return test_finish("model_grad");
 }

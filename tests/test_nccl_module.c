@@ -62,6 +62,13 @@ static void check_sums(const nctmc_comm_module *m, comm_engine *e)
     CHECK(memcmp(f, f0, sizeof f) == 0, "one rank's float sum is not its own buffer");
     CHECK(m->allreduce_sum(e, d, 7, COMM_DOUBLE, err, sizeof err) == NCTMC_OK, "double: %s", err);
     CHECK(memcmp(d, d0, sizeof d) == 0, "one rank's double sum is not its own buffer");
+    /* started sums (interface 2): two buckets of the float buffer */
+    CHECK(m->sum_start(e, f + 500, N - 500, COMM_FLOAT, err, sizeof err) == NCTMC_OK &&
+              m->sum_progress(e, err, sizeof err) == NCTMC_OK &&
+              m->sum_start(e, f, 500, COMM_FLOAT, err, sizeof err) == NCTMC_OK &&
+              m->sum_wait(e, err, sizeof err) == NCTMC_OK,
+          "started sums: %s", err);
+    CHECK(memcmp(f, f0, sizeof f) == 0, "one rank's started sums are not its own buffer");
     unsigned char bytes[37];
     for (int i = 0; i < 37; i++)
         bytes[i] = (unsigned char)(i * 11);

@@ -21,6 +21,9 @@
  * addition); ncclAllGather hands the summed slices to everyone. These are
  * the bits of the MPI engine and of one process accumulating in rank order.
  *
+ * Started sums (sum_start) run at once, as allreduce_sum: the NCCL engine
+ * does not overlap the sum with the caller's computation yet.
+ *
  * Failures never hang: the communicator is non-blocking, and every wait
  * polls ncclCommGetAsyncError and a deadline (NCTMC_COMM_TIMEOUT seconds,
  * default 300); a failed or late operation aborts the communicator
@@ -564,6 +567,21 @@ static nctmc_status allreduce_sum(comm_engine *e, void *buf, int64_t n, comm_typ
     return st;
 }
 
+/* A started sum runs to its end here (no overlap on this engine yet). */
+static nctmc_status sum_start(comm_engine *e, void *buf, int64_t n, comm_type type, char *err,
+                              size_t err_size)
+{
+    return allreduce_sum(e, buf, n, type, err, err_size);
+}
+
+static nctmc_status sum_done(comm_engine *e, char *err, size_t err_size)
+{
+    (void)e;
+    (void)err;
+    (void)err_size;
+    return NCTMC_OK;
+}
+
 static nctmc_status broadcast(comm_engine *e, void *buf, int64_t bytes, int32_t root,
                               char *err, size_t err_size)
 {
@@ -612,6 +630,9 @@ static const nctmc_comm_module nccl_module = {
     .rank = engine_rank,
     .size = engine_size,
     .allreduce_sum = allreduce_sum,
+    .sum_start = sum_start,
+    .sum_progress = sum_done,
+    .sum_wait = sum_done,
     .broadcast = broadcast,
     .barrier = barrier,
     .abort_job = abort_job,

@@ -9,7 +9,11 @@
 #      ranks equals one process resuming with the same micro-batches;
 #   3. ranks that disagree (seed, model configuration) refuse, naming it;
 #   4. a rank killed with SIGKILL mid-run ends the job, non-zero, within
-#      60 s, and the last checkpoint loads.
+#      60 s, and the last checkpoint loads;
+#   5. the gradient sum in one bucket per stage of the backward pass,
+#      overlapped with it: the bits of one process, and with accumulation
+#      on each rank the bits of the sum after the backward pass
+#      (NCTMC_COMM_OVERLAP=0); ranks that would cut it differently refuse.
 #
 #   test_distributed.sh PATH/TO/nctmc PATH/TO/digits.txt MPIRUN
 set -u
@@ -138,6 +142,34 @@ else
     one killresume train --data "$tmp/dg" --threads 1 --resume "$tmp/k.st" --steps 6 \
         --out "$tmp/k1.st"
 fi
+
+# --- 5. the overlapped sum, one bucket per stage ---------------------------
+# NCTMC_COMM_BUCKET_BYTES=1 makes every stage of the backward pass a bucket
+# of its own (the default, 1 MiB, leaves a small model one bucket). With
+# accumulation on each rank (the last micro-batch's part added bucket by
+# bucket) the reference is the sum after the backward pass
+# (NCTMC_COMM_OVERLAP=0): ranks add their own micro-batches first, so one
+# process adds the same partials in another order
+three="--data $tmp/dg --layers 3 --d-model 32 --heads 2 --cond-dim 16 --threads 1 --warmup 2
+       --lr 1e-3 --min-lr-ratio 1 --clip 0.05 --ema 0.9 --eval-sequences 4
+       --eval-time-samples 1"
+export NCTMC_COMM_BUCKET_BYTES=1
+mpi 3 b3 train $three --steps 3 --batch 2 --process masked --out "$tmp/b3.st"
+mpi 2 b2 train $three --steps 3 --batch 2 --accumulation 2 --out "$tmp/b2.st"
+NCTMC_COMM_OVERLAP=0
+export NCTMC_COMM_OVERLAP
+mpi 2 b2after train $three --steps 3 --batch 2 --accumulation 2 --out "$tmp/b2after.st"
+unset NCTMC_COMM_OVERLAP NCTMC_COMM_BUCKET_BYTES
+one b3ref train $three --steps 3 --batch 2 --accumulation 3 --process masked \
+    --out "$tmp/b3ref.st"
+same b3.st b3ref.st
+same b2.st b2after.st
+has b2.log "comm [0-9.]*%"
+# ranks that would cut the slab differently (and so start different sums)
+# refuse before the first step
+refuse buckets "differ from rank 0 in the gradient buckets" \
+    -n 1 env NCTMC_COMM_BUCKET_BYTES=1 "$nctmc" train $three --steps 2 --batch 2 \
+    --out "$tmp/bk.st" : -n 1 "$nctmc" train $three --steps 2 --batch 2 --out "$tmp/bk.st"
 
 if [ "$failed" -ne 0 ]; then
     echo "$failed check(s) failed"

@@ -68,6 +68,8 @@ typedef struct train_run {
     int64_t loss_count;
     double step_seconds;      /* time inside training steps only */
     int64_t steps_timed;
+    double comm_seconds;      /* of which the gradient sum over the ranks
+                                 left exposed (nctmc_train_stats) */
     int64_t skipped_reported;
     nctmc_comm *comm;         /* the job's ranks (mpirun, srun); one without */
     int32_t rank, ranks;
@@ -419,8 +421,13 @@ static void show_progress(train_run *run, const nctmc_train_stats *stats)
                        : 0.0;
     progress_format_count(rate, sizeof rate, tok_s);
     double loss = run->loss_count > 0 ? run->loss_sum / (double)run->loss_count : NAN;
-    snprintf(fields, sizeof fields, "loss %.4f lr %.1e |g| %.2g %s tok/s", loss,
-             stats->learning_rate, stats->grad_norm, rate);
+    int n = snprintf(fields, sizeof fields, "loss %.4f lr %.1e |g| %.2g %s tok/s", loss,
+                     stats->learning_rate, stats->grad_norm, rate);
+    /* the share of step time spent on the sum that the backward pass did
+     * not hide (bench/distributed.sh reads it) */
+    if (run->ranks > 1 && run->step_seconds > 0.0 && n > 0 && (size_t)n < sizeof fields)
+        snprintf(fields + n, sizeof fields - (size_t)n, " comm %.1f%%",
+                 100.0 * run->comm_seconds / run->step_seconds);
     progress_update(&run->bar, stats->step, fields);
     /* the loss shown is the mean over the current window of log_every
      * steps, not one noisy batch */
@@ -446,6 +453,7 @@ static bool take_step(train_run *run, nctmc_train_stats *stats)
     nctmc_status st = nctmc_trainer_step_dataset(run->trainer, run->data.shard, stats);
     run->step_seconds += cli_now() - t0;
     run->steps_timed++;
+    run->comm_seconds += stats->comm_seconds;
     if (st == NCTMC_ERR_NON_FINITE) {
         note_skipped(run, stats);
         return true;

@@ -56,7 +56,7 @@ ABI_STRUCT(abi_tensor_info, nctmc_tensor_info, n_elements, n_elements);
 ABI_STRUCT(abi_forward_params, nctmc_forward_params, jump_logprobs, jump_logprobs);
 ABI_STRUCT(abi_dataset_info, nctmc_dataset_info, n_sequences, reserved0);
 ABI_STRUCT(abi_trainer_params, nctmc_trainer_params, seed, comm);
-ABI_STRUCT(abi_train_stats, nctmc_train_stats, n_skipped, n_skipped);
+ABI_STRUCT(abi_train_stats, nctmc_train_stats, n_skipped, comm_seconds);
 ABI_STRUCT(abi_trainer_state, nctmc_trainer_state, seed, seed);
 ABI_STRUCT(abi_eval_params, nctmc_eval_params, user_data, comm);
 ABI_STRUCT(abi_eval_result, nctmc_eval_result, buckets, n_reliability);

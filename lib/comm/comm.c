@@ -32,6 +32,38 @@ nctmc_status comm_sum(nctmc_comm *c, void *buf, int64_t n, comm_type type, char 
     return c->module->allreduce_sum(c->engine, buf, n, type, err, err_size);
 }
 
+nctmc_status comm_sum_start(nctmc_comm *c, void *buf, int64_t n, comm_type type, char *err,
+                            size_t err_size)
+{
+    if (!c || !c->module)
+        return NCTMC_OK;
+    return c->module->sum_start(c->engine, buf, n, type, err, err_size);
+}
+
+nctmc_status comm_sum_progress(nctmc_comm *c, char *err, size_t err_size)
+{
+    if (!c || !c->module)
+        return NCTMC_OK;
+    return c->module->sum_progress(c->engine, err, err_size);
+}
+
+nctmc_status comm_sum_wait(nctmc_comm *c, char *err, size_t err_size)
+{
+    if (!c || !c->module)
+        return NCTMC_OK;
+    return c->module->sum_wait(c->engine, err, err_size);
+}
+
+bool comm_overlap(const nctmc_comm *c)
+{
+    return c && c->module && c->size > 1 && c->overlap;
+}
+
+int64_t comm_bucket_bytes(const nctmc_comm *c)
+{
+    return c ? c->bucket_bytes : 0;
+}
+
 nctmc_status comm_broadcast(nctmc_comm *c, void *buf, int64_t bytes, int32_t root, char *err,
                             size_t err_size)
 {
@@ -124,6 +156,10 @@ static nctmc_status comm_alloc(nctmc_comm **out, char *err, size_t err_size)
     if (!*out)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     (*out)->size = 1;
+    const char *overlap = getenv("NCTMC_COMM_OVERLAP");
+    (*out)->overlap = !(overlap && strcmp(overlap, "0") == 0);
+    long bucket = env_int("NCTMC_COMM_BUCKET_BYTES", 1, 1L << 30);
+    (*out)->bucket_bytes = bucket > 0 ? bucket : 0;
     snprintf((*out)->launcher, sizeof (*out)->launcher, "a single process");
     return NCTMC_OK;
 }

@@ -9,6 +9,8 @@
 #ifndef NCTMC_COMM_H
 #define NCTMC_COMM_H
 
+#include <stdbool.h>
+
 #include "base/fail.h"
 #include "comm_module.h"
 
@@ -18,6 +20,12 @@ struct nctmc_comm {
     const nctmc_comm_module *module; /* NULL for a world of one */
     comm_engine *engine;
     char launcher[64];               /* what started the job, for messages */
+    bool overlap;                    /* the trainer sums gradient buckets during
+                                        its backward pass (NCTMC_COMM_OVERLAP=0:
+                                        after it, for measuring the overlap) */
+    int64_t bucket_bytes;            /* the smallest such bucket
+                                        (NCTMC_COMM_BUCKET_BYTES; 0: the
+                                        trainer's default) */
     char last_error[NCTMC_ERROR_SIZE];
 };
 
@@ -29,6 +37,24 @@ int32_t comm_size(const nctmc_comm *c);
  * into err on failure. */
 nctmc_status comm_sum(nctmc_comm *c, void *buf, int64_t n, comm_type type, char *err,
                       size_t err_size);
+
+/* Started sums (comm_module.h): comm_sum_start begins buf[0..n) := the sum
+ * over ranks; comm_sum_progress moves the started sums along; comm_sum_wait
+ * returns when all are complete. buf stays untouched until then. No-ops in
+ * a world of one. */
+nctmc_status comm_sum_start(nctmc_comm *c, void *buf, int64_t n, comm_type type, char *err,
+                            size_t err_size);
+nctmc_status comm_sum_progress(nctmc_comm *c, char *err, size_t err_size);
+nctmc_status comm_sum_wait(nctmc_comm *c, char *err, size_t err_size);
+
+/* Whether the trainer should sum its gradients in buckets during the
+ * backward pass (a world of several ranks, unless NCTMC_COMM_OVERLAP=0). */
+bool comm_overlap(const nctmc_comm *c);
+
+/* The smallest gradient bucket the caller asked for in bytes
+ * (NCTMC_COMM_BUCKET_BYTES, for tests and measurements), or 0: the
+ * trainer's own. */
+int64_t comm_bucket_bytes(const nctmc_comm *c);
 
 /* buf[0..bytes) := rank `root`'s. */
 nctmc_status comm_broadcast(nctmc_comm *c, void *buf, int64_t bytes, int32_t root, char *err,

@@ -89,6 +89,28 @@ nctmc_status dit_loss(const nctmc_model *model, dit_workspace *ws, const dit_bat
                       float *grads, bool accumulate, double *mean_loss, char *err,
                       size_t err_size);
 
+/*
+ * The backward pass (dit_loss with gradients) finishes the gradients in
+ * stages, in this order: stage 0 the output layer, stages 1..n_layers the
+ * blocks from the last to the first, stage n_layers + 1 the embeddings and
+ * the time conditioning. With fn set, it calls fn(user, s) as soon as the
+ * gradients of stage s are final (for a data-parallel trainer that sums
+ * them while the pass goes on); fn NULL: none. fn must not touch the
+ * workspace.
+ */
+typedef void (*dit_grads_ready_fn)(void *user, int32_t stage);
+void dit_workspace_on_grads_ready(dit_workspace *ws, dit_grads_ready_fn fn, void *user);
+
+/* The number of stages: n_layers + 2. */
+int32_t dit_grad_stages(const nctmc_model *model);
+
+/* Where, in floats of the model's slab, the part begins that holds exactly
+ * the tensors of stages 0..s (the gradients final once stage s is), or
+ * SIZE_MAX when those tensors are not the slab's tail. With the standard
+ * layout (model_tensors.c: embeddings, blocks 0.., output layer) every
+ * stage's part is a tail; the last stage's is the whole slab (0). */
+size_t dit_grad_stage_tail(const nctmc_model *model, int32_t s);
+
 /* Backend pointer to the last dit_loss's per-position losses [N]
  * (unweighted). */
 float *dit_ws_loss(const dit_workspace *ws);

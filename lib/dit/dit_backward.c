@@ -11,7 +11,14 @@
  * input the residual stream kept, right before its backward. The backends'
  * operations are deterministic, so the recomputed activations are the
  * first pass's bit for bit, and so are the gradients.
+ *
+ * The pass tells the workspace's grads_ready callback (dit.h) when each
+ * stage's gradients are final; dit_grad_stage_tail says where they lie.
  */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "dit_internal.h"
 
 static void output_layer_backward(const nctmc_model *m, dit_workspace *ws, int64_t N,
@@ -131,15 +138,64 @@ static void time_conditioning_backward(const nctmc_model *m, dit_workspace *ws, 
                              NULL, false, g->time_w1, g->time_b1, acc);
 }
 
+static void grads_ready(dit_workspace *ws, int32_t stage)
+{
+    if (ws->grads_ready)
+        ws->grads_ready(ws->grads_ready_user, stage);
+}
+
 void dit_backward(const nctmc_model *m, dit_workspace *ws, const dit_batch *b,
                   const model_view *g, bool acc)
 {
-    int32_t B = b->batch, L = b->length;
+    int32_t B = b->batch, L = b->length, n = m->dims.n_layers;
     int64_t N = (int64_t)B * L;
     output_layer_backward(m, ws, N, B, L, g, acc);
-    for (int32_t k = m->dims.n_layers - 1; k >= 0; k--)
+    grads_ready(ws, 0);
+    for (int32_t k = n - 1; k >= 0; k--) {
         block_backward(m, ws, k, B, L, g, acc);
+        grads_ready(ws, n - k);
+    }
     ws->be->ops->embedding_backward(ws->be, N, m->dims.d, m->dims.V, ws->x_t, ws->grad.d_x,
                                     g->vocab_embed, acc);
     time_conditioning_backward(m, ws, B, g, acc);
+    grads_ready(ws, n + 1);
+}
+
+void dit_workspace_on_grads_ready(dit_workspace *ws, dit_grads_ready_fn fn, void *user)
+{
+    ws->grads_ready = fn;
+    ws->grads_ready_user = user;
+}
+
+int32_t dit_grad_stages(const nctmc_model *m)
+{
+    return m->dims.n_layers + 2;
+}
+
+/* The stage whose backward finishes tensor t (by its name: "output_layer.",
+ * "blocks.K.", or the embeddings and time conditioning). */
+static int32_t tensor_stage(const nctmc_model *m, const model_tensor *t)
+{
+    int32_t n = m->dims.n_layers;
+    if (strncmp(t->name, "output_layer.", 13) == 0)
+        return 0;
+    if (strncmp(t->name, "blocks.", 7) == 0)
+        return n - (int32_t)strtol(t->name + 7, NULL, 10);
+    return n + 1;
+}
+
+size_t dit_grad_stage_tail(const nctmc_model *m, int32_t s)
+{
+    size_t lo = SIZE_MAX, hi_others = 0;
+    for (int32_t k = 0; k < m->n_tensors; k++) {
+        const model_tensor *t = &m->tensors[k];
+        size_t end = t->offset + (size_t)t->n_elements;
+        if (tensor_stage(m, t) <= s)
+            lo = t->offset < lo ? t->offset : lo;
+        else
+            hi_others = end > hi_others ? end : hi_others;
+    }
+    if (s >= dit_grad_stages(m) - 1)
+        return 0;
+    return lo != SIZE_MAX && hi_others <= lo ? lo : SIZE_MAX;
 }

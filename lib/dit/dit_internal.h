@@ -101,6 +101,8 @@ struct dit_workspace {
     void *packed_scratch;
     dit_grad_scratch grad;
     model_block_view *grad_blocks;  /* host array: a gradient slab's block view */
+    dit_grads_ready_fn grads_ready; /* told when a stage's gradients are final */
+    void *grads_ready_user;
 
     /* host staging */
     int32_t *host_labels;  /* [B] null labels when the caller passes none */

@@ -29,6 +29,9 @@ struct nctmc_allocator; /* base/alloc.h */
 
 /* ---- cores and memory ------------------------------------------------------ */
 
+/* Seconds on a monotonic clock from an arbitrary start (for measuring). */
+double plat_seconds(void);
+
 /* The cores this process may run on (its affinity mask where the system has
  * one, else the cores online); at least 1. */
 int plat_cpu_count(void);

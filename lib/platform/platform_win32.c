@@ -119,6 +119,14 @@ static bool is_disk_file(HANDLE h)
 
 /* ---- cores and memory ------------------------------------------------------ */
 
+double plat_seconds(void)
+{
+    LARGE_INTEGER t, f;
+    QueryPerformanceCounter(&t);
+    QueryPerformanceFrequency(&f);
+    return (double)t.QuadPart / (double)f.QuadPart;
+}
+
 int plat_cpu_count(void)
 {
     DWORD_PTR process = 0, system = 0;

@@ -2,8 +2,10 @@
  * trainer.c — the training step: draw times, noise and label dropout from
  * Philox streams keyed by (seed, step, global row), run the L_cond loss and
  * its gradients one micro-batch at a time (gradient accumulation: the
- * partials added in order), clip, AdamW, EMA. Everything per step lives in
- * buffers made at creation, so the step loop never allocates.
+ * partials added in order), sum them over the ranks (bucket by bucket
+ * during the last micro-batch's backward pass when overlapped), clip,
+ * AdamW, EMA. Everything per step lives in buffers made at creation, so the
+ * step loop never allocates.
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 
 #include "base/abi.h"
 #include "base/checked.h"
+#include "platform/platform.h"
 #include "model/model_map.h"
 #include "math/philox.h"
 #include "math/time_sampling.h"
@@ -147,6 +150,7 @@ NCTMC_API void nctmc_trainer_free(nctmc_trainer *t)
     mem_free(&alloc, t->host_weights);
     mem_free(&alloc, t->host_rate_h);
     mem_free(&alloc, t->host_reduce);
+    mem_free(&alloc, t->bucket_lo);
     model_release(t->model);
     mem_free(&alloc, t);
 }
@@ -171,6 +175,37 @@ static void *staging_alloc(nctmc_backend *be, mem_need *need, size_t n, size_t e
     }
     size_t bytes;
     return checked_mul(n, elem, &bytes) ? mem_alloc(be->alloc, bytes) : NULL;
+}
+
+/* The smallest bucket the overlapped sum starts (DDP's first bucket is
+ * 1 MiB; NCTMC_COMM_BUCKET_BYTES sets another, comm.h): smaller ones cost
+ * more in per-sum latency than they hide. A larger slab gets larger
+ * buckets, so that at most TRAINER_MAX_BUCKETS sums are started at once. */
+#define TRAINER_BUCKET_BYTES ((size_t)1 << 20)
+#define TRAINER_MAX_BUCKETS 48
+_Static_assert(TRAINER_MAX_BUCKETS < COMM_MAX_STARTED, "the engine holds every bucket's sum");
+
+/* Cuts the gradient slab into buckets at stage boundaries, from its end
+ * (the output layer's gradients, final first) to its start: a bucket ends
+ * at the first stage whose gradients make the slab's tail from there at
+ * least a bucket long, the last one at the last stage (dit.h). */
+static void cut_buckets(nctmc_trainer *t)
+{
+    const nctmc_model *m = t->model;
+    int32_t stages = dit_grad_stages(m);
+    size_t floats = m->slab_floats;
+    int64_t asked = comm_bucket_bytes(t->params.comm);
+    size_t min_floats = (asked > 0 ? (size_t)asked : TRAINER_BUCKET_BYTES) / sizeof(float);
+    if (floats / TRAINER_MAX_BUCKETS > min_floats)
+        min_floats = floats / TRAINER_MAX_BUCKETS;
+    size_t end = floats;
+    for (int32_t s = 0; s < stages; s++) {
+        size_t lo = dit_grad_stage_tail(m, s);
+        bool cut = lo != SIZE_MAX && lo < end && (end - lo >= min_floats || s == stages - 1);
+        t->bucket_lo[s] = cut ? (int64_t)lo : -1;
+        if (cut)
+            end = lo;
+    }
 }
 
 static nctmc_status allocate_buffers(nctmc_trainer *t, mem_need *need)
@@ -205,10 +240,16 @@ static nctmc_status allocate_buffers(nctmc_trainer *t, mem_need *need)
         t->host_labels = staging_alloc(be, need, R, sizeof(int32_t));
     if (comm_size(t->params.comm) > 1)
         t->host_reduce = staging_alloc(be, need, slab_bytes, 1);
+    bool overlap = comm_overlap(t->params.comm);
+    if (overlap)
+        t->bucket_lo =
+            staging_alloc(be, need, (size_t)dit_grad_stages(t->model), sizeof(int64_t));
     if (need)
         return need->overflow ? NCTMC_ERR_OUT_OF_MEMORY : NCTMC_OK;
+    if (overlap && t->bucket_lo)
+        cut_buckets(t);
     if (!t->host_x0 || !t->host_xt || !t->host_times || !t->host_weights || !t->host_rate_h ||
-        (comm_size(t->params.comm) > 1 && !t->host_reduce) ||
+        (comm_size(t->params.comm) > 1 && !t->host_reduce) || (overlap && !t->bucket_lo) ||
         (t->model->dims.n_labels > 0 && !t->host_labels))
         return NCTMC_ERR_OUT_OF_MEMORY;
     return NCTMC_OK;
@@ -623,43 +664,102 @@ static nctmc_status run_micro_batch(nctmc_trainer *t, int32_t k, step_sums *sums
         dit_loss(m, t->ws, &batch, dst, false, &loss, t->last_error, sizeof t->last_error);
     if (st != NCTMC_OK)
         return st;
-    if (k > 0)
+    if (t->reduce_status != NCTMC_OK)
+        return FAIL_INTO(t, t->reduce_status,
+                         "rank %d of %d, step %lld: summing the gradients: %s",
+                         (int)comm_rank(t->params.comm), (int)comm_size(t->params.comm),
+                         (long long)t->state.step, t->reduce_error);
+    if (k > 0 && !t->add_part)
         t->be->ops->add(t->be, (int64_t)m->slab_floats, t->grads, t->grad_part);
     sums->loss += loss;
     add_log_rates(t, k, &sums->log_rate, &sums->log_rate_count);
     return NCTMC_OK;
 }
 
+/* Overlap: stage `stage` of the last micro-batch's backward pass is done.
+ * When it completes a bucket, the bucket (with that micro-batch's part
+ * added, under accumulation) goes to host_reduce and its sum starts; the
+ * started sums move along either way. */
+static nctmc_status start_bucket(nctmc_trainer *t, int32_t stage)
+{
+    nctmc_comm *comm = t->params.comm;
+    int64_t lo = t->bucket_lo[stage];
+    if (lo < 0)
+        return comm_sum_progress(comm, t->reduce_error, sizeof t->reduce_error);
+    nctmc_backend *be = t->be;
+    size_t n = t->reduce_next - (size_t)lo;
+    if (t->add_part)
+        be->ops->add(be, (int64_t)n, t->grads + lo, t->grad_part + lo);
+    be->ops->download(be, t->host_reduce + lo, t->grads + lo, n * sizeof(float));
+    nctmc_status st = be->ops->synchronize(be);
+    if (st != NCTMC_OK)
+        return fail_format(t->reduce_error, sizeof t->reduce_error, st, "%s", be->error);
+    t->reduce_next = (size_t)lo;
+    return comm_sum_start(comm, t->host_reduce + lo, (int64_t)n, COMM_FLOAT, t->reduce_error,
+                          sizeof t->reduce_error);
+}
+
+/* dit_grads_ready_fn for the overlapped sum. */
+static void on_grads_ready(void *user, int32_t stage)
+{
+    nctmc_trainer *t = user;
+    double t0 = plat_seconds();
+    if (t->reduce_status == NCTMC_OK)
+        t->reduce_status = start_bucket(t, stage);
+    t->comm_seconds += plat_seconds() - t0;
+}
+
+/* Before micro-batch k: the last one's backward pass starts the sums when
+ * the trainer overlaps them. */
+static void prepare_overlap(nctmc_trainer *t, int32_t k)
+{
+    bool last = t->bucket_lo && k == t->params.accumulation - 1;
+    t->reduce_next = t->model->slab_floats;
+    t->reduce_status = NCTMC_OK;
+    t->add_part = last && k > 0;
+    dit_workspace_on_grads_ready(t->ws, last ? on_grads_ready : NULL, t);
+}
+
+/* The whole slab's sum after the backward pass (no overlap). */
+static nctmc_status sum_slab(nctmc_trainer *t, char *why, size_t why_size)
+{
+    nctmc_backend *be = t->be;
+    be->ops->download(be, t->host_reduce, t->grads, trainer_slab_bytes(t));
+    nctmc_status st = be->ops->synchronize(be);
+    if (st != NCTMC_OK)
+        return fail_format(why, why_size, st, "%s", be->error);
+    return comm_sum(t->params.comm, t->host_reduce, (int64_t)t->model->slab_floats,
+                    COMM_FLOAT, why, why_size);
+}
+
 /* With several ranks: every rank's gradient (the sum of its micro-batches')
  * and sums := the sums over the ranks in rank order, the same bits on
  * every rank. One rank's gradient with one micro-batch is that
  * micro-batch's, so N ranks add the same partials in the same order as one
- * process accumulating N micro-batches. */
+ * process accumulating N micro-batches. Overlapped, the buckets' sums are
+ * under way already (elementwise, so the same bits as one sum of the slab):
+ * this waits for them. */
 static nctmc_status sum_over_ranks(nctmc_trainer *t, step_sums *sums)
 {
     nctmc_comm *comm = t->params.comm;
     if (comm_size(comm) == 1)
         return NCTMC_OK;
-    nctmc_backend *be = t->be;
-    size_t bytes = trainer_slab_bytes(t);
-    be->ops->download(be, t->host_reduce, t->grads, bytes);
-    nctmc_status st = be->ops->synchronize(be);
-    if (st != NCTMC_OK)
-        return FAIL_INTO(t, st, "training step: %s", be->error);
+    double t0 = plat_seconds();
     char why[NCTMC_ERROR_SIZE];
     double values[3] = {sums->loss, sums->log_rate, sums->log_rate_count};
-    st = comm_sum(comm, t->host_reduce, (int64_t)t->model->slab_floats, COMM_FLOAT, why,
-                  sizeof why);
+    nctmc_status st = t->bucket_lo ? comm_sum_wait(comm, why, sizeof why)
+                                   : sum_slab(t, why, sizeof why);
     if (st == NCTMC_OK)
         st = comm_sum(comm, values, 3, COMM_DOUBLE, why, sizeof why);
     if (st != NCTMC_OK)
         return FAIL_INTO(t, st, "rank %d of %d, step %lld: summing the gradients: %s",
                          (int)comm_rank(comm), (int)comm_size(comm),
                          (long long)t->state.step, why);
-    be->ops->upload(be, t->grads, t->host_reduce, bytes);
+    t->be->ops->upload(t->be, t->grads, t->host_reduce, trainer_slab_bytes(t));
     sums->loss = values[0];
     sums->log_rate = values[1];
     sums->log_rate_count = values[2];
+    t->comm_seconds += plat_seconds() - t0;
     return NCTMC_OK;
 }
 
@@ -672,11 +772,16 @@ static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
     if (t->host_labels)
         drop_labels(t);
     step_sums sums = {0.0, 0.0, 0.0};
+    t->comm_seconds = 0.0;
     for (int32_t k = 0; k < t->params.accumulation; k++) {
+        prepare_overlap(t, k);
         nctmc_status st = run_micro_batch(t, k, &sums);
-        if (st != NCTMC_OK)
+        if (st != NCTMC_OK) {
+            dit_workspace_on_grads_ready(t->ws, NULL, NULL);
             return st;
+        }
     }
+    dit_workspace_on_grads_ready(t->ws, NULL, NULL);
     nctmc_status st = sum_over_ranks(t, &sums);
     if (st != NCTMC_OK)
         return st;
@@ -708,6 +813,7 @@ static nctmc_status run_step(nctmc_trainer *t, nctmc_train_stats *stats)
         full.mean_log_rate = log_rate;
         full.skipped = skip;
         full.n_skipped = t->state.n_skipped;
+        full.comm_seconds = t->comm_seconds;
         abi_write(stats, &full, &abi_train_stats);
     }
     if (skip)

@@ -40,6 +40,19 @@ struct nctmc_trainer {
      * host copy of the gradient slab the ranks sum, and what the ranks last
      * agreed on (trainer_agree.c): none yet, or the dataset of the steps. */
     float *host_reduce;
+    /* Overlap (comm_overlap): the last micro-batch's backward pass hands each
+     * bucket of the slab to the sum as soon as its gradients are final.
+     * bucket_lo[s]: where the bucket that stage s completes begins (floats),
+     * -1 when stage s completes none; reduce_next: the end of the next
+     * bucket during the pass; add_part: that micro-batch's grad_part is
+     * added into grads bucket by bucket; reduce_status / reduce_error: the
+     * first failure in the pass. comm_seconds: this step's exposed time. */
+    int64_t *bucket_lo;         /* [dit_grad_stages], or NULL without overlap */
+    size_t reduce_next;
+    bool add_part;
+    nctmc_status reduce_status;
+    char reduce_error[NCTMC_ERROR_SIZE];
+    double comm_seconds;
     bool agreed;
     const nctmc_dataset *agreed_ds;
     nctmc_trainer_state state;

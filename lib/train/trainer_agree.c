@@ -19,6 +19,7 @@ enum {
     AGREE_SEED,
     AGREE_POSITION,
     AGREE_DATA,
+    AGREE_BUCKETS,
     AGREE_COUNT
 };
 
@@ -30,6 +31,7 @@ static const char *const agree_names[AGREE_COUNT] = {
     "the seed",
     "the run's position (step, data position)",
     "the dataset",
+    "the gradient buckets (NCTMC_COMM_OVERLAP, NCTMC_COMM_BUCKET_BYTES)",
 };
 
 /* FNV-1a, 64 bits. */
@@ -97,6 +99,10 @@ static nctmc_status hash_all(nctmc_trainer *t, nctmc_dataset *ds, uint64_t *d)
     HASH_VALUE(h, m->fp.schedule);
     d[AGREE_CONFIG] = h;
     d[AGREE_PARAMS] = hash_params(&t->params);
+    /* every rank must start the same sums, or the collectives mismatch */
+    d[AGREE_BUCKETS] = t->bucket_lo ? hash_bytes(HASH_START, t->bucket_lo,
+                                                 (size_t)dit_grad_stages(m) * sizeof(int64_t))
+                                    : HASH_START;
     d[AGREE_SEED] = hash_bytes(HASH_START, &t->params.seed, sizeof t->params.seed);
     h = HASH_START;
     HASH_VALUE(h, t->state.step);
