@@ -535,6 +535,11 @@ static size_t utf8_valid_prefix(const char *p, size_t n)
     const unsigned char *u = (const unsigned char *)p;
     size_t i = 0;
     while (i < n) {
+        uint64_t w; /* eight ASCII bytes at a time */
+        if (n - i >= 8 && (memcpy(&w, u + i, 8), (w & 0x8080808080808080ull) == 0)) {
+            i += 8;
+            continue;
+        }
         size_t len = u[i] < 0x80 ? 1 : jsonl_utf8_length(u + i, n - i);
         if (len == 0)
             break;
@@ -582,10 +587,32 @@ static void end_held_line(corpus_reader *r, corpus_chunk *c, bool newline)
     r->skip_line = false;
 }
 
-/* n bytes at p through the hold, line by line. */
+/* The whole lines at the start of p[0 .. n) that are valid UTF-8, when no
+ * line is held: their length (0 if none), counted in line_no. */
+static size_t valid_whole_lines(corpus_reader *r, const char *p, size_t n)
+{
+    if (r->held_len > 0 || r->skip_line)
+        return 0;
+    size_t ok = utf8_valid_prefix(p, n), k = ok;
+    while (k > 0 && p[k - 1] != '\n')
+        k--;
+    for (const char *q = p, *end = p + k; (q = memchr(q, '\n', (size_t)(end - q))); q++)
+        r->line_no++;
+    return k;
+}
+
+/* n bytes at p through the hold, line by line; valid whole lines in the
+ * block go on without the hold. */
 static void take_utf8_lines(corpus_reader *r, corpus_chunk *c, const char *p, size_t n)
 {
     while (n > 0) {
+        size_t whole = valid_whole_lines(r, p, n);
+        if (whole > 0) {
+            pass_text(r, c, p, whole);
+            p += whole;
+            n -= whole;
+            continue;
+        }
         const char *nl = memchr(p, '\n', n);
         size_t k = nl ? (size_t)(nl - p) : n;
         for (size_t i = 0; i < k && !r->skip_line;) {
