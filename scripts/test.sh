@@ -8,7 +8,9 @@
 #      numeric tests on smaller cases, docs/dev/testing.md),
 #   3. a clang build (-Werror) with its test suite, under clang's
 #      sanitizers (which add checks gcc's lack, e.g. float-cast-overflow),
-#      including 20 s of coverage-guided fuzzing of the public API,
+#      including 20 s of coverage-guided fuzzing per libFuzzer target
+#      (the public API, the loaders, and encoding against hostile added
+#      tokens, where libFuzzer's -timeout bounds each input's time),
 #   4. a ThreadSanitizer build (gcc; the AVX2 clones are off there, see
 #      meson_options.txt) running the tests that use threads,
 #   5. an install into a scratch prefix, and a program built against the

@@ -2,7 +2,8 @@
  * corpus.c — inputs walked in a fixed order, read in blocks, cut into
  * documents and segments (corpus.h). The reader holds one block, one
  * segment being built and, for JSON Lines, one line: its memory does not
- * grow with the corpus.
+ * grow with the corpus. For a tokenizer that needs UTF-8, plain text is
+ * held a line at a time (at most a block) and checked before it goes on.
  */
 #include "corpus.h"
 
@@ -51,6 +52,12 @@ struct corpus_reader {
     char *line, *decoded;
     size_t line_len, line_cap;
     bool line_complete, line_overflow;
+    /* require_utf8, plain text: the current line's bytes not yet passed
+     * on, checked at the line's end or when the hold is full */
+    char *held;
+    size_t held_len, held_cap;
+    bool held_flushed;     /* part of the line has gone on already */
+    bool skip_line;        /* invalid UTF-8 seen: dropping to the line's end */
     corpus_stats stats;
 };
 
@@ -297,6 +304,18 @@ void corpus_chunk_free(corpus_chunk *c)
     memset(c, 0, sizeof *c);
 }
 
+/* Room for input bytes in a chunk with bytes and segs free. */
+static size_t room_in(size_t bytes, size_t segs)
+{
+    if (bytes <= MARGIN || segs <= 8)
+        return 0;
+    size_t n = bytes - MARGIN;
+    /* a document takes at least two input bytes (text and a split line),
+     * and a cut at least CORPUS_SEGMENT / 2: n bytes make under n segments */
+    size_t by_segs = segs - 8;
+    return n < by_segs ? n : by_segs;
+}
+
 corpus_reader *corpus_reader_create(const corpus_options *o, const corpus_file *files,
                                     int n_files)
 {
@@ -318,8 +337,14 @@ corpus_reader *corpus_reader_create(const corpus_options *o, const corpus_file *
         r->line_cap = o->chunk_bytes - 2 * CORPUS_SEGMENT;
         r->line = malloc(r->line_cap);
         r->decoded = malloc(r->line_cap);
+    } else if (o->require_utf8) {
+        /* a held line must fit an empty chunk (corpus_chunk_alloc's) */
+        size_t empty = room_in(o->chunk_bytes, o->chunk_bytes / 64);
+        r->held_cap = empty < BLOCK ? empty : BLOCK;
+        r->held = malloc(r->held_cap);
     }
-    if (!r->block || !r->seg || (o->jsonl_field && (!r->line || !r->decoded))) {
+    if (!r->block || !r->seg || (o->jsonl_field && (!r->line || !r->decoded)) ||
+        (r->held_cap > 0 && !r->held)) {
         corpus_reader_free(r);
         return NULL;
     }
@@ -336,6 +361,7 @@ void corpus_reader_free(corpus_reader *r)
     free(r->seg);
     free(r->line);
     free(r->decoded);
+    free(r->held);
     free(r);
 }
 
@@ -458,7 +484,6 @@ static void split_byte(corpus_reader *r, corpus_chunk *c, char ch)
         }
         r->hold_len = 0;
         r->line_matching = true;
-        r->line_no++;
         return;
     }
     if (r->line_matching) {
@@ -475,11 +500,9 @@ static void split_byte(corpus_reader *r, corpus_chunk *c, char ch)
     put_text(r, c, &ch, 1);
 }
 
-/* Plain text: up to n bytes of the block into the document(s). */
-static void take_text(corpus_reader *r, corpus_chunk *c, size_t n)
+/* Plain text (checked, where it must be UTF-8) into the document(s). */
+static void pass_text(corpus_reader *r, corpus_chunk *c, const char *p, size_t n)
 {
-    const char *p = r->block + r->block_pos;
-    r->block_pos += n;
     if (!r->o.split_line) {
         put_text(r, c, p, n);
         return;
@@ -497,8 +520,141 @@ static void take_text(corpus_reader *r, corpus_chunk *c, size_t n)
     }
 }
 
+/* ---- the UTF-8 check of plain text ---------------------------------------------- */
+
+static void note_bad_line(corpus_reader *r, const char *why)
+{
+    if (r->stats.bad_lines++ == 0)
+        snprintf(r->stats.first_bad, sizeof r->stats.first_bad, "%s:%lld: %s",
+                 r->files[r->cur].path, (long long)r->line_no, why);
+}
+
+/* How many bytes at the start of p[0 .. n) are whole valid characters. */
+static size_t utf8_valid_prefix(const char *p, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)p;
+    size_t i = 0;
+    while (i < n) {
+        uint64_t w; /* eight ASCII bytes at a time */
+        if (n - i >= 8 && (memcpy(&w, u + i, 8), (w & 0x8080808080808080ull) == 0)) {
+            i += 8;
+            continue;
+        }
+        size_t len = u[i] < 0x80 ? 1 : jsonl_utf8_length(u + i, n - i);
+        if (len == 0)
+            break;
+        i += len;
+    }
+    return i;
+}
+
+#define LONG_LINE_BAD "invalid UTF-8 (in a line too long to hold: its bytes before it were kept)"
+
+/* The hold is full in the middle of a line: its whole characters go on,
+ * a character cut by the hold's end waits for its rest; invalid UTF-8
+ * drops the rest of the line. */
+static void flush_held(corpus_reader *r, corpus_chunk *c)
+{
+    size_t ok = utf8_valid_prefix(r->held, r->held_len);
+    pass_text(r, c, r->held, ok);
+    r->held_flushed = true;
+    if (r->held_len - ok < 4) { /* perhaps a character cut off: checked again with its rest */
+        memmove(r->held, r->held + ok, r->held_len - ok);
+        r->held_len -= ok;
+        return;
+    }
+    note_bad_line(r, LONG_LINE_BAD);
+    r->held_len = 0;
+    r->skip_line = true;
+}
+
+/* The held line has ended (newline: with a line break): it goes on when
+ * it is valid UTF-8, else it is skipped and counted (a long line keeps
+ * the part that has gone on, with its line break). */
+static void end_held_line(corpus_reader *r, corpus_chunk *c, bool newline)
+{
+    size_t ok = utf8_valid_prefix(r->held, r->held_len);
+    bool valid = ok == r->held_len;
+    if (valid || r->held_flushed) {
+        pass_text(r, c, r->held, ok);
+        if (newline)
+            pass_text(r, c, "\n", 1);
+    }
+    if (!valid)
+        note_bad_line(r, r->held_flushed ? LONG_LINE_BAD : "invalid UTF-8");
+    r->held_len = 0;
+    r->held_flushed = false;
+    r->skip_line = false;
+}
+
+/* The whole lines at the start of p[0 .. n) that are valid UTF-8, when no
+ * line is held: their length (0 if none), counted in line_no. */
+static size_t valid_whole_lines(corpus_reader *r, const char *p, size_t n)
+{
+    if (r->held_len > 0 || r->skip_line)
+        return 0;
+    size_t ok = utf8_valid_prefix(p, n), k = ok;
+    while (k > 0 && p[k - 1] != '\n')
+        k--;
+    for (const char *q = p, *end = p + k; (q = memchr(q, '\n', (size_t)(end - q))); q++)
+        r->line_no++;
+    return k;
+}
+
+/* n bytes at p through the hold, line by line; valid whole lines in the
+ * block go on without the hold. */
+static void take_utf8_lines(corpus_reader *r, corpus_chunk *c, const char *p, size_t n)
+{
+    while (n > 0) {
+        size_t whole = valid_whole_lines(r, p, n);
+        if (whole > 0) {
+            pass_text(r, c, p, whole);
+            p += whole;
+            n -= whole;
+            continue;
+        }
+        const char *nl = memchr(p, '\n', n);
+        size_t k = nl ? (size_t)(nl - p) : n;
+        for (size_t i = 0; i < k && !r->skip_line;) {
+            size_t room = r->held_cap - r->held_len;
+            size_t put = k - i < room ? k - i : room;
+            memcpy(r->held + r->held_len, p + i, put);
+            r->held_len += put;
+            i += put;
+            if (r->held_len == r->held_cap)
+                flush_held(r, c);
+        }
+        if (nl) {
+            if (r->skip_line) {
+                pass_text(r, c, "\n", 1); /* the kept start of a long line ends */
+                r->skip_line = false;
+                r->held_flushed = false;
+            } else {
+                end_held_line(r, c, true);
+            }
+            r->line_no++;
+            k++;
+        }
+        p += k;
+        n -= k;
+    }
+}
+
+/* Plain text: up to n bytes of the block into the document(s). */
+static void take_text(corpus_reader *r, corpus_chunk *c, size_t n)
+{
+    const char *p = r->block + r->block_pos;
+    r->block_pos += n;
+    if (r->held)
+        take_utf8_lines(r, c, p, n);
+    else
+        pass_text(r, c, p, n);
+}
+
 static void end_of_file_text(corpus_reader *r, corpus_chunk *c)
 {
+    if (r->held && (r->held_len > 0 || r->skip_line)) /* a last line without its newline */
+        end_held_line(r, c, false);
     if (r->o.split_line) {
         size_t want = strlen(r->o.split_line);
         if (!(r->line_matching && r->hold_len == want && want > 0))
@@ -513,15 +669,7 @@ static void end_of_file_text(corpus_reader *r, corpus_chunk *c)
  * and a segment record for every place the text could be cut. */
 static size_t room_for_text(const corpus_chunk *c)
 {
-    size_t bytes = c->cap - c->len;
-    size_t segs = c->max_segs - c->n_segs;
-    if (bytes <= MARGIN || segs <= 8)
-        return 0;
-    size_t n = bytes - MARGIN;
-    /* a document takes at least two input bytes (text and a split line),
-     * and a cut at least CORPUS_SEGMENT / 2: n bytes make under n segments */
-    size_t by_segs = segs - 8;
-    return n < by_segs ? n : by_segs;
+    return room_in(c->cap - c->len, c->max_segs - c->n_segs);
 }
 
 static int fill_text(corpus_reader *r, corpus_chunk *c)
@@ -537,7 +685,7 @@ static int fill_text(corpus_reader *r, corpus_chunk *c)
             r->file_done = st == 0;
         }
         if (r->file_done) {
-            if (room_for_text(c) == 0)
+            if (room_for_text(c) == 0 || room_for_text(c) < r->held_len)
                 return 1; /* the document's end goes into the next chunk */
             end_of_file_text(r, c);
             close(r->fd);
@@ -545,22 +693,17 @@ static int fill_text(corpus_reader *r, corpus_chunk *c)
             r->cur++;
             continue;
         }
+        /* a held line goes on with the bytes that end it */
         size_t room = room_for_text(c);
-        if (room == 0)
+        if (room <= r->held_len)
             return 1;
+        room -= r->held_len;
         size_t n = r->block_len - r->block_pos;
         take_text(r, c, n < room ? n : room);
     }
 }
 
 /* ---- JSON Lines ---------------------------------------------------------------- */
-
-static void note_bad_line(corpus_reader *r, const char *why)
-{
-    if (r->stats.bad_lines++ == 0)
-        snprintf(r->stats.first_bad, sizeof r->stats.first_bad, "%s:%lld: %s",
-                 r->files[r->cur].path, (long long)r->line_no, why);
-}
 
 /* Collects bytes of the block up to the end of a line; true once the line
  * is complete (a line too long for the buffer is marked and skipped). */

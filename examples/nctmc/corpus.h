@@ -17,6 +17,12 @@
  * size (`nctmc prepare` does for a small corpus, so that a validation
  * share finds segments to take). Segments are the unit of the validation
  * split and of the work of one thread; a chunk is whole segments.
+ *
+ * For a tokenizer that needs UTF-8, plain text is checked line by line as
+ * it is read (a character cut by the end of a read block is joined with
+ * its rest first): a line with invalid UTF-8 is left out of its document
+ * with its line break, and counted and located like a bad JSON Lines
+ * record. Both passes of `prepare` read the same lines.
  */
 #ifndef NCTMC_CLI_CORPUS_H
 #define NCTMC_CLI_CORPUS_H
@@ -52,6 +58,11 @@ typedef struct corpus_options {
     const char *split_line;   /* NULL: a file is a document */
     size_t chunk_bytes;       /* capacity of a chunk's text, >= 4 * CORPUS_SEGMENT */
     size_t segment_bytes;     /* CORPUS_MIN_SEGMENT .. CORPUS_SEGMENT; 0: CORPUS_SEGMENT */
+    /* plain text for a tokenizer that needs UTF-8 (chars): a line with
+     * invalid UTF-8 is skipped and counted, as a bad JSON Lines record is
+     * (a line longer than the reader's hold keeps its valid bytes before
+     * the first invalid one, and loses the rest of the line) */
+    bool require_utf8;
 } corpus_options;
 
 /* The smallest segment size a reader takes. */
@@ -61,7 +72,8 @@ typedef struct corpus_stats {
     int64_t bytes_read;     /* input bytes consumed */
     int64_t documents;      /* non-empty documents */
     int64_t segments;
-    int64_t bad_lines;      /* JSON Lines records skipped */
+    int64_t bad_lines;      /* JSON Lines records, or plain-text lines with invalid
+                             * UTF-8 (require_utf8), skipped */
     char first_bad[512];    /* "FILE:LINE: why" of the first */
 } corpus_stats;
 

@@ -107,9 +107,7 @@ static bool read_unicode_escape(scan *s, uint32_t *cp)
     return true;
 }
 
-/* The length of the UTF-8 sequence at p (1 .. 4 bytes, shortest form, no
- * surrogates, at most U+10FFFF), or 0 when it is not valid UTF-8. */
-static size_t utf8_length(const unsigned char *p, size_t n)
+size_t jsonl_utf8_length(const unsigned char *p, size_t n)
 {
     unsigned char c = p[0];
     size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
@@ -142,7 +140,7 @@ static bool read_string(scan *s, char *out, size_t *n)
         if (c >= 0x80) {
             /* raw bytes must be UTF-8 (RFC 8259 section 8.1): a record with
              * invalid UTF-8 is a bad record, not text for the tokenizer */
-            size_t len = utf8_length(s->p - 1, (size_t)(s->end - (s->p - 1)));
+            size_t len = jsonl_utf8_length(s->p - 1, (size_t)(s->end - (s->p - 1)));
             if (len == 0)
                 return fail(s, "invalid UTF-8 in a string");
             if (out)

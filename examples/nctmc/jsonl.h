@@ -27,4 +27,13 @@ typedef enum jsonl_result {
 jsonl_result jsonl_extract(const char *line, size_t len, const char *field, char *out,
                            size_t *out_len, const char **why);
 
+/**
+ * The length of the UTF-8 sequence at p (n > 0 bytes left): 1 .. 4 bytes,
+ * shortest form, no surrogates, at most U+10FFFF; 0 when it is not valid
+ * UTF-8 or is cut off by the end of the n bytes. The one decoder of the
+ * tool's input checks: JSON strings here, plain-text lines for the chars
+ * tokenizer in corpus.c.
+ */
+size_t jsonl_utf8_length(const unsigned char *p, size_t n);
+
 #endif /* NCTMC_CLI_JSONL_H */

@@ -589,11 +589,15 @@ static bool encode_corpus(stream_run *run, const char *staging)
 static void report_counts(const stream_run *run)
 {
     const corpus_stats *st = &run->stats;
-    if (st->bad_lines > 0)
+    if (st->bad_lines > 0 && run->o->jsonl_field)
         cli_error("prepare", "warning: skipped %lld JSON Lines record%s that were not an "
                   "object with a string \"%s\" (the first: %s)",
                   (long long)st->bad_lines, st->bad_lines == 1 ? "" : "s",
                   run->o->jsonl_field, st->first_bad);
+    else if (st->bad_lines > 0)
+        cli_error("prepare", "warning: skipped %lld line%s with invalid UTF-8, which the chars "
+                  "tokenizer cannot take (the first: %s)",
+                  (long long)st->bad_lines, st->bad_lines == 1 ? "" : "s", st->first_bad);
     double rate = run->seconds > 0 ? (double)run->e.tokens / run->seconds : 0.0;
     printf("prepared %lld bytes from %d file%s (%lld documents, %lld segments) into %lld "
            "tokens in %.1f s (%.3g tokens/s, %d thread%s):\n",
@@ -707,7 +711,14 @@ int prepare_stream(nctmc_context *ctx, const stream_options *o, char *const *arg
         run.co.split_line = o->split_line;
         run.co.chunk_bytes = run.p.chunk_bytes;
         run.co.segment_bytes = segment_bytes_for(o->val_fraction, run.p.total_bytes);
+        /* plain text for the chars tokenizer: lines with invalid UTF-8 are
+         * skipped in both passes (corpus.h) */
+        run.co.require_utf8 = !o->jsonl_field && !o->tokenizer_file &&
+                              o->tokenizer == NCTMC_TOKENIZER_CHARS;
         run.tok = make_tokenizer(ctx, o, &run.co, &run.p, run.files, run.n_files);
+        if (run.tok && !o->jsonl_field &&
+            nctmc_tokenizer_get_kind(run.tok) == NCTMC_TOKENIZER_CHARS)
+            run.co.require_utf8 = true; /* a chars tokenizer file */
         ok = run.tok && find_separator(run.tok, &run.jd);
     }
     staged_dir sd;

@@ -73,6 +73,50 @@ prep utf8 --tokenizer chars --jsonl-field text --val-fraction 0 --out "$tmp/u" "
 check "invalid UTF-8 records are skipped, counted and located" \
     grep -q "skipped 2 JSON Lines records.*utf8.jsonl:2: invalid UTF-8 in a string" "$tmp/utf8.err"
 
+# plain text for the chars tokenizer: a line with invalid UTF-8 is skipped,
+# counted and located (FILE:LINE), in both passes, and the run finishes with
+# the rest (issue 37, item 5); characters cut by a 64 KiB read block or by
+# the reader's line hold are whole characters, not bad lines
+printf 'good \303\251\nbad \377 byte\nmore good\nover\300\257long\nend' >"$tmp/bad.txt"
+prep badtxt --tokenizer chars --val-fraction 0 --out "$tmp/bt" "$tmp/bad.txt"
+check "plain-text lines with invalid UTF-8 skipped, counted and located" \
+    grep -q "skipped 2 lines with invalid UTF-8.*bad.txt:2: invalid UTF-8" "$tmp/badtxt.err"
+# "good é\n" 7 + "more good\n" 10 + "end" 3 characters, and "\n\n" after
+check "the rest kept (22 tokens)" grep -q "tokens=22 .*documents=1" "$tmp/bt/manifest.txt"
+check "the manifest counts the bad lines" grep -q "bad_lines=2" "$tmp/bt/manifest.txt"
+prep badfile --tokenizer-file "$tmp/bt/tokenizer.txt" --val-fraction 0 --out "$tmp/bf" \
+    "$tmp/bad.txt"
+check "the same with a chars tokenizer file" grep -q "tokens=22 .*documents=1" \
+    "$tmp/bf/manifest.txt"
+printf 'one\n%%\nb\377d\ntwo\n%%\nthree\n' >"$tmp/badsplit.txt"
+prep badsplit --tokenizer chars --split-at % --val-fraction 0 --out "$tmp/bs" "$tmp/badsplit.txt"
+check "--split-at: the bad line leaves its document" \
+    grep -q "skipped 1 line with invalid UTF-8.*badsplit.txt:3: invalid UTF-8" "$tmp/badsplit.err"
+check "--split-at: three documents" grep -q "documents=3 segments=3 bad_lines=1" \
+    "$tmp/bs/manifest.txt"
+# 30000 lines of 7 characters (14 bytes) after one byte: characters
+# straddle the 64 KiB read blocks (bytes 65536 and 131072 fall inside é)
+line=$(printf '\303\251t\303\251 \342\202\254\360\235\204\236')
+{ printf x; yes "$line" | head -n 30000; } >"$tmp/straddle.txt"
+prep straddle --tokenizer chars --val-fraction 0 --out "$tmp/st" "$tmp/straddle.txt"
+check "characters across read blocks are valid (210003 tokens)" \
+    grep -q "tokens=210003 .*documents=1" "$tmp/st/manifest.txt"
+check "and no line is bad" grep -q "bad_lines=0" "$tmp/st/manifest.txt"
+# a line longer than the hold (64 KiB) whose euro sign is cut by it; and one
+# with an invalid byte past the hold: its start is kept, the rest dropped
+{ head -c 65535 /dev/zero | tr '\0' a; printf '\342\202\254\nz'; } >"$tmp/longline.txt"
+prep longline --tokenizer chars --val-fraction 0 --out "$tmp/ll" "$tmp/longline.txt"
+check "a character cut by the line hold is valid (65540 tokens)" \
+    grep -q "tokens=65540 " "$tmp/ll/manifest.txt"
+check "and no line is bad" grep -q "bad_lines=0" "$tmp/ll/manifest.txt"
+{ head -c 70000 /dev/zero | tr '\0' a; printf '\377bbbb\ntail\n'; } >"$tmp/longbad.txt"
+prep longbad --tokenizer chars --val-fraction 0 --out "$tmp/lb" "$tmp/longbad.txt"
+check "a long bad line located" grep -q "longbad.txt:1: invalid UTF-8 (in a line too long" \
+    "$tmp/longbad.err"
+# 70000 a, the line break, "tail\n", "\n\n"
+check "its start kept, the rest dropped (70008 tokens)" grep -q "tokens=70008 " \
+    "$tmp/lb/manifest.txt"
+
 # numbers with a leading zero are not JSON (RFC 8259): bad records, counted
 # (issue 37, item 5)
 printf '%s\n' '{"id": 01, "text": "lead"}' '{"id": -007, "text": "lead"}' \
