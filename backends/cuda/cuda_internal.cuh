@@ -82,6 +82,11 @@ typedef struct cuda_backend {
     size_t smem_optin;          /* shared memory a block may opt in to */
     size_t lcond_smem;          /* dynamic shared memory lcond_kernel may use now */
     size_t lcond_static_smem;   /* its static shared memory + 1; 0 until asked */
+    /* The split L_cond kernel (cuda_loss.cu): 0 until the first lcond call
+     * reads $NCTMC_CUDA_LCOND, then 1 (the default kernel) or 2 (split) */
+    int lcond_mode;
+    size_t lcond_split_smem;    /* dynamic shared memory lcond_split_kernel may use */
+    size_t lcond_split_static;  /* its static shared memory + 1; 0 until asked */
     size_t peak_used, total;    /* device memory in use at most / in all (bytes) */
     char device_name[128];
     cudaStream_t stream;

@@ -44,6 +44,7 @@ if [ "$mode" = "--prepare" ]; then
         ninja -C "$b" tests/test_cuda_conformance bench_gpu_train libnctmc-cuda.so ||
         exit 1
     progs="test_cuda_conformance bench_gpu_train"
+    ninja -C "$b" tests/test_cuda_loss_fused && progs="$progs test_cuda_loss_fused" # split L_cond
     if ninja -C "$b" tests/test_nccl_module libnctmc-nccl.so >/dev/null 2>&1; then
         progs="$progs test_nccl_module"
         cp "$b/libnctmc-nccl.so" "$carried/" &&
@@ -83,6 +84,7 @@ elif command -v meson >/dev/null && command -v nvcc >/dev/null &&
     # the programs link the core statically from tests/; the modules are one
     # folder up, so name them
     ninja -C "$build" tests/test_nccl_module libnctmc-nccl.so >>"$out/build.log" 2>&1
+    ninja -C "$build" tests/test_cuda_loss_fused >>"$out/build.log" 2>&1
     NCTMC_CUDA_MODULE="$build/libnctmc-cuda.so"
     NCTMC_NCCL_MODULE="$build/libnctmc-nccl.so"
     export NCTMC_CUDA_MODULE NCTMC_NCCL_MODULE
@@ -100,6 +102,19 @@ status=$?
 grep -E '^FAIL|^device|attention B|sample_step|sampler|model .*gradients|cuda_conformance' \
     "$out/conformance.log" | head -n 120
 echo "device_check: conformance exit status $status"
+
+# 2a. the split L_cond kernel ($NCTMC_CUDA_LCOND=split) against the CPU, and
+#     its timing beside the default kernel at 16 x 512 x 50304
+if [ -x "$bin/test_cuda_loss_fused" ]; then
+    timeout 120 "$bin/test_cuda_loss_fused" >"$out/loss_fused.log" 2>&1
+    lf_status=$?
+    grep -E '^FAIL|skipped|cuda_loss_fused' "$out/loss_fused.log" | head -n 40
+    echo "device_check: split L_cond exit status $lf_status"
+    timeout 60 "$bin/bench_gpu_train" --config paper-small --batch 1 --reps 10 --warmup 0 \
+        --precision none --sample-batch 0 --kernel-batch 0 --lcond-split 16 2>&1 |
+        grep -E 'lcond|error' | tee "$out/bench_lcond_split.log"
+    [ "$status" -eq 0 ] && [ "$lf_status" -ne 0 ] && [ "$lf_status" -ne 77 ] && status=$lf_status
+fi
 
 # 2b. the NCCL engine on one rank (a world of one still runs NCCL's
 #     send/receive, the rank-order sum, all-gather and broadcast)
