@@ -23,6 +23,11 @@
  *               on the same B sequences of random logits, each on a backend
  *               of its own, with the largest difference of their per-position
  *               losses and gradients relative to the largest value;
+ *   lcond link  (--lcond-link B, 0 skips) the denoiser link's training
+ *               chain on B sequences of random head logits: denoiser_forward,
+ *               then lcond + denoiser_backward (what the fused operation
+ *               replaces), then lcond_denoiser ($NCTMC_CUDA_LCOND_LINK=fused,
+ *               backends/cuda/cuda_denoiser.cu) alone;
  *   memory      the device memory in use at most while training (the whole
  *               device as nvidia-smi counts it, CUDA context included).
  * Each is run in TF32 and in bf16 mode (--precision).
@@ -53,12 +58,15 @@
  *   bench=kernel impl=libnctmc op=lcond_default|lcond_split rows=... vocab=...
  *        ms=... gb_per_s=... min_bytes_per_row=...
  *   bench=lcond_split_vs_default loss_diff=... grad_diff=...
+ *   bench=kernel impl=libnctmc op=denoiser_forward|lcond+denoiser_backward|
+ *        lcond_denoiser rows=... vocab=... ms=...
+ *   bench=lcond_link_fused_vs_chain speedup=... loss_diff=... grad_diff=...
  * Exits 77 ("skipped", with the reason) when no usable GPU is present.
  *
  * Usage: bench_gpu_train [--config paper-small|cpu-small|tiny] [--batch B]
  *        [--reps R] [--warmup W] [--precision tf32|bf16|both]
  *        [--sample-batch B] [--sample-steps N] [--kernel-batch B]
- *        [--lcond-split B] [--peak-tflops X]
+ *        [--lcond-split B] [--lcond-link B] [--peak-tflops X]
  */
 #include <math.h>
 #include <stdio.h>
@@ -76,13 +84,14 @@
 typedef struct bench_args {
     const char *config;
     const char *precision;
-    int batch, reps, warmup, sample_batch, sample_steps, kernel_batch, lcond_split;
+    int batch, reps, warmup, sample_batch, sample_steps, kernel_batch, lcond_split,
+        lcond_link;
     double peak_tflops;
 } bench_args;
 
 static bench_args parse_args(int argc, char **argv)
 {
-    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0, 0.0};
+    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0, 0, 0.0};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (strcmp(k, "--config") == 0) a.config = v;
@@ -95,6 +104,7 @@ static bench_args parse_args(int argc, char **argv)
         else if (strcmp(k, "--peak-tflops") == 0) a.peak_tflops = atof(v);
         else if (strcmp(k, "--kernel-batch") == 0) a.kernel_batch = atoi(v);
         else if (strcmp(k, "--lcond-split") == 0) a.lcond_split = atoi(v);
+        else if (strcmp(k, "--lcond-link") == 0) a.lcond_link = atoi(v);
     }
     if (a.batch < 1) a.batch = 1;
     if (a.reps < 1) a.reps = 1;
@@ -103,6 +113,7 @@ static bench_args parse_args(int argc, char **argv)
     if (a.sample_steps < 1) a.sample_steps = 1;
     if (a.kernel_batch < 0) a.kernel_batch = 0;
     if (a.lcond_split < 0) a.lcond_split = 0;
+    if (a.lcond_link < 0) a.lcond_link = 0;
     return a;
 }
 
@@ -485,6 +496,134 @@ static void bench_lcond_split(const nctmc_backend_module *cuda, const model_dims
     free(s.grad_row);
 }
 
+/* The denoiser link's training chain, step by step, and fused. */
+typedef struct link_bench {
+    nctmc_backend *be;
+    nctmc_denoiser_args d;      /* z -> (logits, rate_h), then back into logits */
+    nctmc_lcond_args l;         /* on the link's outputs, gradients in place */
+    nctmc_lcond_denoiser_args f;
+} link_bench;
+
+static void call_denoiser_forward(nctmc_backend *be, const void *p)
+{
+    be->ops->denoiser_forward(be, &((const link_bench *)p)->d);
+}
+
+static void call_loss_and_backward(nctmc_backend *be, const void *p)
+{
+    const link_bench *b = p;
+    be->ops->lcond(be, &b->l);
+    nctmc_denoiser_args d = b->d;
+    d.rate_h = b->l.d_rate_h;
+    be->ops->denoiser_backward(be, &d);
+}
+
+static void call_lcond_denoiser(nctmc_backend *be, const void *p)
+{
+    if (!be->ops->lcond_denoiser(be, &((const link_bench *)p)->f)) {
+        fprintf(stderr, "bench_gpu_train: lcond_denoiser declined\n");
+        exit(1);
+    }
+}
+
+static void bench_lcond_link(const nctmc_backend_module *cuda, const model_dims *z,
+                             const bench_args *a)
+{
+    if (a->lcond_link == 0)
+        return;
+    char err[NCTMC_ERROR_SIZE];
+    bool no_device = false;
+    setenv("NCTMC_CUDA_LCOND_LINK", "fused", 1);
+    nctmc_backend *be = cuda->create(0, false, err, sizeof err, &no_device);
+    if (!be) {
+        fprintf(stderr, "bench_gpu_train: %s\n", err);
+        exit(1);
+    }
+    int64_t N = (int64_t)a->lcond_link * z->L;
+    int32_t V = z->V, S = z->S, B = a->lcond_link;
+    float *x0_logits = random_logits(be, N, V);
+    float *logits = alloc_or_die(be, sizeof(float) * (size_t)N * (size_t)V);
+    float *dz = alloc_or_die(be, sizeof(float) * (size_t)N * (size_t)V);
+    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
+    float *times = malloc(sizeof(float) * (size_t)B);
+    for (int64_t r = 0; r < N; r++) {
+        x_0[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)S);
+        x_t[r] = r % 3 ? x_0[r] : (int32_t)(((uint32_t)r * 40503u) % (uint32_t)S);
+    }
+    for (int b = 0; b < B; b++)
+        times[b] = (float)(b + 0.5) / (float)B;
+    int32_t *d_xt = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    int32_t *d_x0 = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    float *d_times = alloc_or_die(be, sizeof(float) * (size_t)B);
+    float *h = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *dh = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *loss = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *loss_f = alloc_or_die(be, sizeof(float) * (size_t)N);
+    be->ops->upload(be, d_xt, x_t, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, d_x0, x_0, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, d_times, times, sizeof(float) * (size_t)B);
+    nctmc_fp fp = {NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, S, 0.0f, 1e-3f, NCTMC_FP_LINK_SIGMA};
+    float scale = 1.0f / (float)N;
+    link_bench lb;
+    lb.be = be;
+    lb.d = (nctmc_denoiser_args){N, z->L, V, x0_logits, d_xt, d_times, fp, logits, h};
+    lb.l = (nctmc_lcond_args){N, z->L, V, logits, h, d_xt, d_x0, d_times, fp, scale, loss,
+                              logits, dh, NULL};
+    lb.f = (nctmc_lcond_denoiser_args){N, z->L, V, x0_logits, d_xt, d_x0, d_times, fp, scale,
+                                       loss_f, dz, NULL};
+    int reps = a->reps < 10 ? 10 : a->reps;
+    /* each step of the chain needs the previous one's outputs: the link's
+     * forward first, so the loss sees its logits */
+    double t_fwd = time_kernel(be, call_denoiser_forward, &lb, reps);
+    double t_rest = 0.0;
+    {
+        double *ts = malloc(sizeof(double) * (size_t)reps);
+        for (int i = 0; i < reps; i++) {
+            call_denoiser_forward(be, &lb);
+            be->ops->synchronize(be);
+            double t0 = now_s();
+            call_loss_and_backward(be, &lb);
+            if (be->ops->synchronize(be) != NCTMC_OK) {
+                fprintf(stderr, "bench_gpu_train: %s\n", be->error);
+                exit(1);
+            }
+            ts[i] = now_s() - t0;
+        }
+        t_rest = median(ts, reps);
+        free(ts);
+    }
+    double t_fused = time_kernel(be, call_lcond_denoiser, &lb, reps);
+    static const char *const names[3] = {"denoiser_forward", "lcond+denoiser_backward",
+                                         "lcond_denoiser"};
+    double t[3] = {t_fwd, t_rest, t_fused};
+    for (int k = 0; k < 3; k++)
+        printf("bench=kernel impl=libnctmc op=%s rows=%lld vocab=%d ms=%.3f\n", names[k],
+               (long long)N, V, 1e3 * t[k]);
+    float *l_chain = malloc(sizeof(float) * (size_t)N);
+    float *l_fused = malloc(sizeof(float) * (size_t)N);
+    float *g_chain = malloc(sizeof(float) * (size_t)V);
+    float *g_fused = malloc(sizeof(float) * (size_t)V);
+    be->ops->download(be, l_chain, loss, sizeof(float) * (size_t)N);
+    be->ops->download(be, l_fused, loss_f, sizeof(float) * (size_t)N);
+    be->ops->download(be, g_chain, logits, sizeof(float) * (size_t)V);
+    be->ops->download(be, g_fused, dz, sizeof(float) * (size_t)V);
+    printf("bench=lcond_link_fused_vs_chain speedup=%.2f loss_diff=%.2e grad_diff=%.2e\n",
+           t_rest / t_fused, rel_diff(l_fused, l_chain, N), rel_diff(g_fused, g_chain, V));
+    fflush(stdout);
+    void *bufs[] = {x0_logits, logits, dz, d_xt, d_x0, d_times, h, dh, loss, loss_f};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        be->ops->free(be, bufs[k]);
+    be->ops->destroy(be);
+    unsetenv("NCTMC_CUDA_LCOND_LINK");
+    free(x_t);
+    free(x_0);
+    free(times);
+    free(l_chain);
+    free(l_fused);
+    free(g_chain);
+    free(g_fused);
+}
+
 int main(int argc, char **argv)
 {
     bench_args a = parse_args(argc, argv);
@@ -574,6 +713,7 @@ int main(int argc, char **argv)
     cuda->set_bf16(be, false);
     bench_kernels(be, z, &a);
     bench_lcond_split(cuda, z, &a);
+    bench_lcond_link(cuda, z, &a);
 
     be->ops->free(be, s.grads);
     be->ops->free(be, s.m);

@@ -1,10 +1,12 @@
 /*
- * test_cuda_loss_fused.c — the CUDA backend's split L_cond kernel
- * ($NCTMC_CUDA_LCOND=split: each row cached and reduced by a cluster of two
- * blocks, backends/cuda/cuda_loss.cu) against the CPU backend.
+ * test_cuda_loss_fused.c — the CUDA backend's new loss kernels against the
+ * CPU backend: the split L_cond kernel ($NCTMC_CUDA_LCOND=split: each row
+ * cached and reduced by a cluster of two blocks, backends/cuda/cuda_loss.cu)
+ * and lcond_denoiser ($NCTMC_CUDA_LCOND_LINK=fused: the denoiser link, the
+ * loss and the link's backward in one pass, backends/cuda/cuda_denoiser.cu).
  *
- * The program sets NCTMC_CUDA_LCOND=split before it creates the CUDA
- * backend (the backend reads it at its first lcond call), then, for each
+ * The program sets both variables before it creates any CUDA backend (a
+ * backend reads them at its first call), then, for each
  * forward process (uniform, masked, mixture), each exit link (sigma,
  * noise-posterior, and the denoiser link: denoiser forward, the loss, the
  * denoiser backward in a chain) and row shapes that reach every branch of
@@ -15,6 +17,11 @@
  * loss alone, and the per-sequence weighted gradients with the CPU's, and
  * the CUDA results of two runs bit for bit. A bad value of the variable
  * must be reported as an error.
+ * lcond_denoiser against the CPU's chain denoiser_forward, lcond (gradients
+ * in place), denoiser_backward: the loss and dL/dz, with and without
+ * per-sequence weights, into another buffer and in place over z, the loss
+ * alone; and the whole model with the denoiser link through a "cuda"
+ * context (dit_loss must take the fused operation) against a "cpu" one.
  *
  * The split kernel needs compute capability 9.0; on an older device (where
  * the backend runs its default kernel) and without a usable GPU the program
@@ -30,6 +37,9 @@
 #include "backend/backend.h"
 #include "backend/backend_module.h"
 #include "base/fail.h"
+#include "core/context.h"
+#include "dit/dit.h"
+#include "dit/dit_internal.h"
 #include "test_util.h"
 
 /* Float reductions summed in another order than the CPU's (rows of up to
@@ -38,6 +48,9 @@
 /* The denoiser chain: the reduction error above passed through the
  * denoiser backward's own float reductions. */
 #define TOL_CHAIN 2e-4
+/* The whole model: TF32 products against the CPU's float32 over two blocks
+ * (the conformance test's tolerance for the model). */
+#define TOL_MODEL 5e-2
 
 static nctmc_backend *CPU, *GPU;
 
@@ -279,6 +292,235 @@ static void test_case(test_rng *rng, nctmc_fp fp, int32_t B, int32_t L, int32_t 
     case_free(&c);
 }
 
+/* ---- lcond_denoiser ---------------------------------------------------- */
+
+enum { FL_LOSS, FL_DZ, FL_LOSS_W, FL_DZ_W, FL_DZ_INPLACE, FL_LOSS_ONLY, FL_COUNT };
+static const char *const fl_names[FL_COUNT] = {"loss", "d_z", "loss weighted", "d_z weighted",
+                                               "d_z in place", "loss without grads"};
+
+/* The CPU's chain for one set of arguments: the loss, and dL/dz in dz (the
+ * link's outputs, then their gradients, pass through it). */
+static void cpu_chain(const loss_case *c, const loss_inputs *in, const float *seq_w,
+                      float *loss, float *dz)
+{
+    size_t N = (size_t)c->B * c->L;
+    float *l = dz, *h = dnew(CPU, N), *dh = dnew(CPU, N);
+    nctmc_denoiser_args d = {(int64_t)N, c->L, c->V, in->z, in->x_t, in->times, c->fp, l, h};
+    CPU->ops->denoiser_forward(CPU, &d);
+    nctmc_lcond_args a = {(int64_t)N, c->L, c->V, l, h, in->x_t, in->x_0, in->times, c->fp,
+                          1.0f / (float)N, loss, l, dh, seq_w};
+    CPU->ops->lcond(CPU, &a);
+    d.rate_h = dh;
+    CPU->ops->denoiser_backward(CPU, &d);
+    sync_ok(CPU, "the denoiser chain");
+    void *bufs[] = {h, dh};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        CPU->ops->free(CPU, bufs[k]);
+}
+
+/* One lcond_denoiser call on the GPU; it must not decline. */
+static void gpu_fused(const loss_case *c, const loss_inputs *in, const float *seq_w,
+                      float *loss, float *dz)
+{
+    size_t N = (size_t)c->B * c->L;
+    nctmc_lcond_denoiser_args a = {(int64_t)N, c->L, c->V, in->z, in->x_t, in->x_0, in->times,
+                                   c->fp, 1.0f / (float)N, loss, dz, seq_w};
+    CHECK(GPU->ops->lcond_denoiser && GPU->ops->lcond_denoiser(GPU, &a),
+          "lcond_denoiser declined with NCTMC_CUDA_LCOND_LINK=fused");
+    sync_ok(GPU, "lcond_denoiser");
+}
+
+static void run_fused_link(nctmc_backend *be, const loss_case *c, float *out[FL_COUNT])
+{
+    size_t N = (size_t)c->B * c->L, NV = N * (size_t)c->V;
+    loss_case plain = *c;
+    plain.denoiser = false; /* the inputs: z itself */
+    loss_inputs in = inputs_make(be, &plain);
+    float *seq_w = dput(be, c->upstream_w, (size_t)c->B * 4);
+    float *loss = dnew(be, N), *dz = dnew(be, NV);
+    if (be == CPU) {
+        cpu_chain(c, &in, NULL, loss, dz);
+        out[FL_LOSS] = dget(be, loss, N);
+        out[FL_DZ] = dget(be, dz, NV);
+        cpu_chain(c, &in, seq_w, loss, dz);
+        out[FL_LOSS_W] = dget(be, loss, N);
+        out[FL_DZ_W] = dget(be, dz, NV);
+        /* the same values, computed in place or alone on the GPU */
+        out[FL_DZ_INPLACE] = dget(be, dz, NV);
+        out[FL_LOSS_ONLY] = dget(be, loss, N);
+        memcpy(out[FL_DZ_INPLACE], out[FL_DZ], NV * 4);
+        memcpy(out[FL_LOSS_ONLY], out[FL_LOSS], N * 4);
+    } else {
+        gpu_fused(c, &in, NULL, loss, dz);
+        out[FL_LOSS] = dget(be, loss, N);
+        out[FL_DZ] = dget(be, dz, NV);
+        gpu_fused(c, &in, seq_w, loss, dz);
+        out[FL_LOSS_W] = dget(be, loss, N);
+        out[FL_DZ_W] = dget(be, dz, NV);
+        float *loss2 = dnew(be, N);
+        gpu_fused(c, &in, NULL, loss2, NULL);
+        out[FL_LOSS_ONLY] = dget(be, loss2, N);
+        be->ops->free(be, loss2);
+        gpu_fused(c, &in, NULL, NULL, in.z);   /* last: it overwrites z */
+        out[FL_DZ_INPLACE] = dget(be, in.z, NV);
+    }
+    void *bufs[] = {seq_w, loss, dz};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        be->ops->free(be, bufs[k]);
+    inputs_free(be, &in);
+}
+
+static void test_fused_link(test_rng *rng, nctmc_fp fp, int32_t B, int32_t L, int32_t V,
+                            const char *label)
+{
+    loss_case c = case_make(rng, fp, B, L, V, false);
+    float *want[FL_COUNT], *got[FL_COUNT], *again[FL_COUNT];
+    run_fused_link(CPU, &c, want);
+    run_fused_link(GPU, &c, got);
+    run_fused_link(GPU, &c, again);
+    size_t N = (size_t)B * L, NV = N * (size_t)V;
+    for (int k = 0; k < FL_COUNT; k++) {
+        size_t n = k == FL_LOSS || k == FL_LOSS_W || k == FL_LOSS_ONLY ? N : NV;
+        char what[160];
+        snprintf(what, sizeof what, "%s S%d V%d fused link %s", label, fp.vocab, V, fl_names[k]);
+        double e = scaled_err(got[k], want[k], n);
+        CHECK(e <= TOL_CHAIN, "%s: scaled error %.3g above %.1g", what, e, TOL_CHAIN);
+        CHECK(memcmp(got[k], again[k], n * sizeof(float)) == 0, "%s: two CUDA runs differ",
+              what);
+        printf("  %-64s %9.2e  (tol %.0e)\n", what, e, TOL_CHAIN);
+        free(want[k]);
+        free(got[k]);
+        free(again[k]);
+    }
+    case_free(&c);
+}
+
+/* ---- the whole model with the denoiser link ------------------------------ */
+
+typedef struct model_run {
+    nctmc_context *ctx;
+    nctmc_model *model;
+    dit_workspace *ws;
+    float *grads;
+    float *loss, *grads_host;
+    double mean;
+    bool fused;
+} model_run;
+
+/* dit_loss with gradients on a new context of `backend`; host weights
+ * (when given) replace the model's. */
+static bool model_start(model_run *r, const char *backend, const nctmc_model_config *cfg,
+                      const float *weights, const dit_batch *b)
+{
+    memset(r, 0, sizeof *r);
+    nctmc_context_params p;
+    nctmc_context_params_init(&p);
+    p.backend = backend;
+    char err[256];
+    if (nctmc_context_create(&p, &r->ctx) != NCTMC_OK ||
+        nctmc_model_create(r->ctx, cfg, &r->model) != NCTMC_OK) {
+        CHECK(false, "%s: context or model: %s", backend,
+              r->ctx ? nctmc_context_last_error(r->ctx) : "no context");
+        return false;
+    }
+    nctmc_backend *be = r->ctx->backend;
+    size_t slab = r->model->slab_floats;
+    if (weights)
+        be->ops->upload(be, r->model->weights, weights, slab * sizeof(float));
+    r->grads = be->ops->alloc(be, slab * sizeof(float));
+    if (!r->grads || dit_workspace_create(r->model, be, b->batch, b->length, DIT_WS_TRAINING,
+                                          &r->ws, err, sizeof err) != NCTMC_OK) {
+        CHECK(false, "%s: workspace: %s", backend, err);
+        return false;
+    }
+    nctmc_status st = dit_loss(r->model, r->ws, b, r->grads, false, &r->mean, err, sizeof err);
+    CHECK(st == NCTMC_OK, "dit_loss on %s: %s", backend, err);
+    size_t N = (size_t)b->batch * b->length;
+    r->loss = dget(be, dit_ws_loss(r->ws), N);
+    r->grads_host = dget(be, r->grads, slab);
+    r->fused = r->ws->link_fused;
+    return true;
+}
+
+static void model_run_free(model_run *r)
+{
+    nctmc_backend *be = r->ctx ? r->ctx->backend : NULL;
+    if (be && r->grads)
+        be->ops->free(be, r->grads);
+    dit_workspace_free(r->ws);
+    nctmc_model_free(r->model);
+    nctmc_context_free(r->ctx);
+    free(r->loss);
+    free(r->grads_host);
+}
+
+static void test_model_link(test_rng *rng, nctmc_process process, const char *label)
+{
+    nctmc_model_config cfg;
+    nctmc_model_config_init(&cfg);
+    cfg.vocab_size = 50;
+    cfg.vocab_pad_multiple = 32; /* V = 64 > S */
+    cfg.seq_len = 24;
+    cfg.n_layers = 2;
+    cfg.d_model = 64;
+    cfg.n_heads = 4;
+    cfg.cond_dim = 32;
+    cfg.process = process;
+    cfg.schedule = NCTMC_SCHEDULE_LINEAR;
+    cfg.mixture_uniform = 0.3f;
+    cfg.exit_link = NCTMC_EXIT_LINK_DENOISER;
+    cfg.seed = 11;
+    int32_t B = 3, N = B * cfg.seq_len, S = cfg.vocab_size;
+    int32_t n_data = process == NCTMC_PROCESS_UNIFORM ? S : S - 1;
+    int32_t *x_t = xcalloc((size_t)N, 4), *x_0 = xcalloc((size_t)N, 4);
+    float times[3] = {0.15f, 0.5f, 0.85f};
+    for (int32_t r = 0; r < N; r++) {
+        x_0[r] = test_randint(rng, n_data);
+        x_t[r] = !test_randint(rng, 2) ? x_0[r]
+                 : process == NCTMC_PROCESS_UNIFORM ? test_randint(rng, S)
+                                                    : S - 1;
+    }
+    dit_batch b = {B, cfg.seq_len, x_t, times, NULL, x_0, NULL};
+    model_run cpu, gpu, again;
+    memset(&gpu, 0, sizeof gpu);
+    memset(&again, 0, sizeof again);
+    if (model_start(&cpu, "cpu", &cfg, NULL, &b)) {
+        float *w = dget(cpu.ctx->backend, cpu.model->weights, cpu.model->slab_floats);
+        if (model_start(&gpu, "cuda", &cfg, w, &b) && model_start(&again, "cuda", &cfg, w, &b)) {
+            CHECK(gpu.fused && !cpu.fused, "model %s: dit_loss did not take lcond_denoiser",
+                  label);
+            double e = scaled_err(gpu.loss, cpu.loss, (size_t)N);
+            CHECK(e <= TOL_MODEL, "model %s: loss: scaled error %.3g", label, e);
+            printf("  %-64s %9.2e  (tol %.0e)\n", "model loss", e, TOL_MODEL);
+            double worst = 0.0;
+            const char *worst_name = "";
+            for (int32_t k = 0; k < cpu.model->n_tensors; k++) {
+                const model_tensor *t = &cpu.model->tensors[k];
+                double te = scaled_err(gpu.grads_host + t->offset, cpu.grads_host + t->offset,
+                                       (size_t)t->n_elements);
+                CHECK(te <= TOL_MODEL, "model %s: gradient of %s: scaled error %.3g", label,
+                      t->name, te);
+                if (te > worst) {
+                    worst = te;
+                    worst_name = t->name;
+                }
+            }
+            printf("  model %-40s gradients %9.2e  (tol %.0e, worst: %s)\n", label, worst,
+                   TOL_MODEL, worst_name);
+            CHECK(gpu.mean == again.mean &&
+                      memcmp(gpu.grads_host, again.grads_host,
+                             gpu.model->slab_floats * sizeof(float)) == 0,
+                  "model %s: two CUDA runs differ", label);
+        }
+        free(w);
+        model_run_free(&gpu);
+        model_run_free(&again);
+    }
+    model_run_free(&cpu);
+    free(x_t);
+    free(x_0);
+}
+
 /* A value of NCTMC_CUDA_LCOND other than "split" or "default" is an error
  * that names the variable. */
 static void test_bad_switch(const nctmc_backend_module *cuda)
@@ -330,6 +572,7 @@ int main(void)
         return 1;
     }
     setenv("NCTMC_CUDA_LCOND", "split", 1);
+    setenv("NCTMC_CUDA_LCOND_LINK", "fused", 1);
     GPU = cuda->create(0, false, err, sizeof err, &no_device);
     if (!GPU) {
         if (no_device) {
@@ -376,6 +619,15 @@ int main(void)
     test_case(&rng, make_fp(M, COS, 60000, sg), 2, 3, 60000, false, "masked/cosine");
     test_case(&rng, make_fp(U, COS, 50304, sg), 2, 3, 50304, true, "uniform/denoiser link");
     test_case(&rng, make_fp(X, LIN, 50304, sg), 2, 3, 50307, true, "mixture/denoiser odd");
+
+    printf("lcond_denoiser: the link, the loss and its backward in one pass\n");
+    test_fused_link(&rng, make_fp(U, LIN, 37, sg), 3, 7, 40, "uniform/linear");
+    test_fused_link(&rng, make_fp(X, COS, 37, sg), 3, 7, 37, "mixture/cosine odd stride");
+    test_fused_link(&rng, make_fp(U, COS, 50304, sg), 2, 3, 50304, "uniform/cosine");
+    test_fused_link(&rng, make_fp(X, LOG, 50304, sg), 2, 3, 50307, "mixture/loglinear odd");
+    test_fused_link(&rng, make_fp(U, LIN, 60000, sg), 2, 3, 60000, "uniform beyond the cache");
+    test_model_link(&rng, NCTMC_PROCESS_UNIFORM, "uniform/denoiser link");
+    test_model_link(&rng, NCTMC_PROCESS_MIXTURE, "mixture/denoiser link");
 
     CPU->ops->destroy(CPU);
     GPU->ops->destroy(GPU);

@@ -87,6 +87,10 @@ typedef struct cuda_backend {
     int lcond_mode;
     size_t lcond_split_smem;    /* dynamic shared memory lcond_split_kernel may use */
     size_t lcond_split_static;  /* its static shared memory + 1; 0 until asked */
+    /* lcond_denoiser (cuda_denoiser.cu): 0 until its first call reads
+     * $NCTMC_CUDA_LCOND_LINK, then 1 (declined) or 2 (fused) */
+    int lcond_link_mode;
+    size_t link_smem, link_static_smem;  /* as lcond_smem, lcond_static_smem */
     size_t peak_used, total;    /* device memory in use at most / in all (bytes) */
     char device_name[128];
     cudaStream_t stream;
@@ -286,6 +290,7 @@ void cuda_jump_output(nctmc_backend *be, const nctmc_jump_output_args *args);
 /* cuda_denoiser.cu */
 void cuda_denoiser_forward(nctmc_backend *be, const nctmc_denoiser_args *args);
 void cuda_denoiser_backward(nctmc_backend *be, const nctmc_denoiser_args *args);
+bool cuda_lcond_denoiser(nctmc_backend *be, const nctmc_lcond_denoiser_args *args);
 
 /* cuda_optim.cu */
 double cuda_sum_squares(nctmc_backend *be, int64_t n, const float *x);

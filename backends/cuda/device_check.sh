@@ -103,16 +103,17 @@ grep -E '^FAIL|^device|attention B|sample_step|sampler|model .*gradients|cuda_co
     "$out/conformance.log" | head -n 120
 echo "device_check: conformance exit status $status"
 
-# 2a. the split L_cond kernel ($NCTMC_CUDA_LCOND=split) against the CPU, and
-#     its timing beside the default kernel at 16 x 512 x 50304
+# 2a. the split L_cond kernel ($NCTMC_CUDA_LCOND=split) and the fused denoiser
+#     link ($NCTMC_CUDA_LCOND_LINK=fused) against the CPU, and their timings
+#     beside the kernels they replace at 16 x 512 x 50304
 if [ -x "$bin/test_cuda_loss_fused" ]; then
     timeout 120 "$bin/test_cuda_loss_fused" >"$out/loss_fused.log" 2>&1
     lf_status=$?
     grep -E '^FAIL|skipped|cuda_loss_fused' "$out/loss_fused.log" | head -n 40
-    echo "device_check: split L_cond exit status $lf_status"
-    timeout 60 "$bin/bench_gpu_train" --config paper-small --batch 1 --reps 10 --warmup 0 \
-        --precision none --sample-batch 0 --kernel-batch 0 --lcond-split 16 2>&1 |
-        grep -E 'lcond|error' | tee "$out/bench_lcond_split.log"
+    echo "device_check: new loss kernels exit status $lf_status"
+    timeout 90 "$bin/bench_gpu_train" --config paper-small --batch 1 --reps 10 --warmup 0 \
+        --precision none --sample-batch 0 --kernel-batch 0 --lcond-split 16 --lcond-link 16 2>&1 |
+        grep -E 'lcond|denoiser|error' | tee "$out/bench_lcond_split.log"
     [ "$status" -eq 0 ] && [ "$lf_status" -ne 0 ] && [ "$lf_status" -ne 77 ] && status=$lf_status
 fi
 

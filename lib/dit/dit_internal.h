@@ -92,6 +92,9 @@ struct dit_workspace {
      * the link turns into `logits` and `rate_h`; NULL otherwise. */
     bool denoiser;
     float *x0_logits;  /* [N, V] */
+    /* The last dit_loss ran the link's backward with the loss
+     * (lcond_denoiser): `logits` holds the gradient of x0_logits. */
+    bool link_fused;
     float *loss;       /* [N] */
     float *seq_weight; /* [B] the loss weights of the last weighted dit_loss */
 

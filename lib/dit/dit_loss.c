@@ -5,9 +5,38 @@
 #include "core/context.h"
 #include "dit_internal.h"
 
+/* The denoiser link's loss and backward in one operation, where the backend
+ * takes it (lcond_denoiser); false: nothing done. The gradient of the head's
+ * logits goes where the chain leaves it, in ws->logits. */
+static bool run_fused_link(const nctmc_model *m, dit_workspace *ws, const dit_batch *b,
+                           bool with_grads)
+{
+    if (!ws->denoiser || !ws->be->ops->lcond_denoiser)
+        return false;
+    int64_t N = (int64_t)b->batch * b->length;
+    nctmc_lcond_denoiser_args a = {
+        .n_rows = N,
+        .seq_len = b->length,
+        .row_stride = m->dims.V,
+        .x0_logits = ws->x0_logits,
+        .x_t = ws->x_t,
+        .x_0 = ws->x_0,
+        .times = ws->times,
+        .fp = m->fp,
+        .grad_scale = (float)(1.0 / (double)N),
+        .loss = ws->loss,
+        .d_x0_logits = with_grads ? ws->logits : NULL,
+        .seq_weight = b->weights ? ws->seq_weight : NULL,
+    };
+    return ws->be->ops->lcond_denoiser(ws->be, &a);
+}
+
 static void run_loss_op(const nctmc_model *m, dit_workspace *ws, const dit_batch *b,
                         bool with_grads)
 {
+    ws->link_fused = run_fused_link(m, ws, b, with_grads);
+    if (ws->link_fused)
+        return;
     int64_t N = (int64_t)b->batch * b->length;
     nctmc_lcond_args a = {
         .n_rows = N,
