@@ -18,10 +18,11 @@
  * the CUDA results of two runs bit for bit. A bad value of the variable
  * must be reported as an error.
  * lcond_denoiser against the CPU's chain denoiser_forward, lcond (gradients
- * in place), denoiser_backward: the loss and dL/dz, with and without
- * per-sequence weights, into another buffer and in place over z, the loss
- * alone; and the whole model with the denoiser link through a "cuda"
- * context (dit_loss must take the fused operation) against a "cpu" one.
+ * in place), denoiser_backward: the loss, the link's h and dL/dz, with and
+ * without per-sequence weights, into another buffer and in place over z,
+ * the loss alone; and the whole model with the denoiser link through a
+ * "cuda" context (dit_loss must take the fused operation, leaving the link
+ * out of the forward pass) against a "cpu" one: loss, h, every gradient.
  *
  * The split kernel needs compute capability 9.0; on an older device (where
  * the backend runs its default kernel) and without a usable GPU the program
@@ -294,17 +295,18 @@ static void test_case(test_rng *rng, nctmc_fp fp, int32_t B, int32_t L, int32_t 
 
 /* ---- lcond_denoiser ---------------------------------------------------- */
 
-enum { FL_LOSS, FL_DZ, FL_LOSS_W, FL_DZ_W, FL_DZ_INPLACE, FL_LOSS_ONLY, FL_COUNT };
+enum { FL_LOSS, FL_DZ, FL_LOSS_W, FL_DZ_W, FL_DZ_INPLACE, FL_LOSS_ONLY, FL_H, FL_COUNT };
 static const char *const fl_names[FL_COUNT] = {"loss", "d_z", "loss weighted", "d_z weighted",
-                                               "d_z in place", "loss without grads"};
+                                               "d_z in place", "loss without grads",
+                                               "the link's h"};
 
 /* The CPU's chain for one set of arguments: the loss, and dL/dz in dz (the
  * link's outputs, then their gradients, pass through it). */
 static void cpu_chain(const loss_case *c, const loss_inputs *in, const float *seq_w,
-                      float *loss, float *dz)
+                      float *loss, float *dz, float *h)
 {
     size_t N = (size_t)c->B * c->L;
-    float *l = dz, *h = dnew(CPU, N), *dh = dnew(CPU, N);
+    float *l = dz, *dh = dnew(CPU, N);
     nctmc_denoiser_args d = {(int64_t)N, c->L, c->V, in->z, in->x_t, in->times, c->fp, l, h};
     CPU->ops->denoiser_forward(CPU, &d);
     nctmc_lcond_args a = {(int64_t)N, c->L, c->V, l, h, in->x_t, in->x_0, in->times, c->fp,
@@ -313,18 +315,18 @@ static void cpu_chain(const loss_case *c, const loss_inputs *in, const float *se
     d.rate_h = dh;
     CPU->ops->denoiser_backward(CPU, &d);
     sync_ok(CPU, "the denoiser chain");
-    void *bufs[] = {h, dh};
+    void *bufs[] = {dh};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         CPU->ops->free(CPU, bufs[k]);
 }
 
 /* One lcond_denoiser call on the GPU; it must not decline. */
 static void gpu_fused(const loss_case *c, const loss_inputs *in, const float *seq_w,
-                      float *loss, float *dz)
+                      float *loss, float *dz, float *h)
 {
     size_t N = (size_t)c->B * c->L;
     nctmc_lcond_denoiser_args a = {(int64_t)N, c->L, c->V, in->z, in->x_t, in->x_0, in->times,
-                                   c->fp, 1.0f / (float)N, loss, dz, seq_w};
+                                   c->fp, 1.0f / (float)N, loss, dz, seq_w, h};
     CHECK(GPU->ops->lcond_denoiser && GPU->ops->lcond_denoiser(GPU, &a),
           "lcond_denoiser declined with NCTMC_CUDA_LCOND_LINK=fused");
     sync_ok(GPU, "lcond_denoiser");
@@ -337,12 +339,13 @@ static void run_fused_link(nctmc_backend *be, const loss_case *c, float *out[FL_
     plain.denoiser = false; /* the inputs: z itself */
     loss_inputs in = inputs_make(be, &plain);
     float *seq_w = dput(be, c->upstream_w, (size_t)c->B * 4);
-    float *loss = dnew(be, N), *dz = dnew(be, NV);
+    float *loss = dnew(be, N), *dz = dnew(be, NV), *h = dnew(be, N);
     if (be == CPU) {
-        cpu_chain(c, &in, NULL, loss, dz);
+        cpu_chain(c, &in, NULL, loss, dz, h);
         out[FL_LOSS] = dget(be, loss, N);
         out[FL_DZ] = dget(be, dz, NV);
-        cpu_chain(c, &in, seq_w, loss, dz);
+        out[FL_H] = dget(be, h, N);
+        cpu_chain(c, &in, seq_w, loss, dz, h);
         out[FL_LOSS_W] = dget(be, loss, N);
         out[FL_DZ_W] = dget(be, dz, NV);
         /* the same values, computed in place or alone on the GPU */
@@ -351,20 +354,21 @@ static void run_fused_link(nctmc_backend *be, const loss_case *c, float *out[FL_
         memcpy(out[FL_DZ_INPLACE], out[FL_DZ], NV * 4);
         memcpy(out[FL_LOSS_ONLY], out[FL_LOSS], N * 4);
     } else {
-        gpu_fused(c, &in, NULL, loss, dz);
+        gpu_fused(c, &in, NULL, loss, dz, h);
         out[FL_LOSS] = dget(be, loss, N);
         out[FL_DZ] = dget(be, dz, NV);
-        gpu_fused(c, &in, seq_w, loss, dz);
+        out[FL_H] = dget(be, h, N);
+        gpu_fused(c, &in, seq_w, loss, dz, NULL);
         out[FL_LOSS_W] = dget(be, loss, N);
         out[FL_DZ_W] = dget(be, dz, NV);
         float *loss2 = dnew(be, N);
-        gpu_fused(c, &in, NULL, loss2, NULL);
+        gpu_fused(c, &in, NULL, loss2, NULL, NULL);
         out[FL_LOSS_ONLY] = dget(be, loss2, N);
         be->ops->free(be, loss2);
-        gpu_fused(c, &in, NULL, NULL, in.z);   /* last: it overwrites z */
+        gpu_fused(c, &in, NULL, NULL, in.z, NULL);   /* last: it overwrites z */
         out[FL_DZ_INPLACE] = dget(be, in.z, NV);
     }
-    void *bufs[] = {seq_w, loss, dz};
+    void *bufs[] = {seq_w, loss, dz, h};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         be->ops->free(be, bufs[k]);
     inputs_free(be, &in);
@@ -380,7 +384,7 @@ static void test_fused_link(test_rng *rng, nctmc_fp fp, int32_t B, int32_t L, in
     run_fused_link(GPU, &c, again);
     size_t N = (size_t)B * L, NV = N * (size_t)V;
     for (int k = 0; k < FL_COUNT; k++) {
-        size_t n = k == FL_LOSS || k == FL_LOSS_W || k == FL_LOSS_ONLY ? N : NV;
+        size_t n = k == FL_LOSS || k == FL_LOSS_W || k == FL_LOSS_ONLY || k == FL_H ? N : NV;
         char what[160];
         snprintf(what, sizeof what, "%s S%d V%d fused link %s", label, fp.vocab, V, fl_names[k]);
         double e = scaled_err(got[k], want[k], n);
@@ -402,7 +406,7 @@ typedef struct model_run {
     nctmc_model *model;
     dit_workspace *ws;
     float *grads;
-    float *loss, *grads_host;
+    float *loss, *rate_h, *grads_host;
     double mean;
     bool fused;
 } model_run;
@@ -437,8 +441,9 @@ static bool model_start(model_run *r, const char *backend, const nctmc_model_con
     CHECK(st == NCTMC_OK, "dit_loss on %s: %s", backend, err);
     size_t N = (size_t)b->batch * b->length;
     r->loss = dget(be, dit_ws_loss(r->ws), N);
+    r->rate_h = dget(be, dit_ws_rate_h(r->ws), N);
     r->grads_host = dget(be, r->grads, slab);
-    r->fused = r->ws->link_fused;
+    r->fused = r->ws->link_fused_last;
     return true;
 }
 
@@ -451,6 +456,7 @@ static void model_run_free(model_run *r)
     nctmc_model_free(r->model);
     nctmc_context_free(r->ctx);
     free(r->loss);
+    free(r->rate_h);
     free(r->grads_host);
 }
 
@@ -492,6 +498,9 @@ static void test_model_link(test_rng *rng, nctmc_process process, const char *la
             double e = scaled_err(gpu.loss, cpu.loss, (size_t)N);
             CHECK(e <= TOL_MODEL, "model %s: loss: scaled error %.3g", label, e);
             printf("  %-64s %9.2e  (tol %.0e)\n", "model loss", e, TOL_MODEL);
+            e = scaled_err(gpu.rate_h, cpu.rate_h, (size_t)N);
+            CHECK(e <= TOL_MODEL, "model %s: the link's h: scaled error %.3g", label, e);
+            printf("  %-64s %9.2e  (tol %.0e)\n", "model h", e, TOL_MODEL);
             double worst = 0.0;
             const char *worst_name = "";
             for (int32_t k = 0; k < cpu.model->n_tensors; k++) {
@@ -621,6 +630,10 @@ int main(void)
     test_case(&rng, make_fp(X, LIN, 50304, sg), 2, 3, 50307, true, "mixture/denoiser odd");
 
     printf("lcond_denoiser: the link, the loss and its backward in one pass\n");
+    nctmc_lcond_denoiser_args probe = {.n_rows = 0};
+    CHECK(!CPU->ops->lcond_denoiser && GPU->ops->lcond_denoiser &&
+              GPU->ops->lcond_denoiser(GPU, &probe),
+          "the CUDA backend does not take lcond_denoiser with NCTMC_CUDA_LCOND_LINK=fused");
     test_fused_link(&rng, make_fp(U, LIN, 37, sg), 3, 7, 40, "uniform/linear");
     test_fused_link(&rng, make_fp(X, COS, 37, sg), 3, 7, 37, "mixture/cosine odd stride");
     test_fused_link(&rng, make_fp(U, COS, 50304, sg), 2, 3, 50304, "uniform/cosine");

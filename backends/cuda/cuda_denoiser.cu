@@ -257,6 +257,8 @@ __global__ void __launch_bounds__(LINK_THREADS) lcond_denoiser_kernel(
         float scale = a.seq_weight ? a.grad_scale * a.seq_weight[r / a.seq_len] : a.grad_scale;
         if (a.loss)
             a.loss[r] = (float)lcond_value(&p, stats, l_x0);
+        if (a.rate_h)
+            a.rate_h[r] = h;
         float gh = (float)(lcond_grad_h(&fp, &p) * (double)scale);
         ls.coef = lcond_grad_coefficients(&fp, &p, stats, scale);
         ls.gh_inv = (float)((double)gh * c.inv_lam);

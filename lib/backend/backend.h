@@ -92,7 +92,8 @@ typedef struct nctmc_denoiser_args {
  * in one pass over the head's logits z: per row what denoiser_forward, then
  * lcond (on its logits and rate_h, grad_scale and seq_weight as given,
  * d_logits in place, d_rate_h kept) and then denoiser_backward (on those
- * gradients) compute in a chain, without storing the link's outputs.
+ * gradients) compute in a chain, storing of the link's outputs only h.
+ * So a training step need not run denoiser_forward at all.
  */
 typedef struct nctmc_lcond_denoiser_args {
     int64_t n_rows;
@@ -109,6 +110,9 @@ typedef struct nctmc_lcond_denoiser_args {
      * may equal x0_logits; NULL: the loss alone. */
     float *d_x0_logits;
     const float *seq_weight; /* [B] as in nctmc_lcond_args; NULL: none */
+    /* out [N] the link's h = log(lambda / sigma), as denoiser_forward
+     * writes it; NULL: skip */
+    float *rate_h;
 } nctmc_lcond_denoiser_args;
 
 /* A linear layer's weight [out, in] in a reduced precision (a model made by
@@ -324,7 +328,9 @@ typedef struct nctmc_backend_ops {
     void (*denoiser_backward)(nctmc_backend *be, const nctmc_denoiser_args *args);
     /* The three above in one pass (nctmc_lcond_denoiser_args), where the
      * backend offers it: NULL, or false with nothing done, when it does not
-     * (the caller then runs the chain). */
+     * (the caller then runs the chain). A call with n_rows = 0 does nothing
+     * and tells whether the backend takes the operation; one that does
+     * takes every call. */
     bool (*lcond_denoiser)(nctmc_backend *be, const nctmc_lcond_denoiser_args *args);
 
     /* ---- optimiser ------------------------------------------------------ */
