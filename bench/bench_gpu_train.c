@@ -18,6 +18,16 @@
  *               grid at t = 0.5, and one step from t = 0.999 where most
  *               rows jump), posterior and denoise, with the fraction of rows
  *               that moved; lcond with the logits' gradients;
+ *   lcond split (--lcond-split B, 0 skips) the default L_cond kernel and the
+ *               split one ($NCTMC_CUDA_LCOND=split, backends/cuda/cuda_loss.cu)
+ *               on the same B sequences of random logits, each on a backend
+ *               of its own, with the largest difference of their per-position
+ *               losses and gradients relative to the largest value;
+ *   lcond link  (--lcond-link B, 0 skips) the denoiser link's training
+ *               chain on B sequences of random head logits: denoiser_forward,
+ *               then lcond + denoiser_backward, then lcond_denoiser
+ *               ($NCTMC_CUDA_LCOND_LINK=fused, backends/cuda/cuda_denoiser.cu),
+ *               which replaces all three in a training step;
  *   memory      the device memory in use at most while training (the whole
  *               device as nvidia-smi counts it, CUDA context included).
  * Each is run in TF32 and in bf16 mode (--precision).
@@ -50,12 +60,18 @@
  *        peak_device_mib=... device_total_mib=...
  *   bench=kernel impl=libnctmc op=sample_step method=... rows=... vocab=...
  *        ms=... gb_per_s=... moved=...   (op=lcond: no method, no moved)
+ *   bench=kernel impl=libnctmc op=lcond_default|lcond_split rows=... vocab=...
+ *        ms=... gb_per_s=... min_bytes_per_row=...
+ *   bench=lcond_split_vs_default loss_diff=... grad_diff=...
+ *   bench=kernel impl=libnctmc op=denoiser_forward|lcond+denoiser_backward|
+ *        lcond_denoiser rows=... vocab=... ms=...
+ *   bench=lcond_link_fused_vs_chain speedup=... loss_diff=... grad_diff=...
  * Exits 77 ("skipped", with the reason) when no usable GPU is present.
  *
  * Usage: bench_gpu_train [--config paper-small|cpu-small|tiny] [--batch B]
  *        [--reps R] [--warmup W] [--precision tf32|bf16|both]
  *        [--sample-batch B] [--sample-steps N] [--kernel-batch B]
- *        [--peak-tflops X] [--fused 0|1]
+ *        [--peak-tflops X] [--fused 0|1] [--lcond-split B] [--lcond-link B]
  */
 #include <math.h>
 #include <stdio.h>
@@ -73,7 +89,8 @@
 typedef struct bench_args {
     const char *config;
     const char *precision;
-    int batch, reps, warmup, sample_batch, sample_steps, kernel_batch;
+    int batch, reps, warmup, sample_batch, sample_steps, kernel_batch, lcond_split,
+        lcond_link;
     double peak_tflops;
     int fused; /* --fused 1: the fused block kernels, forward and train step only */
 } bench_args;
@@ -92,7 +109,7 @@ static bench_args fused_selection(bench_args a)
 
 static bench_args parse_args(int argc, char **argv)
 {
-    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0.0, 0};
+    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0, 0, 0.0, 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (strcmp(k, "--config") == 0) a.config = v;
@@ -105,6 +122,8 @@ static bench_args parse_args(int argc, char **argv)
         else if (strcmp(k, "--peak-tflops") == 0) a.peak_tflops = atof(v);
         else if (strcmp(k, "--kernel-batch") == 0) a.kernel_batch = atoi(v);
         else if (strcmp(k, "--fused") == 0) a.fused = atoi(v) != 0;
+        else if (strcmp(k, "--lcond-split") == 0) a.lcond_split = atoi(v);
+        else if (strcmp(k, "--lcond-link") == 0) a.lcond_link = atoi(v);
     }
     if (a.batch < 1) a.batch = 1;
     if (a.reps < 1) a.reps = 1;
@@ -112,6 +131,8 @@ static bench_args parse_args(int argc, char **argv)
     if (a.sample_batch < 0) a.sample_batch = 0;
     if (a.sample_steps < 1) a.sample_steps = 1;
     if (a.kernel_batch < 0) a.kernel_batch = 0;
+    if (a.lcond_split < 0) a.lcond_split = 0;
+    if (a.lcond_link < 0) a.lcond_link = 0;
     return fused_selection(a);
 }
 
@@ -397,6 +418,232 @@ static void bench_kernels(nctmc_backend *be, const model_dims *z, const bench_ar
     free(times);
 }
 
+/* One L_cond run of --lcond-split sequences on a backend of its own with
+ * $NCTMC_CUDA_LCOND = mode (read at its first lcond call): the median time,
+ * and the per-position losses and the first row's gradients. */
+typedef struct lcond_run {
+    double t;
+    float *loss, *grad_row;
+} lcond_run;
+
+static lcond_run time_lcond_mode(const nctmc_backend_module *cuda, const char *mode,
+                                 const model_dims *z, const bench_args *a)
+{
+    char err[NCTMC_ERROR_SIZE];
+    bool no_device = false;
+    setenv("NCTMC_CUDA_LCOND", mode, 1);
+    nctmc_backend *be = cuda->create(0, false, err, sizeof err, &no_device);
+    if (!be) {
+        fprintf(stderr, "bench_gpu_train: %s\n", err);
+        exit(1);
+    }
+    int64_t N = (int64_t)a->lcond_split * z->L;
+    int32_t V = z->V, S = z->S;
+    float *logits = random_logits(be, N, V);
+    float *grads = alloc_or_die(be, sizeof(float) * (size_t)N * (size_t)V);
+    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
+    float *h = malloc(sizeof(float) * (size_t)N), *times = malloc(sizeof(float) * a->lcond_split);
+    for (int64_t r = 0; r < N; r++) {
+        x_0[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)S);
+        x_t[r] = r % 3 ? x_0[r] : (int32_t)(((uint32_t)r * 40503u) % (uint32_t)S);
+        h[r] = hash_uniform((uint32_t)r + 77u, -2.0f, 2.0f);
+    }
+    for (int b = 0; b < a->lcond_split; b++)
+        times[b] = (float)(b + 0.5) / (float)a->lcond_split;
+    int32_t *d_xt = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    int32_t *d_x0 = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    float *d_h = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *d_times = alloc_or_die(be, sizeof(float) * (size_t)a->lcond_split);
+    float *d_loss = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *d_dh = alloc_or_die(be, sizeof(float) * (size_t)N);
+    be->ops->upload(be, d_xt, x_t, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, d_x0, x_0, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, d_h, h, sizeof(float) * (size_t)N);
+    be->ops->upload(be, d_times, times, sizeof(float) * (size_t)a->lcond_split);
+    nctmc_fp fp = {NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, S, 0.0f, 1e-3f, NCTMC_FP_LINK_SIGMA};
+    nctmc_lcond_args la = {N,      z->L,   V,  logits, d_h,      d_xt, d_x0, d_times, fp,
+                           1e-4f, d_loss, grads, d_dh, NULL};
+    lcond_run run;
+    run.t = time_kernel(be, call_lcond, &la, a->reps < 10 ? 10 : a->reps);
+    run.loss = malloc(sizeof(float) * (size_t)N);
+    run.grad_row = malloc(sizeof(float) * (size_t)V);
+    be->ops->download(be, run.loss, d_loss, sizeof(float) * (size_t)N);
+    be->ops->download(be, run.grad_row, grads, sizeof(float) * (size_t)V);
+    /* the minimum: every logit read once, every gradient written once */
+    double row_bytes = 4.0 * S + 4.0 * V;
+    printf("bench=kernel impl=libnctmc op=lcond_%s rows=%lld vocab=%d ms=%.3f gb_per_s=%.0f "
+           "min_bytes_per_row=%.0f\n",
+           mode, (long long)N, V, 1e3 * run.t, (double)N * row_bytes * 1e-9 / run.t, row_bytes);
+    fflush(stdout);
+    void *bufs[] = {logits, grads, d_xt, d_x0, d_h, d_times, d_loss, d_dh};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        be->ops->free(be, bufs[k]);
+    be->ops->destroy(be);
+    unsetenv("NCTMC_CUDA_LCOND");
+    free(x_t);
+    free(x_0);
+    free(h);
+    free(times);
+    return run;
+}
+
+/* max |a - b| / max |b| */
+static double rel_diff(const float *x, const float *y, int64_t n)
+{
+    double d = 0.0, m = 0.0;
+    for (int64_t k = 0; k < n; k++) {
+        d = fmax(d, fabs((double)x[k] - (double)y[k]));
+        m = fmax(m, fabs((double)y[k]));
+    }
+    return m > 0.0 ? d / m : d;
+}
+
+static void bench_lcond_split(const nctmc_backend_module *cuda, const model_dims *z,
+                              const bench_args *a)
+{
+    if (a->lcond_split == 0)
+        return;
+    lcond_run d = time_lcond_mode(cuda, "default", z, a);
+    lcond_run s = time_lcond_mode(cuda, "split", z, a);
+    int64_t N = (int64_t)a->lcond_split * z->L;
+    printf("bench=lcond_split_vs_default speedup=%.2f loss_diff=%.2e grad_diff=%.2e\n",
+           d.t / s.t, rel_diff(s.loss, d.loss, N), rel_diff(s.grad_row, d.grad_row, z->V));
+    fflush(stdout);
+    free(d.loss);
+    free(d.grad_row);
+    free(s.loss);
+    free(s.grad_row);
+}
+
+/* The denoiser link's training chain, step by step, and fused. */
+typedef struct link_bench {
+    nctmc_backend *be;
+    nctmc_denoiser_args d;      /* z -> (logits, rate_h), then back into logits */
+    nctmc_lcond_args l;         /* on the link's outputs, gradients in place */
+    nctmc_lcond_denoiser_args f;
+} link_bench;
+
+static void call_denoiser_forward(nctmc_backend *be, const void *p)
+{
+    be->ops->denoiser_forward(be, &((const link_bench *)p)->d);
+}
+
+static void call_loss_and_backward(nctmc_backend *be, const void *p)
+{
+    const link_bench *b = p;
+    be->ops->lcond(be, &b->l);
+    nctmc_denoiser_args d = b->d;
+    d.rate_h = b->l.d_rate_h;
+    be->ops->denoiser_backward(be, &d);
+}
+
+static void call_lcond_denoiser(nctmc_backend *be, const void *p)
+{
+    if (!be->ops->lcond_denoiser(be, &((const link_bench *)p)->f)) {
+        fprintf(stderr, "bench_gpu_train: lcond_denoiser declined\n");
+        exit(1);
+    }
+}
+
+static void bench_lcond_link(const nctmc_backend_module *cuda, const model_dims *z,
+                             const bench_args *a)
+{
+    if (a->lcond_link == 0)
+        return;
+    char err[NCTMC_ERROR_SIZE];
+    bool no_device = false;
+    setenv("NCTMC_CUDA_LCOND_LINK", "fused", 1);
+    nctmc_backend *be = cuda->create(0, false, err, sizeof err, &no_device);
+    if (!be) {
+        fprintf(stderr, "bench_gpu_train: %s\n", err);
+        exit(1);
+    }
+    int64_t N = (int64_t)a->lcond_link * z->L;
+    int32_t V = z->V, S = z->S, B = a->lcond_link;
+    float *x0_logits = random_logits(be, N, V);
+    float *logits = alloc_or_die(be, sizeof(float) * (size_t)N * (size_t)V);
+    float *dz = alloc_or_die(be, sizeof(float) * (size_t)N * (size_t)V);
+    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
+    float *times = malloc(sizeof(float) * (size_t)B);
+    for (int64_t r = 0; r < N; r++) {
+        x_0[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)S);
+        x_t[r] = r % 3 ? x_0[r] : (int32_t)(((uint32_t)r * 40503u) % (uint32_t)S);
+    }
+    for (int b = 0; b < B; b++)
+        times[b] = (float)(b + 0.5) / (float)B;
+    int32_t *d_xt = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    int32_t *d_x0 = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    float *d_times = alloc_or_die(be, sizeof(float) * (size_t)B);
+    float *h = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *dh = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *loss = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *loss_f = alloc_or_die(be, sizeof(float) * (size_t)N);
+    be->ops->upload(be, d_xt, x_t, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, d_x0, x_0, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, d_times, times, sizeof(float) * (size_t)B);
+    nctmc_fp fp = {NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, S, 0.0f, 1e-3f, NCTMC_FP_LINK_SIGMA};
+    float scale = 1.0f / (float)N;
+    link_bench lb;
+    lb.be = be;
+    lb.d = (nctmc_denoiser_args){N, z->L, V, x0_logits, d_xt, d_times, fp, logits, h};
+    lb.l = (nctmc_lcond_args){N, z->L, V, logits, h, d_xt, d_x0, d_times, fp, scale, loss,
+                              logits, dh, NULL};
+    lb.f = (nctmc_lcond_denoiser_args){N, z->L, V, x0_logits, d_xt, d_x0, d_times, fp, scale,
+                                       loss_f, dz, NULL, h};
+    int reps = a->reps < 10 ? 10 : a->reps;
+    /* each step of the chain needs the previous one's outputs: the link's
+     * forward first, so the loss sees its logits */
+    double t_fwd = time_kernel(be, call_denoiser_forward, &lb, reps);
+    double t_rest = 0.0;
+    {
+        double *ts = malloc(sizeof(double) * (size_t)reps);
+        for (int i = 0; i < reps; i++) {
+            call_denoiser_forward(be, &lb);
+            be->ops->synchronize(be);
+            double t0 = now_s();
+            call_loss_and_backward(be, &lb);
+            if (be->ops->synchronize(be) != NCTMC_OK) {
+                fprintf(stderr, "bench_gpu_train: %s\n", be->error);
+                exit(1);
+            }
+            ts[i] = now_s() - t0;
+        }
+        t_rest = median(ts, reps);
+        free(ts);
+    }
+    double t_fused = time_kernel(be, call_lcond_denoiser, &lb, reps);
+    static const char *const names[3] = {"denoiser_forward", "lcond+denoiser_backward",
+                                         "lcond_denoiser"};
+    double t[3] = {t_fwd, t_rest, t_fused};
+    for (int k = 0; k < 3; k++)
+        printf("bench=kernel impl=libnctmc op=%s rows=%lld vocab=%d ms=%.3f\n", names[k],
+               (long long)N, V, 1e3 * t[k]);
+    float *l_chain = malloc(sizeof(float) * (size_t)N);
+    float *l_fused = malloc(sizeof(float) * (size_t)N);
+    float *g_chain = malloc(sizeof(float) * (size_t)V);
+    float *g_fused = malloc(sizeof(float) * (size_t)V);
+    be->ops->download(be, l_chain, loss, sizeof(float) * (size_t)N);
+    be->ops->download(be, l_fused, loss_f, sizeof(float) * (size_t)N);
+    be->ops->download(be, g_chain, logits, sizeof(float) * (size_t)V);
+    be->ops->download(be, g_fused, dz, sizeof(float) * (size_t)V);
+    /* a training step with the fused operation leaves out all three */
+    printf("bench=lcond_link_fused_vs_chain speedup=%.2f loss_diff=%.2e grad_diff=%.2e\n",
+           (t_fwd + t_rest) / t_fused, rel_diff(l_fused, l_chain, N), rel_diff(g_fused, g_chain, V));
+    fflush(stdout);
+    void *bufs[] = {x0_logits, logits, dz, d_xt, d_x0, d_times, h, dh, loss, loss_f};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        be->ops->free(be, bufs[k]);
+    be->ops->destroy(be);
+    unsetenv("NCTMC_CUDA_LCOND_LINK");
+    free(x_t);
+    free(x_0);
+    free(times);
+    free(l_chain);
+    free(l_fused);
+    free(g_chain);
+    free(g_fused);
+}
+
 int main(int argc, char **argv)
 {
     bench_args a = parse_args(argc, argv);
@@ -487,6 +734,8 @@ int main(int argc, char **argv)
 
     cuda->set_bf16(be, false);
     bench_kernels(be, z, &a);
+    bench_lcond_split(cuda, z, &a);
+    bench_lcond_link(cuda, z, &a);
 
     be->ops->free(be, s.grads);
     be->ops->free(be, s.m);

@@ -80,6 +80,7 @@ static const nctmc_backend_ops cuda_ops = {
     .jump_output = cuda_jump_output,
     .denoiser_forward = cuda_denoiser_forward,
     .denoiser_backward = cuda_denoiser_backward,
+    .lcond_denoiser = cuda_lcond_denoiser,
     .sum_squares = cuda_sum_squares,
     .scale = cuda_scale,
     .add = cuda_add,

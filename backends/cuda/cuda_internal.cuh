@@ -90,6 +90,15 @@ typedef struct cuda_backend {
     size_t smem_optin;          /* shared memory a block may opt in to */
     size_t lcond_smem;          /* dynamic shared memory lcond_kernel may use now */
     size_t lcond_static_smem;   /* its static shared memory + 1; 0 until asked */
+    /* The split L_cond kernel (cuda_loss.cu): 0 until the first lcond call
+     * reads $NCTMC_CUDA_LCOND, then 1 (the default kernel) or 2 (split) */
+    int lcond_mode;
+    size_t lcond_split_smem;    /* dynamic shared memory lcond_split_kernel may use */
+    size_t lcond_split_static;  /* its static shared memory + 1; 0 until asked */
+    /* lcond_denoiser (cuda_denoiser.cu): 0 until its first call reads
+     * $NCTMC_CUDA_LCOND_LINK, then 1 (declined) or 2 (fused) */
+    int lcond_link_mode;
+    size_t link_smem, link_static_smem;  /* as lcond_smem, lcond_static_smem */
     size_t peak_used, total;    /* device memory in use at most / in all (bytes) */
     char device_name[128];
     cudaStream_t stream;
@@ -341,6 +350,7 @@ void cuda_jump_output(nctmc_backend *be, const nctmc_jump_output_args *args);
 /* cuda_denoiser.cu */
 void cuda_denoiser_forward(nctmc_backend *be, const nctmc_denoiser_args *args);
 void cuda_denoiser_backward(nctmc_backend *be, const nctmc_denoiser_args *args);
+bool cuda_lcond_denoiser(nctmc_backend *be, const nctmc_lcond_denoiser_args *args);
 
 /* cuda_optim.cu */
 double cuda_sum_squares(nctmc_backend *be, int64_t n, const float *x);

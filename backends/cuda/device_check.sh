@@ -44,6 +44,7 @@ if [ "$mode" = "--prepare" ]; then
         ninja -C "$b" tests/test_cuda_conformance tests/test_cuda_fused bench/bench_gpu_train \
             libnctmc-cuda.so || exit 1
     progs="test_cuda_conformance test_cuda_fused bench_gpu_train"
+    ninja -C "$b" tests/test_cuda_loss_fused && progs="$progs test_cuda_loss_fused" # split L_cond
     if ninja -C "$b" tests/test_nccl_module libnctmc-nccl.so >/dev/null 2>&1; then
         progs="$progs test_nccl_module"
         cp "$b/libnctmc-nccl.so" "$carried/" &&
@@ -79,12 +80,14 @@ if [ -x "$carried/test_cuda_conformance" ] && [ -x "$carried/bench_gpu_train" ];
     bin="$carried"
 elif command -v meson >/dev/null && command -v nvcc >/dev/null &&
     meson setup "$build" "$root" -Dcuda=enabled -Dreference_tests=disabled >"$out/build.log" 2>&1 &&
-    ninja -C "$build" tests/test_cuda_conformance tests/test_cuda_fused bench_gpu_train \
+    ninja -C "$build" tests/test_cuda_conformance tests/test_cuda_fused bench/bench_gpu_train \
         libnctmc-cuda.so >>"$out/build.log" 2>&1; then
     bin="$build/tests"
+    ln -sf "$build/bench/bench_gpu_train" "$bin/bench_gpu_train"
     # the programs link the core statically from tests/; the modules are one
     # folder up, so name them
     ninja -C "$build" tests/test_nccl_module libnctmc-nccl.so >>"$out/build.log" 2>&1
+    ninja -C "$build" tests/test_cuda_loss_fused >>"$out/build.log" 2>&1
     NCTMC_CUDA_MODULE="$build/libnctmc-cuda.so"
     NCTMC_NCCL_MODULE="$build/libnctmc-nccl.so"
     export NCTMC_CUDA_MODULE NCTMC_NCCL_MODULE
@@ -115,6 +118,20 @@ if [ -x "$bin/test_cuda_fused" ]; then
     echo "device_check: fused kernels exit status $fused_status"
     [ "$status" -eq 0 ] && [ "$fused_status" -ne 0 ] && [ "$fused_status" -ne 77 ] &&
         status=$fused_status
+fi
+
+# 2a'. the split L_cond kernel ($NCTMC_CUDA_LCOND=split) and the fused denoiser
+#      link ($NCTMC_CUDA_LCOND_LINK=fused) against the CPU, and their timings
+#      beside the kernels they replace at 16 x 512 x 50304
+if [ -x "$bin/test_cuda_loss_fused" ]; then
+    timeout 120 "$bin/test_cuda_loss_fused" >"$out/loss_fused.log" 2>&1
+    lf_status=$?
+    grep -E '^FAIL|skipped|cuda_loss_fused' "$out/loss_fused.log" | head -n 40
+    echo "device_check: new loss kernels exit status $lf_status"
+    timeout 90 "$bin/bench_gpu_train" --config paper-small --batch 1 --reps 10 --warmup 0 \
+        --precision none --sample-batch 0 --kernel-batch 0 --lcond-split 16 --lcond-link 16 2>&1 |
+        grep -E 'lcond|denoiser|error' | tee "$out/bench_lcond_split.log"
+    [ "$status" -eq 0 ] && [ "$lf_status" -ne 0 ] && [ "$lf_status" -ne 77 ] && status=$lf_status
 fi
 
 # 2b. the NCCL engine on one rank (a world of one still runs NCCL's

@@ -87,6 +87,34 @@ typedef struct nctmc_denoiser_args {
     float *rate_h;         /* [N], see above */
 } nctmc_denoiser_args;
 
+/*
+ * The denoiser link, the L_cond loss on its outputs and the link's backward
+ * in one pass over the head's logits z: per row what denoiser_forward, then
+ * lcond (on its logits and rate_h, grad_scale and seq_weight as given,
+ * d_logits in place, d_rate_h kept) and then denoiser_backward (on those
+ * gradients) compute in a chain, storing of the link's outputs only h.
+ * So a training step need not run denoiser_forward at all.
+ */
+typedef struct nctmc_lcond_denoiser_args {
+    int64_t n_rows;
+    int32_t seq_len;         /* L: rows per sequence (indexes `times`) */
+    int32_t row_stride;      /* V >= S */
+    const float *x0_logits;  /* [N, V] z */
+    const int32_t *x_t;      /* [N] */
+    const int32_t *x_0;      /* [N] */
+    const float *times;      /* [B] */
+    nctmc_fp fp;             /* never the masked process */
+    float grad_scale;        /* as in nctmc_lcond_args */
+    float *loss;             /* out [N] per-position loss (unscaled) */
+    /* out [N, V] d loss / d z times grad_scale (0 outside the data tokens);
+     * may equal x0_logits; NULL: the loss alone. */
+    float *d_x0_logits;
+    const float *seq_weight; /* [B] as in nctmc_lcond_args; NULL: none */
+    /* out [N] the link's h = log(lambda / sigma), as denoiser_forward
+     * writes it; NULL: skip */
+    float *rate_h;
+} nctmc_lcond_denoiser_args;
+
 /* A linear layer's weight [out, in] in a reduced precision (a model made by
  * nctmc_model_convert()). Both buffers are backend memory. */
 typedef struct nctmc_packed_weight {
@@ -298,6 +326,12 @@ typedef struct nctmc_backend_ops {
     /* The denoiser link's forward and backward (nctmc_denoiser_args). */
     void (*denoiser_forward)(nctmc_backend *be, const nctmc_denoiser_args *args);
     void (*denoiser_backward)(nctmc_backend *be, const nctmc_denoiser_args *args);
+    /* The three above in one pass (nctmc_lcond_denoiser_args), where the
+     * backend offers it: NULL, or false with nothing done, when it does not
+     * (the caller then runs the chain). A call with n_rows = 0 does nothing
+     * and tells whether the backend takes the operation; one that does
+     * takes every call. */
+    bool (*lcond_denoiser)(nctmc_backend *be, const nctmc_lcond_denoiser_args *args);
 
     /* ---- optimiser ------------------------------------------------------ */
     /* Sum of x[i]^2 over n floats, accumulated in double in a fixed order;

@@ -29,9 +29,10 @@ static void output_layer_backward(const nctmc_model *m, dit_workspace *ws, int64
     const model_dims *z = &m->dims;
     dit_grad_scratch *s = &ws->grad;
     const float *x = dit_layer(ws, z->n_layers - 1)->x_out;
-    if (ws->denoiser) {
+    if (ws->denoiser && !ws->link_fused) {
         /* the loss's gradients of the link's outputs become those of the
-         * head's logits, in place in ws->logits */
+         * head's logits, in place in ws->logits (lcond_denoiser, when it
+         * ran, left them there already) */
         nctmc_denoiser_args a = dit_denoiser_args(m, ws, B, L);
         a.rate_h = s->d_rate_h;
         be->ops->denoiser_backward(be, &a);

@@ -118,6 +118,8 @@ static void output_layer(const nctmc_model *m, dit_workspace *ws, int32_t B, int
                            2 * z->d, ws->uf, ws->lnf_mean, ws->lnf_rstd);
     if (ws->denoiser) {
         linear(ws, N, z->d, z->V, ws->uf, w->out_w, w->out_q, w->out_b, ws->x0_logits);
+        if (ws->link_fused)
+            return;   /* dit_loss's lcond_denoiser runs the link */
         nctmc_denoiser_args a = dit_denoiser_args(m, ws, B, L);
         be->ops->denoiser_forward(be, &a);
         return;

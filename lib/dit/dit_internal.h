@@ -92,6 +92,13 @@ struct dit_workspace {
      * the link turns into `logits` and `rate_h`; NULL otherwise. */
     bool denoiser;
     float *x0_logits;  /* [N, V] */
+    /* Within dit_loss, the backend takes lcond_denoiser: the forward pass
+     * leaves out the link (`logits` is not written; the operation writes
+     * `rate_h`), and the loss writes the gradient of x0_logits into
+     * `logits`, so the backward leaves out the link's backward too. False
+     * outside dit_loss. */
+    bool link_fused;
+    bool link_fused_last;  /* the last dit_loss did so (tests) */
     float *loss;       /* [N] */
     float *seq_weight; /* [B] the loss weights of the last weighted dit_loss */
 

@@ -5,9 +5,47 @@
 #include "core/context.h"
 #include "dit_internal.h"
 
+/* Whether the backend takes lcond_denoiser (asked with no rows). */
+static bool backend_fuses_link(dit_workspace *ws)
+{
+    if (!ws->denoiser || !ws->be->ops->lcond_denoiser)
+        return false;
+    nctmc_lcond_denoiser_args probe = {.n_rows = 0};
+    return ws->be->ops->lcond_denoiser(ws->be, &probe);
+}
+
+/* The denoiser link, the loss and the link's backward in one operation
+ * (ws->link_fused): h into ws->rate_h, the gradient of the head's logits
+ * where the chain leaves it, in ws->logits. */
+static void run_fused_link(const nctmc_model *m, dit_workspace *ws, const dit_batch *b,
+                           bool with_grads)
+{
+    int64_t N = (int64_t)b->batch * b->length;
+    nctmc_lcond_denoiser_args a = {
+        .n_rows = N,
+        .seq_len = b->length,
+        .row_stride = m->dims.V,
+        .x0_logits = ws->x0_logits,
+        .x_t = ws->x_t,
+        .x_0 = ws->x_0,
+        .times = ws->times,
+        .fp = m->fp,
+        .grad_scale = (float)(1.0 / (double)N),
+        .loss = ws->loss,
+        .d_x0_logits = with_grads ? ws->logits : NULL,
+        .seq_weight = b->weights ? ws->seq_weight : NULL,
+        .rate_h = ws->rate_h,
+    };
+    ws->be->ops->lcond_denoiser(ws->be, &a);
+}
+
 static void run_loss_op(const nctmc_model *m, dit_workspace *ws, const dit_batch *b,
                         bool with_grads)
 {
+    if (ws->link_fused) {
+        run_fused_link(m, ws, b, with_grads);
+        return;
+    }
     int64_t N = (int64_t)b->batch * b->length;
     nctmc_lcond_args a = {
         .n_rows = N,
@@ -55,6 +93,8 @@ nctmc_status dit_loss(const nctmc_model *m, dit_workspace *ws, const dit_batch *
         return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT, "the loss needs x_0");
     nctmc_backend *be = ws->be;
     int64_t N = (int64_t)b->batch * b->length;
+    ws->link_fused = backend_fuses_link(ws);
+    ws->link_fused_last = ws->link_fused;
     dit_forward(m, ws, b);
     be->ops->upload(be, ws->x_0, b->x_0, (size_t)N * sizeof(int32_t));
     if (b->weights)
@@ -65,6 +105,7 @@ nctmc_status dit_loss(const nctmc_model *m, dit_workspace *ws, const dit_batch *
         model_view_bind(m, grads, ws->grad_blocks, &g);
         dit_backward(m, ws, b, &g, accumulate);
     }
+    ws->link_fused = false;
     double mean = mean_loss(ws, b);
     nctmc_status st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
