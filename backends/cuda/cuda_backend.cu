@@ -4,6 +4,8 @@
  * recorded), teardown, and the table of operations implemented in the
  * other files of this folder.
  *
+ * Graph capture (cuda_graph.cu) is switched on here, from NCTMC_CUDA_GRAPHS.
+ *
  * One stream per backend; cuBLAS, cuBLASLt and cuDNN all run on it, so
  * every operation is ordered after the previous one and the backend needs
  * no events. Nothing is global: all state lives in the backend struct.
@@ -34,6 +36,7 @@ static void cuda_destroy(nctmc_backend *be)
     cuda_backend *cb = cuda_of(be);
     if (cb->stream)
         cudaStreamSynchronize(cb->stream);
+    cuda_graph_reset(be);
     cuda_sdpa_cache_free(cb);
     cuda_lt_cache_free(cb);
     if (cb->dnn)
@@ -89,6 +92,9 @@ static const nctmc_backend_ops cuda_ops = {
     /* no reduced-precision weights on the GPU yet: such models are refused */
     .linear_packed_scratch_bytes = NULL,
     .linear_forward_packed = NULL,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_reset = cuda_graph_reset,
 };
 
 /* The first device failure of creation, as a message; false when e is ok. */
@@ -180,6 +186,9 @@ extern "C" nctmc_backend *cuda_backend_create(int device, bool bf16, char *err,
     snprintf(cb->device_name, sizeof cb->device_name, "%.120s", prop.name);
     cb->bf16 = bf16;
     cb->attention_mode = NCTMC_CUDA_ATTENTION_AUTO;
+    /* graph capture (cuda_graph.cu; docs/dev/backend-modules.md): read once */
+    const char *graphs = getenv("NCTMC_CUDA_GRAPHS");
+    cb->graphs_on = graphs && strcmp(graphs, "1") == 0;
     cb->pending = NCTMC_OK;
     snprintf(cb->last_forward, sizeof cb->last_forward, "none yet");
     snprintf(cb->last_backward, sizeof cb->last_backward, "none yet");
@@ -198,6 +207,7 @@ extern "C" nctmc_backend *cuda_backend_create(int device, bool bf16, char *err,
 extern "C" void cuda_backend_set_attention(nctmc_backend *be, nctmc_cuda_attention mode)
 {
     cuda_of(be)->attention_mode = mode;
+    cuda_graph_reset(be); /* recorded graphs ran the other implementation */
 }
 
 extern "C" void cuda_backend_set_bf16(nctmc_backend *be, bool bf16)
@@ -205,6 +215,7 @@ extern "C" void cuda_backend_set_bf16(nctmc_backend *be, bool bf16)
     cuda_backend *cb = cuda_of(be);
     cb->bf16 = bf16;
     cb->base.name = bf16 ? "cuda-bf16" : "cuda";
+    cuda_graph_reset(be); /* recorded graphs ran the other precision */
 }
 
 extern "C" void cuda_backend_memory(nctmc_backend *be, size_t *peak_used, size_t *total)
@@ -218,9 +229,11 @@ extern "C" void cuda_backend_memory(nctmc_backend *be, size_t *peak_used, size_t
 extern "C" void cuda_backend_describe(nctmc_backend *be, char *buf, size_t size)
 {
     cuda_backend *cb = cuda_of(be);
+    char graphs[400];
+    cuda_graph_describe(cb, graphs, sizeof graphs);
     snprintf(buf, size, "%s (sm_%d%d, %d SMs), %s products; attention forward: %s; "
-             "backward: %s%s%s",
+             "backward: %s%s%s; %s",
              cb->device_name, cb->cc_major, cb->cc_minor, cb->sm_count,
              cb->bf16 ? "bf16" : "TF32", cb->last_forward, cb->last_backward,
-             cb->dnn ? "" : "; ", cb->dnn ? "" : cb->dnn_reason);
+             cb->dnn ? "" : "; ", cb->dnn ? "" : cb->dnn_reason, graphs);
 }
