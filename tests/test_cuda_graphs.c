@@ -182,7 +182,10 @@ static void test_training(const case_config *k)
     nctmc_model *me = NULL, *mg = NULL;
     if (!ce || !cg || !make_models(ce, cg, k, &me, &mg))
         goto done;
-    graph_counts before = counts_of(cg);
+    graph_counts before = counts_of(cg), eager = counts_of(ce);
+    /* the switch is per backend: the eager context must not capture */
+    CHECK(!eager.on && strstr(eager.line, "graphs off"), "%s: the eager context: %s", k->label,
+          eager.line);
     nctmc_trainer_params p;
     nctmc_trainer_params_init(&p);
     p.batch_size = 4;
