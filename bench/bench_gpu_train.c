@@ -68,10 +68,23 @@
  *   bench=lcond_link_fused_vs_chain speedup=... loss_diff=... grad_diff=...
  * Exits 77 ("skipped", with the reason) when no usable GPU is present.
  *
- * Usage: bench_gpu_train [--config paper-small|cpu-small|tiny] [--batch B]
+ * --graphs 1: instead of all the above, CUDA graph capture against eager
+ * launches (bench_graphs below): the forward, the train step (as above)
+ * and the sampling step (tau-leaping, --sample-steps steps, batch --batch)
+ * in a context without and one with NCTMC_CUDA_GRAPHS=1, in --precision
+ * (tf32 when "both"), for --config and for "d256" (cpu-small at d 256, 4
+ * heads: the launch-bound small model); lines
+ *   bench=graphs config=... precision=... batch=... mode=eager|graph
+ *        forward_ms=... train_step_ms=... sample_ms_per_step=...
+ *   bench=graphs_speedup config=... forward=... train_step=... sample_step=...
+ *        (eager time / graph time)
+ *   # graph context: <the backend's description, with its graph counts>
+ *
+ * Usage: bench_gpu_train [--config paper-small|cpu-small|tiny|d256] [--batch B]
  *        [--reps R] [--warmup W] [--precision tf32|bf16|both]
  *        [--sample-batch B] [--sample-steps N] [--kernel-batch B]
  *        [--peak-tflops X] [--fused 0|1] [--lcond-split B] [--lcond-link B]
+ *        [--graphs 1]
  */
 #include <math.h>
 #include <stdio.h>
@@ -93,6 +106,7 @@ typedef struct bench_args {
         lcond_link;
     double peak_tflops;
     int fused; /* --fused 1: the fused block kernels, forward and train step only */
+    int graphs;     /* --graphs 1: bench_graphs only */
 } bench_args;
 
 /* --fused 1: the switch the CUDA backend reads when the context creates it
@@ -109,7 +123,7 @@ static bench_args fused_selection(bench_args a)
 
 static bench_args parse_args(int argc, char **argv)
 {
-    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0, 0, 0.0, 0};
+    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0, 0, 0.0, 0, 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (strcmp(k, "--config") == 0) a.config = v;
@@ -124,6 +138,7 @@ static bench_args parse_args(int argc, char **argv)
         else if (strcmp(k, "--fused") == 0) a.fused = atoi(v) != 0;
         else if (strcmp(k, "--lcond-split") == 0) a.lcond_split = atoi(v);
         else if (strcmp(k, "--lcond-link") == 0) a.lcond_link = atoi(v);
+        else if (strcmp(k, "--graphs") == 0) a.graphs = atoi(v);
     }
     if (a.batch < 1) a.batch = 1;
     if (a.reps < 1) a.reps = 1;
@@ -644,6 +659,144 @@ static void bench_lcond_link(const nctmc_backend_module *cuda, const model_dims 
     free(g_fused);
 }
 
+/* ---- --graphs: CUDA graph capture against eager launches ---------------- */
+
+/* The named config, or "d256": cpu-small at d 256 with 4 heads. */
+static nctmc_model_config graphs_config(const char *name)
+{
+    if (strcmp(name, "d256") != 0)
+        return config_named(name);
+    nctmc_model_config c = config_named("cpu-small");
+    c.d_model = 256;
+    c.n_heads = 4;
+    return c;
+}
+
+typedef struct graph_times {
+    double forward, train_step, sample_step;
+} graph_times;
+
+/* The three timings in a fresh context, graph capture on or off (the
+ * backend reads NCTMC_CUDA_GRAPHS when the context creates it). */
+static graph_times time_graph_mode(const nctmc_backend_module *cuda, const char *config,
+                                   bool graphs, bool bf16, const bench_args *a, char *desc,
+                                   size_t desc_size)
+{
+    if (graphs)
+        setenv("NCTMC_CUDA_GRAPHS", "1", 1);
+    else
+        unsetenv("NCTMC_CUDA_GRAPHS");
+    nctmc_context_params cp;
+    nctmc_context_params_init(&cp);
+    cp.backend = bf16 ? "cuda-bf16" : "cuda";
+    nctmc_context *ctx = NULL;
+    nctmc_model_config cfg = graphs_config(config);
+    train_state s;
+    memset(&s, 0, sizeof s);
+    char err[256];
+    if (nctmc_context_create(&cp, &ctx) != NCTMC_OK ||
+        nctmc_model_create(ctx, &cfg, &s.model) != NCTMC_OK ||
+        dit_workspace_create(s.model, ctx->backend, a->batch, s.model->dims.L, DIT_WS_TRAINING,
+                             &s.ws, err, sizeof err) != NCTMC_OK) {
+        fprintf(stderr, "bench_gpu_train: --graphs: %s\n", nctmc_context_last_error(ctx));
+        exit(1);
+    }
+    unsetenv("NCTMC_CUDA_GRAPHS");
+    nctmc_backend *be = ctx->backend;
+    const model_dims *z = &s.model->dims;
+    int32_t N = a->batch * z->L;
+    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
+    float *times = malloc(sizeof(float) * (size_t)a->batch);
+    for (int32_t i = 0; i < N; i++) {
+        x_0[i] = (int32_t)((i * 2654435761u) % (uint32_t)z->S);
+        x_t[i] = i % 3 ? x_0[i] : (int32_t)((i * 40503u) % (uint32_t)z->S);
+    }
+    for (int b = 0; b < a->batch; b++)
+        times[b] = (float)(b + 0.5) / (float)a->batch;
+    s.batch = (dit_batch){a->batch, z->L, x_t, times, NULL, x_0, NULL};
+    size_t slab = s.model->slab_floats * sizeof(float);
+    s.grads = alloc_or_die(be, slab);
+    s.m = alloc_or_die(be, slab);
+    s.v = alloc_or_die(be, slab);
+    s.ema = alloc_or_die(be, slab);
+    /* at least two warm-ups: a key's first use is eager, its second captures */
+    bench_args w = *a;
+    if (w.warmup < 2)
+        w.warmup = 2;
+    graph_times t;
+    t.forward = time_pass(&s, be, false, &w);
+    t.train_step = time_pass(&s, be, true, &w);
+    /* the sampler: nctmc_sample with tau-leaping, its first call a warm-up */
+    nctmc_sampler_params sp;
+    nctmc_sampler_params_init(&sp);
+    sp.max_batch = a->batch;
+    nctmc_sampler *smp = NULL;
+    if (nctmc_sampler_create(s.model, &sp, &smp) != NCTMC_OK) {
+        fprintf(stderr, "bench_gpu_train: sampler: %s\n", nctmc_model_last_error(s.model));
+        exit(1);
+    }
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)N);
+    nctmc_sample_params p;
+    nctmc_sample_params_init(&p);
+    p.batch = a->batch;
+    p.method = NCTMC_SAMPLE_TAU_LEAPING;
+    p.n_steps = a->sample_steps;
+    p.final_denoise = false;
+    p.seed = 7;
+    p.tokens_out = tokens;
+    double *st = malloc(sizeof(double) * (size_t)a->reps);
+    for (int i = -1; i < a->reps; i++) {
+        double t0 = now_s();
+        if (nctmc_sample(smp, &p) != NCTMC_OK) {
+            fprintf(stderr, "bench_gpu_train: sample: %s\n", nctmc_sampler_last_error(smp));
+            exit(1);
+        }
+        if (i >= 0)
+            st[i] = now_s() - t0;
+    }
+    t.sample_step = median(st, a->reps) / a->sample_steps;
+    cuda->describe(be, desc, desc_size);
+    free(st);
+    free(tokens);
+    nctmc_sampler_free(smp);
+    be->ops->free(be, s.grads);
+    be->ops->free(be, s.m);
+    be->ops->free(be, s.v);
+    be->ops->free(be, s.ema);
+    dit_workspace_free(s.ws);
+    nctmc_model_free(s.model);
+    nctmc_context_free(ctx);
+    free(x_t);
+    free(x_0);
+    free(times);
+    return t;
+}
+
+static void bench_graphs(const nctmc_backend_module *cuda, const bench_args *a)
+{
+    const char *configs[2] = {"d256", a->config};
+    int n_configs = strcmp(a->config, "d256") == 0 ? 1 : 2;
+    bool bf16 = strcmp(a->precision, "bf16") == 0;
+    const char *precision = bf16 ? "bf16" : "tf32";
+    for (int c = 0; c < n_configs; c++) {
+        graph_times t[2];
+        char desc[1024];
+        for (int g = 0; g < 2; g++) {
+            t[g] = time_graph_mode(cuda, configs[c], g == 1, bf16, a, desc, sizeof desc);
+            printf("bench=graphs config=%s precision=%s batch=%d mode=%s forward_ms=%.3f "
+                   "train_step_ms=%.3f sample_ms_per_step=%.3f\n",
+                   configs[c], precision, a->batch, g ? "graph" : "eager", 1e3 * t[g].forward,
+                   1e3 * t[g].train_step, 1e3 * t[g].sample_step);
+            fflush(stdout);
+        }
+        printf("bench=graphs_speedup config=%s precision=%s batch=%d forward=%.3f "
+               "train_step=%.3f sample_step=%.3f\n# graph context: %s\n",
+               configs[c], precision, a->batch, t[0].forward / t[1].forward,
+               t[0].train_step / t[1].train_step, t[0].sample_step / t[1].sample_step, desc);
+        fflush(stdout);
+    }
+}
+
 int main(int argc, char **argv)
 {
     bench_args a = parse_args(argc, argv);
@@ -661,6 +814,10 @@ int main(int argc, char **argv)
         return no_device ? 77 : 1;
     }
     probe->ops->destroy(probe);
+    if (a.graphs) {
+        bench_graphs(cuda, &a);
+        return 0;
+    }
 
     nctmc_context_params cp;
     nctmc_context_params_init(&cp);

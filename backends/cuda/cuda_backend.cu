@@ -4,6 +4,8 @@
  * recorded), teardown, and the table of operations implemented in the
  * other files of this folder.
  *
+ * Graph capture (cuda_graph.cu) is switched on here, from NCTMC_CUDA_GRAPHS.
+ *
  * One stream per backend; cuBLAS, cuBLASLt and cuDNN all run on it, so
  * every operation is ordered after the previous one and the backend needs
  * no events. Nothing is global: all state lives in the backend struct.
@@ -34,6 +36,7 @@ static void cuda_destroy(nctmc_backend *be)
     cuda_backend *cb = cuda_of(be);
     if (cb->stream)
         cudaStreamSynchronize(cb->stream);
+    cuda_graph_reset(be);
     cuda_sdpa_cache_free(cb);
     cuda_lt_cache_free(cb);
     if (cb->dnn)
@@ -94,6 +97,9 @@ static const nctmc_backend_ops cuda_ops = {
     .linear_backward_gelu = cuda_linear_backward_gelu,
     .residual_adaln_forward = cuda_residual_adaln_forward,
     .adaln_residual_backward = cuda_adaln_residual_backward,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_reset = cuda_graph_reset,
 };
 
 /* The first device failure of creation, as a message; false when e is ok. */
@@ -188,6 +194,9 @@ extern "C" nctmc_backend *cuda_backend_create(int device, bool bf16, char *err,
     /* the fused block kernels (cuda_fused.cu): off unless asked for */
     const char *fused = getenv("NCTMC_CUDA_FUSED");
     cb->fused = fused && strcmp(fused, "1") == 0;
+    /* graph capture (cuda_graph.cu; docs/dev/backend-modules.md): read once */
+    const char *graphs = getenv("NCTMC_CUDA_GRAPHS");
+    cb->graphs_on = graphs && strcmp(graphs, "1") == 0;
     cb->pending = NCTMC_OK;
     snprintf(cb->last_forward, sizeof cb->last_forward, "none yet");
     snprintf(cb->last_backward, sizeof cb->last_backward, "none yet");
@@ -206,6 +215,7 @@ extern "C" nctmc_backend *cuda_backend_create(int device, bool bf16, char *err,
 extern "C" void cuda_backend_set_attention(nctmc_backend *be, nctmc_cuda_attention mode)
 {
     cuda_of(be)->attention_mode = mode;
+    cuda_graph_reset(be); /* recorded graphs ran the other implementation */
 }
 
 extern "C" void cuda_backend_set_bf16(nctmc_backend *be, bool bf16)
@@ -213,6 +223,7 @@ extern "C" void cuda_backend_set_bf16(nctmc_backend *be, bool bf16)
     cuda_backend *cb = cuda_of(be);
     cb->bf16 = bf16;
     cb->base.name = bf16 ? "cuda-bf16" : "cuda";
+    cuda_graph_reset(be); /* recorded graphs ran the other precision */
 }
 
 extern "C" void cuda_backend_memory(nctmc_backend *be, size_t *peak_used, size_t *total)
@@ -230,9 +241,11 @@ extern "C" void cuda_backend_describe(nctmc_backend *be, char *buf, size_t size)
     if (cb->fused)
         snprintf(fused, sizeof fused, "fused kernels on (%u GELU epilogue fallbacks)",
                  cb->fused_fallbacks);
+    char graphs[400];
+    cuda_graph_describe(cb, graphs, sizeof graphs);
     snprintf(buf, size, "%s (sm_%d%d, %d SMs), %s products, %s; attention forward: %s; "
-             "backward: %s%s%s",
+             "backward: %s%s%s; %s",
              cb->device_name, cb->cc_major, cb->cc_minor, cb->sm_count,
              cb->bf16 ? "bf16" : "TF32", fused, cb->last_forward, cb->last_backward,
-             cb->dnn ? "" : "; ", cb->dnn ? "" : cb->dnn_reason);
+             cb->dnn ? "" : "; ", cb->dnn ? "" : cb->dnn_reason, graphs);
 }

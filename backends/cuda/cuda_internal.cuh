@@ -17,9 +17,9 @@
  * boundaries depend only on the shapes. No floating-point atomics.
  *
  * Calls go one way: cuda_backend.cu (the table of operations, creation and
- * teardown) calls the operation files; cuda_fused.cu (the fused block
- * operations) calls cuda_linear.cu, cuda_adaln.cu and cuda_pointwise.cu;
- * the operation files call cuda_memory.cu (scratch,
+ * teardown) calls the operation files and cuda_graph.cu; cuda_fused.cu (the
+ * fused block operations) calls cuda_linear.cu, cuda_adaln.cu and
+ * cuda_pointwise.cu; the operation files call cuda_memory.cu (scratch,
  * bf16 copies) and cuda_errors.cu; cuda_memory.cu calls cuda_errors.cu;
  * nothing calls back up into cuda_backend.cu.
  */
@@ -82,6 +82,19 @@ typedef struct cuda_sdpa_plan {
     char reason[480];  /* why cuDNN declined (when !ok), with cuDNN's own detail */
 } cuda_sdpa_plan;
 
+/* Recorded graphs kept per backend (keyed by nctmc_graph_key; a trainer
+ * uses one or two, a sampler one per batch shape). */
+#define CUDA_GRAPH_CACHE 8
+
+enum { CUDA_GRAPH_FREE, CUDA_GRAPH_SEEN, CUDA_GRAPH_READY, CUDA_GRAPH_FAILED };
+
+typedef struct cuda_graph_entry {
+    int state;                  /* CUDA_GRAPH_* */
+    nctmc_graph_key key;
+    uint64_t scratch_epoch;     /* cb->scratch_epoch when first seen */
+    cudaGraphExec_t exec;       /* READY only */
+} cuda_graph_entry;
+
 typedef struct cuda_backend {
     nctmc_backend base;
     int device;
@@ -125,6 +138,14 @@ typedef struct cuda_backend {
     int lt_next;
     cuda_sdpa_plan sdpa_cache[CUDA_SDPA_CACHE];
     int sdpa_next;
+    /* graph capture (cuda_graph.cu) */
+    bool graphs_on;             /* NCTMC_CUDA_GRAPHS=1 at creation */
+    uint64_t scratch_epoch;     /* counts reallocations of `scratch` */
+    cuda_graph_entry graphs[CUDA_GRAPH_CACHE];
+    int graph_next;
+    cuda_graph_entry *capturing; /* the entry being captured, or NULL */
+    int64_t graph_captures, graph_replays, graph_failures;
+    char graph_reason[200];     /* why the last capture failed */
 } cuda_backend;
 
 static inline cuda_backend *cuda_of(nctmc_backend *be)
@@ -360,6 +381,13 @@ void cuda_adamw(nctmc_backend *be, int64_t n, float *param, const float *grad, f
                 float *v, float lr, float beta1, float beta2, float eps, float weight_decay,
                 int64_t step);
 void cuda_ema_update(nctmc_backend *be, int64_t n, float *ema, const float *param, float decay);
+
+/* cuda_graph.cu */
+int cuda_graph_begin(nctmc_backend *be, const nctmc_graph_key *key);
+bool cuda_graph_end(nctmc_backend *be);
+void cuda_graph_reset(nctmc_backend *be);
+/* "graphs off", or on with their counts and the last failure's reason. */
+void cuda_graph_describe(cuda_backend *cb, char *buf, size_t size);
 
 /* cuda_sample.cu */
 void cuda_sample_step(nctmc_backend *be, const nctmc_sample_step_args *args);

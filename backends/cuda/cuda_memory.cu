@@ -112,6 +112,7 @@ void *cuda_scratch(cuda_backend *cb, size_t bytes)
         return NULL;
     }
     cb->scratch_bytes = want;
+    cb->scratch_epoch++; /* graphs that captured the old buffer are stale */
     cuda_note_memory(cb);
     return cb->scratch;
 }

@@ -195,6 +195,27 @@ typedef struct nctmc_sample_step_args {
     float *proposal_prob;      /* out [N] (CORRECT only) */
 } nctmc_sample_step_args;
 
+/*
+ * Graph capture (optional). A backend that launches work from the host (a
+ * GPU) may record a fixed sequence of its operations once and replay it
+ * as one launch. The caller names the sequence with a key that determines
+ * everything the operations are: their kinds and order, every pointer, every
+ * size and every host scalar (the backend adds its own settings, e.g. bf16).
+ * Between graph_begin and the end of the sequence the caller may call only
+ * operations that enqueue device work (fill_zero is one): no alloc, free,
+ * upload, download, synchronize or sum_squares (which all touch the host). backend_graph_run()
+ * below is the one way the core uses these entries.
+ */
+typedef struct nctmc_graph_key {
+    uint64_t w[8];         /* compared exactly; unused words zero */
+} nctmc_graph_key;
+
+enum {
+    NCTMC_GRAPH_EAGER = 0,     /* run the operations; nothing is recorded */
+    NCTMC_GRAPH_CAPTURING = 1, /* run them; they are recorded, then graph_end */
+    NCTMC_GRAPH_REPLAYED = 2   /* already done: the recorded graph was launched */
+};
+
 typedef struct nctmc_backend_ops {
     /* ---- lifetime and memory -------------------------------------------- */
     void (*destroy)(nctmc_backend *be);
@@ -407,6 +428,23 @@ typedef struct nctmc_backend_ops {
                                     bool accumulate_dw, float *dshift, float *dscale,
                                     const float *y_res, const float *gate, float *dy_res,
                                     float *dgate);
+
+    /* ---- graph capture (all three NULL: always eager) -------------------- */
+    /* Starts the sequence named by key: NCTMC_GRAPH_REPLAYED when a graph
+     * recorded for it has been launched (the caller skips the operations),
+     * NCTMC_GRAPH_CAPTURING when the caller's operations are now recorded
+     * (the caller runs them, then calls graph_end), NCTMC_GRAPH_EAGER
+     * otherwise (capture switched off, the key's first use, which runs
+     * eagerly so that every lazily made plan and buffer exists before a
+     * capture, or a key whose capture failed before). */
+    int (*graph_begin)(nctmc_backend *be, const nctmc_graph_key *key);
+    /* Ends a capture, keeps the graph for the key and launches it: true.
+     * False when the capture failed (the operations did NOT run: the caller
+     * runs them again, eagerly; the key stays eager from then on). */
+    bool (*graph_end)(nctmc_backend *be);
+    /* Forgets every recorded graph (the pointers they hold may be freed
+     * next: dit_workspace_free calls it). */
+    void (*graph_reset)(nctmc_backend *be);
 } nctmc_backend_ops;
 
 struct nctmc_backend {
@@ -419,6 +457,21 @@ struct nctmc_backend {
      * C library's. Set by the context that owns the backend. */
     const struct nctmc_allocator *alloc;
 };
+
+/* Runs fn(arg), a sequence of device operations determined by *key (see
+ * nctmc_graph_key), through the backend's graph capture when it has one.
+ * The results are the same bits either way; fn's host side effects happen
+ * only when it runs, so the caller must not depend on them. */
+static inline void backend_graph_run(nctmc_backend *be, const nctmc_graph_key *key,
+                                     void (*fn)(void *arg), void *arg)
+{
+    int mode = be->ops->graph_begin ? be->ops->graph_begin(be, key) : NCTMC_GRAPH_EAGER;
+    if (mode == NCTMC_GRAPH_REPLAYED)
+        return;
+    fn(arg);
+    if (mode == NCTMC_GRAPH_CAPTURING && !be->ops->graph_end(be))
+        fn(arg);
+}
 
 /* The CPU backend (OpenBLAS + the backend's own thread pool). n_threads 0
  * means all online cores. Returns NULL and fills err on failure. */

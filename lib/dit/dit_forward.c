@@ -1,7 +1,9 @@
 /*
  * dit_forward.c — the DiT forward pass (docs/dev/design.md, "The model") as
  * a sequence of backend operations: time conditioning, blocks, output layer
- * with the jump logits and the exit-rate head.
+ * with the jump logits and the exit-rate head. The inputs are uploaded first;
+ * the operations after that run through backend_graph_run (backend.h), so a
+ * backend with graph capture replays them as one graph per shape.
  */
 #include "dit_internal.h"
 
@@ -17,7 +19,7 @@ static void linear(dit_workspace *ws, int64_t rows, int32_t in, int32_t out, con
         be->ops->linear_forward(be, rows, in, out, x, w, bias, y);
 }
 
-static void upload_inputs(const nctmc_model *m, dit_workspace *ws, const dit_batch *b)
+void dit_upload_inputs(const nctmc_model *m, dit_workspace *ws, const dit_batch *b)
 {
     nctmc_backend *be = ws->be;
     size_t n = (size_t)b->batch * (size_t)b->length;
@@ -128,15 +130,35 @@ static void output_layer(const nctmc_model *m, dit_workspace *ws, int32_t B, int
     be->ops->linear_forward(be, N, z->d, 1, ws->uf, w->rate_w, w->rate_b, ws->rate_h);
 }
 
-void dit_forward(const nctmc_model *m, dit_workspace *ws, const dit_batch *b)
+void dit_forward_ops(const nctmc_model *m, dit_workspace *ws, int32_t B, int32_t L)
 {
     nctmc_backend *be = ws->be;
-    int64_t N = (int64_t)b->batch * b->length;
-    upload_inputs(m, ws, b);
-    be->ops->embedding_forward(be, N, m->dims.d, ws->x_t, m->view.vocab_embed, ws->x_embed,
-                               false);
-    time_conditioning(m, ws, b->batch);
+    be->ops->embedding_forward(be, (int64_t)B * L, m->dims.d, ws->x_t, m->view.vocab_embed,
+                               ws->x_embed, false);
+    time_conditioning(m, ws, B);
     for (int32_t k = 0; k < m->dims.n_layers; k++)
-        dit_block_forward(m, ws, k, b->batch, b->length);
-    output_layer(m, ws, b->batch, b->length);
+        dit_block_forward(m, ws, k, B, L);
+    output_layer(m, ws, B, L);
+}
+
+typedef struct forward_call {
+    const nctmc_model *m;
+    dit_workspace *ws;
+    int32_t B, L;
+} forward_call;
+
+static void forward_segment(void *arg)
+{
+    forward_call *c = arg;
+    dit_forward_ops(c->m, c->ws, c->B, c->L);
+}
+
+void dit_forward(const nctmc_model *m, dit_workspace *ws, const dit_batch *b)
+{
+    dit_upload_inputs(m, ws, b);
+    forward_call c = {m, ws, b->batch, b->length};
+    nctmc_graph_key key = dit_graph_key(DIT_GRAPH_FORWARD, m, ws, b->batch, b->length, NULL, 0);
+    backend_graph_run(ws->be, &key, forward_segment, &c);
+    /* what the blocks' forward leaves, also when a graph ran them */
+    ws->acts_layer = m->dims.n_layers - 1;
 }

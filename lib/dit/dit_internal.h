@@ -128,6 +128,28 @@ static inline dit_layer_acts *dit_layer(dit_workspace *ws, int32_t k)
 void dit_block_forward(const nctmc_model *m, dit_workspace *ws, int32_t k, int32_t B,
                        int32_t L);
 
+/* Uploads a batch's inputs (x_t, times, the time input, labels) into the
+ * workspace: the host half of dit_forward. */
+void dit_upload_inputs(const nctmc_model *m, dit_workspace *ws, const dit_batch *b);
+
+/* The device half of dit_forward on the uploaded inputs: operations only
+ * (nothing touches the host), so that it can be recorded as a graph. */
+void dit_forward_ops(const nctmc_model *m, dit_workspace *ws, int32_t B, int32_t L);
+
+/* The graph key (backend.h) of a sequence of operations on workspace ws:
+ * `kind` names the sequence (DIT_GRAPH_*), the rest is everything its
+ * pointers and scalars depend on that the workspace does not fix. */
+enum { DIT_GRAPH_FORWARD = 1, DIT_GRAPH_LOSS = 2 };
+static inline nctmc_graph_key dit_graph_key(int kind, const nctmc_model *m,
+                                            const dit_workspace *ws, int32_t B, int32_t L,
+                                            const float *grads, uint64_t flags)
+{
+    nctmc_graph_key k = {{(uint64_t)kind, (uint64_t)(uintptr_t)ws, (uint64_t)(uintptr_t)m,
+                          (uint64_t)(uintptr_t)m->weights, (uint64_t)(uint32_t)B,
+                          (uint64_t)(uint32_t)L, (uint64_t)(uintptr_t)grads, flags}};
+    return k;
+}
+
 /* The denoiser link's operation arguments over the workspace's B x L rows
  * (forward direction: logits and rate_h are its outputs). */
 static inline nctmc_denoiser_args dit_denoiser_args(const nctmc_model *m, dit_workspace *ws,

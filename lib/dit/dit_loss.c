@@ -1,6 +1,9 @@
 /*
  * dit_loss.c — the L_cond training objective over a batch: forward, the
- * fused loss operation, and (optionally) the backward pass.
+ * fused loss operation, and (optionally) the backward pass: the inputs
+ * uploaded, then forward, loss and backward as one sequence of device
+ * operations through backend_graph_run (backend.h), then the mean loss
+ * read back.
  */
 #include "core/context.h"
 #include "dit_internal.h"
@@ -82,6 +85,28 @@ static double mean_loss(dit_workspace *ws, const dit_batch *b)
     return sum / (double)N;
 }
 
+typedef struct loss_call {
+    const nctmc_model *m;
+    dit_workspace *ws;
+    const dit_batch *b;
+    float *grads;
+    bool accumulate;
+} loss_call;
+
+/* The forward pass, the loss operation and the backward pass: device
+ * operations only (dit_graph_key names them). */
+static void loss_segment(void *arg)
+{
+    loss_call *c = arg;
+    dit_forward_ops(c->m, c->ws, c->b->batch, c->b->length);
+    run_loss_op(c->m, c->ws, c->b, c->grads != NULL);
+    if (c->grads) {
+        model_view g;
+        model_view_bind(c->m, c->grads, c->ws->grad_blocks, &g);
+        dit_backward(c->m, c->ws, c->b, &g, c->accumulate);
+    }
+}
+
 nctmc_status dit_loss(const nctmc_model *m, dit_workspace *ws, const dit_batch *b,
                       float *grads, bool accumulate, double *out_mean, char *err,
                       size_t err_size)
@@ -95,16 +120,26 @@ nctmc_status dit_loss(const nctmc_model *m, dit_workspace *ws, const dit_batch *
     int64_t N = (int64_t)b->batch * b->length;
     ws->link_fused = backend_fuses_link(ws);
     ws->link_fused_last = ws->link_fused;
-    dit_forward(m, ws, b);
+    dit_upload_inputs(m, ws, b);
     be->ops->upload(be, ws->x_0, b->x_0, (size_t)N * sizeof(int32_t));
     if (b->weights)
         be->ops->upload(be, ws->seq_weight, b->weights, (size_t)b->batch * sizeof(float));
-    run_loss_op(m, ws, b, grads != NULL);
-    if (grads) {
-        model_view g;
-        model_view_bind(m, grads, ws->grad_blocks, &g);
-        dit_backward(m, ws, b, &g, accumulate);
+    loss_call c = {m, ws, b, grads, accumulate};
+    if (grads && ws->grads_ready) {
+        /* a data-parallel trainer's stage callback starts host-side sums
+         * inside the backward: not a sequence of device operations, so it
+         * runs eagerly */
+        loss_segment(&c);
+    } else {
+        uint64_t flags = (uint64_t)accumulate | (uint64_t)(b->weights != NULL) << 1 |
+                         (uint64_t)(grads != NULL) << 2 | (uint64_t)ws->link_fused << 3;
+        nctmc_graph_key key =
+            dit_graph_key(DIT_GRAPH_LOSS, m, ws, b->batch, b->length, grads, flags);
+        backend_graph_run(be, &key, loss_segment, &c);
     }
+    /* what the forward (and a recomputing backward, which ends at block
+     * 0) leaves, also when a graph ran them */
+    ws->acts_layer = grads && ws->recompute ? 0 : m->dims.n_layers - 1;
     ws->link_fused = false;
     double mean = mean_loss(ws, b);
     nctmc_status st = be->ops->synchronize(be);

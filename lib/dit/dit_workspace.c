@@ -340,6 +340,9 @@ void dit_workspace_free(dit_workspace *ws)
 {
     if (!ws)
         return;
+    /* graphs recorded on this workspace hold its pointers */
+    if (ws->be->ops->graph_reset)
+        ws->be->ops->graph_reset(ws->be);
     if (ws->arena)
         ws->be->ops->free(ws->be, ws->arena);
     mem_free(ws->be->alloc, ws->layers);
