@@ -165,6 +165,12 @@ typedef struct nctmc_sample_step_args {
     int32_t *x_out;            /* out [N] */
     int32_t *proposal;         /* out [N] (CORRECT only) */
     float *proposal_prob;      /* out [N] (CORRECT only) */
+    /* SM_EXP_DOUBLE (0, the default): the passes above in double, exp in
+     * double. SM_EXP_FLOAT: tau-leaping and Euler draw their jumps by
+     * sm_fast_jump_draw (float logits, sm_expf, one read of the row, an
+     * order of operations every backend shares: the CPU's and the GPU's
+     * draws are the same bits). The other methods ignore it. */
+    int32_t exp_mode;
 } nctmc_sample_step_args;
 
 typedef struct nctmc_backend_ops {
@@ -380,7 +386,7 @@ nctmc_backend *cpu_backend_create_with(int n_threads, const struct nctmc_allocat
  * per-row math it shares (lcond_math.h, sample_math.h, philox.h) is inline
  * in headers.
  */
-#define NCTMC_BACKEND_ABI_VERSION 6u
+#define NCTMC_BACKEND_ABI_VERSION 7u
 #define NCTMC_BACKEND_MODULE_ENTRY "nctmc_backend_module_entry"
 
 typedef struct nctmc_backend_module {
