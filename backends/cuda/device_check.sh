@@ -44,6 +44,7 @@ if [ "$mode" = "--prepare" ]; then
         ninja -C "$b" tests/test_cuda_conformance bench_gpu_train libnctmc-cuda.so ||
         exit 1
     progs="test_cuda_conformance bench_gpu_train"
+    ninja -C "$b" tests/test_cuda_sample_fast >/dev/null && progs="$progs test_cuda_sample_fast"
     if ninja -C "$b" tests/test_nccl_module libnctmc-nccl.so >/dev/null 2>&1; then
         progs="$progs test_nccl_module"
         cp "$b/libnctmc-nccl.so" "$carried/" &&
@@ -83,6 +84,7 @@ elif command -v meson >/dev/null && command -v nvcc >/dev/null &&
     # the programs link the core statically from tests/; the modules are one
     # folder up, so name them
     ninja -C "$build" tests/test_nccl_module libnctmc-nccl.so >>"$out/build.log" 2>&1
+    ninja -C "$build" tests/test_cuda_sample_fast >>"$out/build.log" 2>&1
     NCTMC_CUDA_MODULE="$build/libnctmc-cuda.so"
     NCTMC_NCCL_MODULE="$build/libnctmc-nccl.so"
     export NCTMC_CUDA_MODULE NCTMC_NCCL_MODULE
@@ -101,6 +103,15 @@ grep -E '^FAIL|^device|attention B|sample_step|sampler|model .*gradients|cuda_co
     "$out/conformance.log" | head -n 120
 echo "device_check: conformance exit status $status"
 
+# 2a. the fast jump draw (exp_mode float): the GPU's tokens must be the CPU's
+if [ -x "$bin/test_cuda_sample_fast" ]; then
+    timeout 120 "$bin/test_cuda_sample_fast" >"$out/sample_fast.log" 2>&1
+    fast_status=$?
+    grep -E '^FAIL|sample_fast' "$out/sample_fast.log" | head -n 40
+    echo "device_check: cuda_sample_fast exit status $fast_status"
+    [ "$status" -eq 0 ] && [ "$fast_status" -ne 0 ] && status=$fast_status
+fi
+
 # 2b. the NCCL engine on one rank (a world of one still runs NCCL's
 #     send/receive, the rank-order sum, all-gather and broadcast)
 if [ -x "$bin/test_nccl_module" ]; then
@@ -118,7 +129,7 @@ fi
 # 3. the benchmark, libnctmc then PyTorch on the same GPU
 {
     timeout 240 "$bin/bench_gpu_train" --config paper-small --batch 16 --reps 5 --warmup 2 \
-        --sample-batch 16 --sample-steps 16 --kernel-batch 16
+        --sample-batch 16 --sample-steps 16 --kernel-batch 16 --fast-sample-batch 16
     timeout 90 "$bin/bench_gpu_train" --config paper-small --batch 64 --reps 3 --warmup 1 \
         --precision bf16 --sample-batch 0 --kernel-batch 0
 } >"$out/bench_libnctmc.log" 2>&1
