@@ -41,7 +41,7 @@ if [ "$mode" = "--prepare" ]; then
     b="$carried/meson"
     rm -rf "$carried"
     meson setup "$b" "$root" -Dcuda=enabled -Dreference_tests=disabled >/dev/null &&
-        ninja -C "$b" tests/test_cuda_conformance bench_gpu_train libnctmc-cuda.so ||
+        ninja -C "$b" tests/test_cuda_conformance bench/bench_gpu_train libnctmc-cuda.so ||
         exit 1
     progs="test_cuda_conformance bench_gpu_train"
     ninja -C "$b" tests/test_cuda_sample_fast >/dev/null && progs="$progs test_cuda_sample_fast"
@@ -51,7 +51,9 @@ if [ "$mode" = "--prepare" ]; then
             strip --strip-unneeded "$carried/libnctmc-nccl.so" || exit 1
     fi
     for prog in $progs; do
-        cc -o "$carried/$prog" "$b/tests/$prog.p/"*.o "$b/libnctmc_internal.a" \
+        # tests/ or bench/ (bench_gpu_train)
+        cc -o "$carried/$prog" $(ls "$b"/tests/$prog.p/*.o "$b"/bench/$prog.p/*.o 2>/dev/null) \
+            "$b/libnctmc_internal.a" \
             -Wl,-Bstatic -lopenblas -lgfortran -lquadmath -Wl,-Bdynamic \
             -lpthread -lm -ldl || exit 1
         strip "$carried/$prog"
@@ -78,9 +80,10 @@ if [ -x "$carried/test_cuda_conformance" ] && [ -x "$carried/bench_gpu_train" ];
     bin="$carried"
 elif command -v meson >/dev/null && command -v nvcc >/dev/null &&
     meson setup "$build" "$root" -Dcuda=enabled -Dreference_tests=disabled >"$out/build.log" 2>&1 &&
-    ninja -C "$build" tests/test_cuda_conformance bench_gpu_train libnctmc-cuda.so \
+    ninja -C "$build" tests/test_cuda_conformance bench/bench_gpu_train libnctmc-cuda.so \
         >>"$out/build.log" 2>&1; then
     bin="$build/tests"
+    ln -sf ../bench/bench_gpu_train "$bin/bench_gpu_train"
     # the programs link the core statically from tests/; the modules are one
     # folder up, so name them
     ninja -C "$build" tests/test_nccl_module libnctmc-nccl.so >>"$out/build.log" 2>&1
