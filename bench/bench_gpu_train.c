@@ -84,7 +84,15 @@
  *        [--reps R] [--warmup W] [--precision tf32|bf16|both]
  *        [--sample-batch B] [--sample-steps N] [--kernel-batch B]
  *        [--peak-tflops X] [--fused 0|1] [--lcond-split B] [--lcond-link B]
- *        [--graphs 1]
+ *        [--graphs 1] [--fast-sample-batch B]
+ *
+ * --fast-sample-batch B (default 0: not run): sample_step alone on B
+ * sequences of random logits, exp_mode double (the default path) beside
+ * float (sm_fast_jump_draw), tau-leaping on a 16-step grid at t = 0.5 and
+ * one step from t = 0.999, and Euler from t = 0.999; and the float path's
+ * first 256 rows against the host's per-row math (the CPU backend's):
+ *   bench=kernel_fast impl=libnctmc op=sample_step method=... exp=double|float
+ *        rows=... vocab=... ms=... gb_per_s=... moved=... [cpu_equal=K/256]
  */
 #include <math.h>
 #include <stdio.h>
@@ -103,7 +111,7 @@ typedef struct bench_args {
     const char *config;
     const char *precision;
     int batch, reps, warmup, sample_batch, sample_steps, kernel_batch, lcond_split,
-        lcond_link;
+        lcond_link, fast_sample_batch;
     double peak_tflops;
     int fused; /* --fused 1: the fused block kernels, forward and train step only */
     int graphs;     /* --graphs 1: bench_graphs only */
@@ -123,7 +131,7 @@ static bench_args fused_selection(bench_args a)
 
 static bench_args parse_args(int argc, char **argv)
 {
-    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0, 0, 0.0, 0, 0};
+    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0, 0, 0, 0.0, 0, 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (strcmp(k, "--config") == 0) a.config = v;
@@ -139,6 +147,7 @@ static bench_args parse_args(int argc, char **argv)
         else if (strcmp(k, "--lcond-split") == 0) a.lcond_split = atoi(v);
         else if (strcmp(k, "--lcond-link") == 0) a.lcond_link = atoi(v);
         else if (strcmp(k, "--graphs") == 0) a.graphs = atoi(v);
+        else if (strcmp(k, "--fast-sample-batch") == 0) a.fast_sample_batch = atoi(v);
     }
     if (a.batch < 1) a.batch = 1;
     if (a.reps < 1) a.reps = 1;
@@ -148,6 +157,7 @@ static bench_args parse_args(int argc, char **argv)
     if (a.kernel_batch < 0) a.kernel_batch = 0;
     if (a.lcond_split < 0) a.lcond_split = 0;
     if (a.lcond_link < 0) a.lcond_link = 0;
+    if (a.fast_sample_batch < 0) a.fast_sample_batch = 0;
     return fused_selection(a);
 }
 
@@ -797,6 +807,96 @@ static void bench_graphs(const nctmc_backend_module *cuda, const bench_args *a)
     }
 }
 
+/* --fast-sample-batch: the double and the float jump draws side by side
+ * (random_logits' rows repeat a block of 64, rebuilt here for the host's
+ * reference). */
+static void bench_fast_sampling(nctmc_backend *be, const model_dims *z, const bench_args *a)
+{
+    if (a->fast_sample_batch == 0)
+        return;
+    int64_t N = (int64_t)a->fast_sample_batch * z->L;
+    int32_t V = z->V, S = z->S;
+    float *logits = random_logits(be, N, V);
+    float *block = malloc(sizeof(float) * (size_t)64 * (size_t)V);
+    for (int64_t k = 0; k < 64 * (int64_t)V; k++)
+        block[k] = hash_uniform((uint32_t)k * 2654435761u + 12345u, -4.0f, 4.0f);
+    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *out = malloc(sizeof(int32_t) * (size_t)N);
+    float *h = malloc(sizeof(float) * (size_t)N);
+    for (int64_t r = 0; r < N; r++) {
+        x_t[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)S);
+        h[r] = hash_uniform((uint32_t)r + 77u, -2.0f, 2.0f);
+    }
+    int32_t *d_xt = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    int32_t *d_out = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    float *d_h = alloc_or_die(be, sizeof(float) * (size_t)N);
+    be->ops->upload(be, d_xt, x_t, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, d_h, h, sizeof(float) * (size_t)N);
+    nctmc_fp fp = {NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, S, 0.0f, 1e-3f, NCTMC_FP_LINK_SIGMA};
+    double row_gb = (double)N * V * sizeof(float) * 1e-9;
+    int reps = a->reps < 10 ? 10 : a->reps;
+    static const struct {
+        int32_t method;
+        double t, s;
+        const char *name;
+    } runs[] = {{SM_METHOD_TAU_LEAPING, 0.5, 0.5 - 1.0 / 16, "tau-leaping"},
+                {SM_METHOD_TAU_LEAPING, 0.999, 0.001, "tau-leaping-one-step"},
+                {SM_METHOD_EULER, 0.999, 0.001, "euler-one-step"}};
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++)
+        for (int32_t mode = SM_EXP_DOUBLE; mode <= SM_EXP_FLOAT; mode++) {
+            nctmc_sample_step_args sa;
+            memset(&sa, 0, sizeof sa);
+            sa.n_rows = N;
+            sa.seq_len = z->L;
+            sa.row_stride = V;
+            sa.method = runs[k].method;
+            sa.logits = logits;
+            sa.rate_h = d_h;
+            sa.cfg_scale = 1.0f;
+            sa.x_t = d_xt;
+            sa.t = runs[k].t;
+            sa.s = runs[k].s;
+            sa.temperature = 1.0f;
+            sa.correction_temperature = 1.0f;
+            sa.seed = 99;
+            sa.step = 3;
+            sa.fp = fp;
+            sa.x_out = d_out;
+            sa.exp_mode = mode;
+            double t = time_kernel(be, call_sample_step, &sa, reps);
+            be->ops->download(be, out, d_out, sizeof(int32_t) * (size_t)N);
+            int64_t moved = 0;
+            for (int64_t r = 0; r < N; r++)
+                moved += out[r] != x_t[r];
+            printf("bench=kernel_fast impl=libnctmc op=sample_step method=%s exp=%s rows=%lld "
+                   "vocab=%d ms=%.3f gb_per_s=%.0f moved=%.3f",
+                   runs[k].name, mode == SM_EXP_FLOAT ? "float" : "double", (long long)N, V,
+                   1e3 * t, row_gb / t, (double)moved / (double)N);
+            if (mode == SM_EXP_FLOAT) {
+                sm_step st = sm_step_prepare(fp, runs[k].method, runs[k].t, runs[k].s, 1.0,
+                                             SM_CFG_SEPARATE, 1.0, 1.0, 99, 3);
+                st.fast = 1;
+                int64_t n_check = N < 256 ? N : 256, equal = 0;
+                for (int64_t r = 0; r < n_check; r++) {
+                    sm_row_in in = {block + (r % 64) * V, NULL, h[r], 0.0f, x_t[r],
+                                    r / z->L, (int32_t)(r % z->L)};
+                    int32_t x = in.i;
+                    sm_sample_row(&st, &in, &x, NULL, NULL);
+                    equal += x == out[r];
+                }
+                printf(" cpu_equal=%lld/%lld", (long long)equal, (long long)n_check);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    void *bufs[] = {logits, d_xt, d_out, d_h};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        be->ops->free(be, bufs[k]);
+    free(block);
+    free(x_t);
+    free(out);
+    free(h);
+}
+
 int main(int argc, char **argv)
 {
     bench_args a = parse_args(argc, argv);
@@ -893,6 +993,7 @@ int main(int argc, char **argv)
     bench_kernels(be, z, &a);
     bench_lcond_split(cuda, z, &a);
     bench_lcond_link(cuda, z, &a);
+    bench_fast_sampling(be, z, &a);
 
     be->ops->free(be, s.grads);
     be->ops->free(be, s.m);

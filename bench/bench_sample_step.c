@@ -24,6 +24,12 @@
  * as 0). --weights samples with a copy of the random model converted by
  * nctmc_model_convert() (bf16 or int8 linear layers; the CPU backend picks
  * its AVX512-BF16 or portable kernel at run time), printed as weights=.
+ *
+ * --fast-rows N (only this, then exit): the sampling op alone on N rows of
+ * paper-small's vocabulary (50304) of random logits, tau-leaping one step
+ * from t = 0.999 (every row jumps), with exp_mode double (the default) and
+ * float (the fast jump draw shared with the GPU):
+ *   bench=sample_op_exp threads=T rows=N vocab=50304 exp=double|float ms=... ms_per_row=...
  */
 #include <math.h>
 #include <stdio.h>
@@ -46,6 +52,7 @@ typedef struct bench_args {
     const char *config;
     int sample_only;
     const char *weights;   /* "f32", "bf16" or "int8" */
+    int fast_rows;         /* > 0: the exp_mode comparison only */
 } bench_args;
 
 static const char *method_names[] = {"tau-leaping", "euler", "posterior"};
@@ -74,7 +81,7 @@ static int parse_method(const char *s)
 
 static bench_args parse_args(int argc, char **argv)
 {
-    bench_args a = {2, 8, 3, {1, 8}, 2, -1, "cpu-small", 0, "f32"};
+    bench_args a = {2, 8, 3, {1, 8}, 2, -1, "cpu-small", 0, "f32", 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--threads") == 0) a.threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--batches") == 0) a.n_batches = parse_batches(argv[i + 1], a.batches);
@@ -84,6 +91,7 @@ static bench_args parse_args(int argc, char **argv)
         else if (strcmp(argv[i], "--config") == 0) a.config = argv[i + 1];
         else if (strcmp(argv[i], "--parts") == 0) a.sample_only = strcmp(argv[i + 1], "sample") == 0;
         else if (strcmp(argv[i], "--weights") == 0) a.weights = argv[i + 1];
+        else if (strcmp(argv[i], "--fast-rows") == 0) a.fast_rows = atoi(argv[i + 1]);
     }
     if (a.threads < 1) a.threads = 1;
     if (a.steps < 1) a.steps = 1;
@@ -213,9 +221,82 @@ static double time_op(nctmc_sampler *s, int batch, int method, int reps)
     return t;
 }
 
+/* --fast-rows: exp_mode double against float on the CPU backend. */
+static int bench_exp_modes(const bench_args *ba)
+{
+    enum { V = 50304 };
+    char err[256];
+    nctmc_backend *be = cpu_backend_create(ba->threads, err, sizeof err);
+    if (!be) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 1;
+    }
+    int64_t N = ba->fast_rows;
+    float *z = be->ops->alloc(be, sizeof(float) * (size_t)N * V);
+    float *h = be->ops->alloc(be, sizeof(float) * (size_t)N);
+    int32_t *x = be->ops->alloc(be, sizeof(int32_t) * (size_t)N);
+    int32_t *xo = be->ops->alloc(be, sizeof(int32_t) * (size_t)N);
+    if (!z || !h || !x || !xo) {
+        fprintf(stderr, "bench: out of memory\n");
+        return 1;
+    }
+    uint64_t k64 = 88172645463325252ull;
+    for (int64_t k = 0; k < N * V; k++) {
+        k64 ^= k64 << 13, k64 ^= k64 >> 7, k64 ^= k64 << 17;
+        z[k] = (float)(k64 >> 40) * (8.0f / 16777216.0f) - 4.0f;
+    }
+    for (int64_t r = 0; r < N; r++) {
+        h[r] = 2.0f;
+        x[r] = (int32_t)((r * 7919) % V);
+    }
+    nctmc_fp fp = {NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, V, 0.0f, 1e-3f, NCTMC_FP_LINK_SIGMA};
+    int reps = ba->reps < 3 ? 3 : ba->reps;
+    double *times = malloc(sizeof(double) * (size_t)reps);
+    for (int mode = SM_EXP_DOUBLE; mode <= SM_EXP_FLOAT; mode++) {
+        nctmc_sample_step_args a;
+        memset(&a, 0, sizeof a);
+        a.n_rows = N;
+        a.seq_len = (int32_t)N;
+        a.row_stride = V;
+        a.method = SM_METHOD_TAU_LEAPING;
+        a.logits = z;
+        a.rate_h = h;
+        a.cfg_scale = 1.0f;
+        a.x_t = x;
+        a.t = 0.999;
+        a.s = 0.001;
+        a.temperature = 1.0f;
+        a.correction_temperature = 1.0f;
+        a.seed = 5;
+        a.fp = fp;
+        a.x_out = xo;
+        a.exp_mode = mode;
+        for (int r = -1; r < reps; r++) {
+            double t0 = now_s();
+            be->ops->sample_step(be, &a);
+            be->ops->synchronize(be);
+            if (r >= 0)
+                times[r] = now_s() - t0;
+        }
+        double t = median(times, reps);
+        printf("bench=sample_op_exp threads=%d rows=%lld vocab=%d exp=%s ms=%.2f "
+               "ms_per_row=%.3f\n",
+               ba->threads, (long long)N, V, mode == SM_EXP_FLOAT ? "float" : "double",
+               1e3 * t, 1e3 * t / (double)N);
+    }
+    free(times);
+    void *bufs[] = {z, h, x, xo};
+    for (size_t k = 0; k < 4; k++)
+        be->ops->free(be, bufs[k]);
+    be->ops->destroy(be);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     bench_args a = parse_args(argc, argv);
+    if (a.fast_rows > 0)
+        return bench_exp_modes(&a);
     nctmc_context_params cp;
     nctmc_context_params_init(&cp);
     cp.backend = "cpu";

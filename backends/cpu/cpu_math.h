@@ -25,8 +25,24 @@
 #if defined(__x86_64__) && defined(__ELF__) && (defined(__GNUC__) || defined(__clang__)) && \
     !defined(NCTMC_NO_VECTOR_CLONES)
 #define CPU_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+/* For code whose fused multiply-adds are explicit fmaf() calls (the fast
+ * jump draw of lib/math/sample_math.h): a variant compiled with FMA
+ * instructions, where fmaf is one instruction instead of glibc's
+ * emulation, called where CPU_HAS_FMA() (fmaf is correctly rounded either
+ * way, so both variants give the same bits). Whole (CPU_FLATTEN: every
+ * inline callee compiled into it), not target_clones, which clang does not
+ * combine with flatten. */
+#define CPU_FMA_VARIANT 1
+#define CPU_FMA_TARGET __attribute__((target("fma")))
+#define CPU_HAS_FMA() __builtin_cpu_supports("fma")
 #else
 #define CPU_VECTOR_CLONES
+#define CPU_FMA_VARIANT 0
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define CPU_FLATTEN __attribute__((flatten))
+#else
+#define CPU_FLATTEN
 #endif
 
 /* e^x: exact to 2e-7 relative on [-87.3, 88.3]; 0 below (where the true

@@ -4,10 +4,42 @@
  * shared per-row math of lib/math/sample_math.h. A row's result depends only on
  * its own inputs and its Philox counter, so the split, the thread count and
  * the order of the blocks cannot change a bit of the output.
+ * exp_mode = SM_EXP_FLOAT draws the tau-leaping / Euler jumps by the fast
+ * path (sm_fast_jump_draw), whose bits the CUDA backend repeats.
  */
 #include "cpu_backend.h"
+#include "cpu_math.h"
 #include "cpu_parallel.h"
+
+/* The fast jump draw, compiled whole with and without FMA instructions:
+ * its fmaf calls are single instructions in the first and glibc's (slow,
+ * correctly rounded) emulation in the second; the same bits either way. */
+struct sm_fjump;
+static int32_t cpu_fast_draw(const struct sm_fjump *F, double u, int32_t last);
+#define SM_HOST_FAST_DRAW cpu_fast_draw
 #include "math/sample_math.h"
+
+CPU_FLATTEN static int32_t fast_draw_base(const sm_fjump *F, double u, int32_t last)
+{
+    return sm_seq_fast_draw(F, u, last);
+}
+
+#if CPU_FMA_VARIANT
+CPU_FMA_TARGET CPU_FLATTEN static int32_t fast_draw_fma(const sm_fjump *F, double u,
+                                                        int32_t last)
+{
+    return sm_seq_fast_draw(F, u, last);
+}
+#endif
+
+static int32_t cpu_fast_draw(const struct sm_fjump *F, double u, int32_t last)
+{
+#if CPU_FMA_VARIANT
+    if (CPU_HAS_FMA())
+        return fast_draw_fma(F, u, last);
+#endif
+    return fast_draw_base(F, u, last);
+}
 
 typedef struct sample_job {
     const nctmc_sample_step_args *a;
@@ -64,5 +96,6 @@ void cpu_sample_step(nctmc_backend *be, const nctmc_sample_step_args *args)
     job.st = sm_step_prepare(args->fp, args->method, args->t, args->s, args->cfg_scale,
                              args->cfg_rule, args->temperature, args->correction_temperature,
                              args->seed, args->step);
+    job.st.fast = args->exp_mode == SM_EXP_FLOAT;
     cpu_parallel_chunks(cpu_of(be)->pool, args->n_rows, CPU_ROWS_PER_TASK, sample_task, &job);
 }

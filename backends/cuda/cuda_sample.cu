@@ -22,6 +22,11 @@
  * sums only in rounding, so the CPU and the GPU draw the same token unless
  * a uniform falls within that rounding of a category boundary (the
  * conformance test compares them on rows of up to 50304 entries).
+ *
+ * exp_mode = SM_EXP_FLOAT: tau-leaping and Euler jumps by the fast draw
+ * (sm_block_fast_draw below): thread p is lane p of sample_math.h's
+ * definition, the row is read once, and the result is the CPU's bit for bit
+ * (tests/test_cuda_sample_fast.c).
  */
 #define SM_BLOCK_LOOPS 1
 #include "cuda_internal.cuh"
@@ -225,6 +230,161 @@ static __device__ int32_t sm_block_vargmax(sm_terms T)
     return at == INT32_MAX ? 0 : at;
 }
 
+/* ---- The fast jump draw (sample_math.h, "The float exp and the fast jump
+ * draw"): thread p of the block is lane p, so the row is read once, as
+ * float4 where the row is 16-byte aligned; warp 0 then runs steps 3-5 as
+ * shuffles with the host's operations (sm_scan32 = the shfl_up scan). */
+static_assert(SAMPLE_THREADS == SM_FAST_LANES, "one thread per lane");
+
+typedef struct fast_shared {
+    float max[SAMPLE_WARPS];
+    double mass[SM_FAST_LANES];
+    int32_t result;
+} fast_shared;
+
+static __device__ __forceinline__ double warp_scan32(double x, int lane)
+{
+    for (int o = 1; o < 32; o <<= 1) {
+        double y = __shfl_up_sync(FULL_MASK, x, o);
+        if (lane >= o)
+            x = x + y;
+    }
+    return x;
+}
+
+/* Entries b .. b+3 of a lane, from v = z[b .. b+3] (unguided rows). */
+static __device__ __forceinline__ void fast_add4(sm_lane *L, const sm_fjump *F, int32_t b,
+                                                 float4 v)
+{
+    float g[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int c = 0; c < 4; c++)
+        if (b + c != F->i)
+            sm_lane_add(L, g[c], F->inv_temp);
+}
+
+/* Entries b .. min(b+3, S-1) one by one. */
+static __device__ void fast_add_scalar(sm_lane *L, const sm_fjump *F, int32_t b)
+{
+    for (int32_t j = b; j < b + 4 && j < F->S; j++)
+        if (j != F->i)
+            sm_lane_add(L, sm_fjump_raw(F, j), F->inv_temp);
+}
+
+/* Step 1: lane p's entries in increasing j; two float4 loads in flight per
+ * thread where the row is aligned and unguided. */
+static __device__ sm_lane fast_lane(const sm_fjump *F, int32_t p)
+{
+    const int32_t stride = 4 * SM_FAST_LANES;
+    sm_lane L = sm_lane_empty();
+    bool vec = F->zu == NULL && ((uintptr_t)F->z & 15u) == 0;
+    for (int32_t b = 4 * p; b < F->S; b += 2 * stride) {
+        int32_t b2 = b + stride;
+        if (vec && b2 + 3 < F->S) {
+            float4 v0 = __ldg((const float4 *)(F->z + b));
+            float4 v1 = __ldg((const float4 *)(F->z + b2));
+            fast_add4(&L, F, b, v0);
+            fast_add4(&L, F, b2, v1);
+        } else {
+            fast_add_scalar(&L, F, b);
+            if (b2 < F->S)
+                fast_add_scalar(&L, F, b2);
+        }
+    }
+    return L;
+}
+
+/* Step 5 by warp 0: sm_seq_fast_walk. */
+static __device__ int32_t fast_walk(const sm_fjump *F, float M, int32_t p, double before,
+                                    double target, int32_t last)
+{
+    int lane = threadIdx.x & 31;
+    double run = before;
+    int32_t lastpos = -1;
+    for (int32_t e0 = 0; sm_fast_entry(p, e0) < F->S; e0 += SM_FAST_GROUP) {
+        int32_t j = sm_fast_entry(p, e0 + lane);
+        double w = j < F->S && j != F->i ? sm_fjump_weight(sm_fjump_raw(F, j), F->inv_temp, M)
+                                         : 0.0;
+        unsigned positive = __ballot_sync(FULL_MASK, w > 0.0);
+        if (positive)
+            lastpos = sm_fast_entry(p, e0 + 31 - __clz((int)positive));
+        double x = warp_scan32(w, lane);
+        unsigned hit = __ballot_sync(FULL_MASK, run + x > target);
+        if (hit)
+            return sm_fast_entry(p, e0 + __ffs((int)hit) - 1);
+        run += __shfl_sync(FULL_MASK, x, 31);
+    }
+    return lastpos >= 0 ? lastpos : last;
+}
+
+/* Steps 3-5 by warp 0. */
+static __device__ int32_t fast_pick(const sm_fjump *F, const fast_shared *sh, float M,
+                                    double u, int32_t last)
+{
+    int lane = threadIdx.x & 31;
+    double total = 0.0;
+    for (int g = 0; g < SM_FAST_LANES; g += 32) {
+        double x = warp_scan32(sh->mass[g + lane], lane);
+        total += __shfl_sync(FULL_MASK, x, 31);
+    }
+    double target = u * total, run = 0.0, before = 0.0;
+    int32_t p = -1, lastlane = -1;
+    for (int g = 0; g < SM_FAST_LANES && p < 0; g += 32) {
+        double c = sh->mass[g + lane];
+        unsigned positive = __ballot_sync(FULL_MASK, c > 0.0);
+        if (positive)
+            lastlane = g + 31 - __clz((int)positive);
+        double x = warp_scan32(c, lane);
+        unsigned hit = __ballot_sync(FULL_MASK, run + x > target);
+        if (hit) {
+            int l = __ffs((int)hit) - 1;
+            double prev = __shfl_sync(FULL_MASK, x, l > 0 ? l - 1 : 0);
+            before = l > 0 ? run + prev : run;
+            p = g + l;
+        } else {
+            run += __shfl_sync(FULL_MASK, x, 31);
+        }
+    }
+    if (p < 0) {
+        p = lastlane;
+        target = INFINITY;
+        before = run;
+    }
+    if (p < 0)
+        return last;
+    return fast_walk(F, M, p, before, target, last);
+}
+
+static __device__ int32_t sm_block_fast_draw(const sm_fjump *F, double u, int32_t last)
+{
+    __shared__ fast_shared sh;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    sm_lane L = fast_lane(F, (int32_t)threadIdx.x);
+    float m = L.max;
+    for (int o = 16; o > 0; o >>= 1) {
+        float y = __shfl_xor_sync(FULL_MASK, m, o);
+        m = y > m ? y : m;
+    }
+    __syncthreads();
+    if (lane == 0)
+        sh.max[warp] = m;
+    __syncthreads();
+    float M = -INFINITY;
+    for (int k = 0; k < SAMPLE_WARPS; k++)
+        M = sh.max[k] > M ? sh.max[k] : M;
+    if (!(M > -INFINITY))
+        return last;
+    sh.mass[threadIdx.x] = sm_lane_mass(&L, M);
+    __syncthreads();
+    if (warp == 0) {
+        int32_t j = fast_pick(F, &sh, M, u, last);
+        if (lane == 0)
+            sh.result = j;
+    }
+    __syncthreads();
+    return sh.result;
+}
+
 __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_step_kernel(nctmc_sample_step_args a, sm_step st)
 {
@@ -276,6 +436,7 @@ void cuda_sample_step(nctmc_backend *be, const nctmc_sample_step_args *args)
     sm_step st = sm_step_prepare(args->fp, args->method, args->t, args->s, args->cfg_scale,
                                  args->cfg_rule, args->temperature, args->correction_temperature,
                                  args->seed, args->step);
+    st.fast = args->exp_mode == SM_EXP_FLOAT;
     sample_step_kernel<<<(unsigned)args->n_rows, SAMPLE_THREADS, 0, cb->stream>>>(*args, st);
     cuda_launched(cb, "sample_step");
 }

@@ -382,6 +382,10 @@ $dry || compare "$out/bench_libnctmc_b16.log" "$out/bench_libnctmc_b64.log" |
 step bench_lcond_kernels 90 20 bench "$bench" --config paper-small --batch 1 --reps 10 \
     --warmup 0 --precision none --sample-batch 0 --kernel-batch 0 --lcond-split 16 \
     --lcond-link 16
+# the fast jump draw (exp_mode float) beside the double one, and its first
+# 256 rows against the CPU's, at 16 x 512 x 50304
+step bench_fast_sampling 90 20 bench "$bench" --config paper-small --kernel-batch 0 \
+    --sample-batch 0 --fast-sample-batch 16 --precision tf32 --reps 5 --warmup 1
 # the fused block kernels in the bf16 train step at batch 64 (batch 16: below)
 step bench_fused_b64 90 20 bench "$bench" --config paper-small --batch 64 --reps 3 \
     --warmup 1 --precision bf16 --fused 1

@@ -193,6 +193,12 @@ typedef struct nctmc_sample_step_args {
     int32_t *x_out;            /* out [N] */
     int32_t *proposal;         /* out [N] (CORRECT only) */
     float *proposal_prob;      /* out [N] (CORRECT only) */
+    /* SM_EXP_DOUBLE (0, the default): the passes above in double, exp in
+     * double. SM_EXP_FLOAT: tau-leaping and Euler draw their jumps by
+     * sm_fast_jump_draw (float logits, sm_expf, one read of the row, an
+     * order of operations every backend shares: the CPU's and the GPU's
+     * draws are the same bits). The other methods ignore it. */
+    int32_t exp_mode;
 } nctmc_sample_step_args;
 
 /*

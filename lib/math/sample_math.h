@@ -27,6 +27,13 @@
  * with the sums taken in a fixed blocked order — so the totals a draw
  * compares against differ from the host's in the last bits, and a draw can
  * differ only where the uniform falls within that rounding of a boundary.
+ *
+ * The fast jump draw (sm_step.fast, from nctmc_sample_step_args.exp_mode;
+ * "The float exp and the fast jump draw" below) is the exception: float
+ * logits, a float exp written as explicit IEEE operations (sm_expf), one
+ * read of the row, and an order of operations that is part of its
+ * definition, so the host and a device give the same bits and the same
+ * draws. It covers the tau-leaping and Euler jumps; the default is off.
  */
 #ifndef NCTMC_SAMPLE_MATH_H
 #define NCTMC_SAMPLE_MATH_H
@@ -433,6 +440,318 @@ static inline NCTMC_HD int32_t sm_jump_draw(const float *z, const float *zu, dou
 }
 
 /* ------------------------------------------------------------------------ */
+/* The float exp and the fast jump draw (sm_step.fast)                      */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * sm_expf: exp in float, the same bits on every host and device. It is a
+ * fixed sequence of IEEE single operations, each correctly rounded: every
+ * multiply-add is an explicit fused one (fmaf on the host, __fmaf_rn on a
+ * device), and no other product is followed by a sum a compiler could
+ * contract (the only other products are by powers of two, which are exact,
+ * and on a device __fmul_rn, which ptxas never fuses). So neither
+ * -ffp-contract, -march=native nor nvcc's -fmad changes a bit;
+ * x87 arithmetic (FLT_EVAL_METHOD 2) is not supported.
+ *
+ *   x = j ln2 + f, j = rint(x / ln2) (the 1.5 * 2^23 rounding trick),
+ *   f by two fused steps with ln2 split in hi + lo (|f| <= ~0.347),
+ *   e^f by its Taylor polynomial to degree 7 (Horner, fused),
+ *   e^x = e^f 2^(j/2) 2^(j - j/2) (two exact scalings, each power normal).
+ * Range: NaN in, NaN out; x >= 89 gives +inf (and so does any x above
+ * ln(FLT_MAX) ~ 88.72, by the scaling's overflow); x < -87.5, and any
+ * result below FLT_MIN = 2^-126, give +0 — no subnormal is ever returned
+ * or formed, so flush-to-zero modes on either side change nothing. Error
+ * against exp in double, measured over every float in [-87.5, 89) by
+ * tests/test_sampler_fast.c (--stride 1): at most 0.9386 ulp — faithfully
+ * rounded, so not monotone at every step. -ffast-math / -ffinite-math-only
+ * are not supported (they drop the NaN and infinity handling).
+ */
+#if defined(__CUDA_ARCH__)
+#define SM_FMAF(a, b, c) __fmaf_rn((a), (b), (c))
+#define SM_FMA(a, b, c) __fma_rn((a), (b), (c))
+#define SM_FMULF(a, b) __fmul_rn((a), (b)) /* never contracted by ptxas */
+#else
+#define SM_FMAF(a, b, c) fmaf((a), (b), (c))
+#define SM_FMA(a, b, c) fma((a), (b), (c))
+#define SM_FMULF(a, b) ((a) * (b))
+#endif
+
+/* 2^e as a float, for -126 <= e <= 127. */
+static inline NCTMC_HD float sm_pow2f(int32_t e)
+{
+#if defined(__CUDA_ARCH__)
+    return __int_as_float((e + 127) << 23);
+#else
+    union {
+        uint32_t u;
+        float f;
+    } b;
+    b.u = (uint32_t)(e + 127) << 23;
+    return b.f;
+#endif
+}
+
+static inline NCTMC_HD float sm_expf(float x)
+{
+    if (x != x)
+        return x + x;
+    if (!(x < 89.0f))
+        return INFINITY;
+    if (x < -87.5f)
+        return 0.0f;
+    float j = SM_FMAF(x, 1.44269502f, 12582912.0f) - 12582912.0f;
+    float f = SM_FMAF(j, -0.693145752f, x);
+    f = SM_FMAF(j, -1.42860677e-6f, f);
+    float p = 1.98412701e-4f;
+    p = SM_FMAF(p, f, 1.38888892e-3f);
+    p = SM_FMAF(p, f, 8.33333377e-3f);
+    p = SM_FMAF(p, f, 4.16666679e-2f);
+    p = SM_FMAF(p, f, 1.66666672e-1f);
+    p = SM_FMAF(p, f, 0.5f);
+    p = SM_FMAF(p, f, 1.0f);
+    p = SM_FMAF(p, f, 1.0f);
+    int32_t e = (int32_t)j;
+    int32_t e1 = e / 2;
+    float y = SM_FMULF(p, sm_pow2f(e1));
+    y = SM_FMULF(y, sm_pow2f(e - e1));
+    return y < 1.17549435e-38f ? 0.0f : y;
+}
+
+/*
+ * The fast jump draw: j ~ r(. | i) as sm_jump_draw, with float logits and
+ * sm_expf, in ONE read of the row, and in an order of operations that is
+ * part of the definition — so the host (sm_seq_fast_draw) and a CUDA block
+ * (sm_block_fast_draw in backends/cuda/cuda_sample.cu) give the same bits:
+ *
+ * 1. Lanes. Entry j (j != i, j < S) belongs to lane (j / 4) mod 256
+ *    (SM_FAST_LANES; four consecutive entries per lane, so a device thread
+ *    reads them as one float4). Each lane keeps a running max m (float) and
+ *    s = sum exp(g - m) (double), updated in increasing j (sm_lane_add: a
+ *    new max rescales s by one fused s * exp(m_old - m_new) + 1). Logits
+ *    g_j = (zu + w (z - zu)) / T in float; -inf and NaN logits weigh 0.
+ * 2. M = the largest lane max; lane masses c_p = s_p exp(m_p - M).
+ * 3. The total: the 256 masses in 8 groups of 32, each group scanned by the
+ *    Hillis-Steele inclusive scan (sm_scan32: for o = 1, 2, .., 16, x_l +=
+ *    x_{l-o} for l >= o, all at once), the groups' totals added in order.
+ * 4. The lane: target = u * total; the same scans again, the first lane
+ *    whose running sum exceeds the target (none: rounding; the target
+ *    becomes +inf and the last lane with mass is walked).
+ * 5. The entry: that lane's entries in j order, 32 at a time, weights
+ *    exp(g_j - M) in double, the same scan, running on from the lanes
+ *    before it; the first entry whose running sum exceeds the target, else
+ *    the lane's last entry with weight, else `last` (the current state).
+ * The draw is exact in distribution up to float rounding of the logits and
+ * of g - m (a relative error of order 1e-6 in each weight for logits of
+ * magnitude ~10) and the 1-ulp exp.
+ */
+#define SM_FAST_LANES 256
+#define SM_FAST_GROUP 32
+#define SM_FAST_LANE_OF(j) (((j) >> 2) & (SM_FAST_LANES - 1))
+
+/* Values of 0 / 1 for nctmc_sample_step_args.exp_mode. */
+enum { SM_EXP_DOUBLE = 0, SM_EXP_FLOAT = 1 };
+
+typedef struct sm_fjump {
+    const float *z;
+    const float *zu;   /* or NULL */
+    float w;           /* guidance scale */
+    float inv_temp;    /* 1 / T */
+    int32_t S;
+    int32_t i;         /* excluded state */
+} sm_fjump;
+
+static inline NCTMC_HD sm_fjump sm_fjump_of(const float *z, const float *zu, double w,
+                                            double temperature, int32_t S, int32_t i)
+{
+    sm_fjump F;
+    F.z = z;
+    F.zu = zu;
+    F.w = (float)w;
+    F.inv_temp = (float)(1.0 / temperature);
+    F.S = S;
+    F.i = i;
+    return F;
+}
+
+/* The guided logit before the temperature, a_j = zu + w (z - zu) (z alone
+ * without guidance); g_j = a_j / T is the rounded product a_j * (1 / T),
+ * and every difference g_j - m is taken as one fused fmaf(a_j, 1 / T, -m):
+ * no product is left for a compiler to contract. */
+static inline NCTMC_HD float sm_fjump_raw(const sm_fjump *F, int32_t j)
+{
+    float a = F->z[j];
+    if (F->zu) {
+        float u = F->zu[j];
+        a = SM_FMAF(F->w, a - u, u);
+    }
+    return a;
+}
+
+/* exp(g_j - M) in double, from a = sm_fjump_raw; 0 for -inf and NaN logits. */
+static inline NCTMC_HD double sm_fjump_weight(float a, float inv_temp, float M)
+{
+    return SM_FMULF(a, inv_temp) > -INFINITY ? (double)sm_expf(SM_FMAF(a, inv_temp, -M)) : 0.0;
+}
+
+typedef struct sm_lane {
+    float max;
+    double sum;
+} sm_lane;
+
+static inline NCTMC_HD sm_lane sm_lane_empty(void)
+{
+    sm_lane L;
+    L.max = -INFINITY;
+    L.sum = 0.0;
+    return L;
+}
+
+/* One entry, a = sm_fjump_raw: g = a / T joins the lane. */
+static inline NCTMC_HD void sm_lane_add(sm_lane *L, float a, float inv_temp)
+{
+    float g = SM_FMULF(a, inv_temp);
+    if (g > L->max) {
+        L->sum = SM_FMA(L->sum, (double)sm_expf(SM_FMAF(-a, inv_temp, L->max)), 1.0);
+        L->max = g;
+    } else if (g > -INFINITY) {
+        L->sum += (double)sm_expf(SM_FMAF(a, inv_temp, -L->max));
+    }
+}
+
+/* c_p = s_p exp(m_p - M), the product rounded on its own (a fused multiply
+ * with a zero addend, so that no compiler fuses it into the sums after). */
+static inline NCTMC_HD double sm_lane_mass(const sm_lane *L, float M)
+{
+    return L->max > -INFINITY ? SM_FMA(L->sum, (double)sm_expf(L->max - M), 0.0) : 0.0;
+}
+
+/* The host's sequential rendering of steps 3-5 (a device runs them as warp
+ * shuffles with the same operations). */
+static inline NCTMC_HD void sm_scan32(double *x)
+{
+    for (int o = 1; o < SM_FAST_GROUP; o <<= 1)
+        for (int l = SM_FAST_GROUP - 1; l >= o; l--)
+            x[l] = x[l] + x[l - o];
+}
+
+static inline NCTMC_HD double sm_fast_total(const double *mass)
+{
+    double run = 0.0, x[SM_FAST_GROUP];
+    for (int g = 0; g < SM_FAST_LANES; g += SM_FAST_GROUP) {
+        for (int l = 0; l < SM_FAST_GROUP; l++)
+            x[l] = mass[g + l];
+        sm_scan32(x);
+        run += x[SM_FAST_GROUP - 1];
+    }
+    return run;
+}
+
+/* Step 4: the lane whose running sum first exceeds *target and the running
+ * sum before it; none: the last lane with mass, *target = +inf; no lane
+ * with mass: -1. */
+static inline NCTMC_HD int32_t sm_fast_pick_lane(const double *mass, double *target, double *before)
+{
+    double run = 0.0, x[SM_FAST_GROUP];
+    int32_t last = -1;
+    for (int g = 0; g < SM_FAST_LANES; g += SM_FAST_GROUP) {
+        for (int l = 0; l < SM_FAST_GROUP; l++) {
+            x[l] = mass[g + l];
+            if (x[l] > 0.0)
+                last = g + l;
+        }
+        sm_scan32(x);
+        for (int l = 0; l < SM_FAST_GROUP; l++)
+            if (run + x[l] > *target) {
+                *before = l > 0 ? run + x[l - 1] : run;
+                return g + l;
+            }
+        run += x[SM_FAST_GROUP - 1];
+    }
+    *target = INFINITY;
+    *before = run;
+    return last;
+}
+
+/* Entry e (0, 1, ...) of lane p in j order. */
+static inline NCTMC_HD int32_t sm_fast_entry(int32_t p, int32_t e)
+{
+    return 4 * SM_FAST_LANES * (e >> 2) + 4 * p + (e & 3);
+}
+
+/* Step 5 on the host. */
+static inline NCTMC_HD int32_t sm_seq_fast_walk(const sm_fjump *F, float M, int32_t p,
+                                                double before, double target, int32_t last)
+{
+    double run = before, x[SM_FAST_GROUP];
+    int32_t lastpos = -1;
+    for (int32_t e0 = 0; sm_fast_entry(p, e0) < F->S; e0 += SM_FAST_GROUP) {
+        for (int l = 0; l < SM_FAST_GROUP; l++) {
+            int32_t j = sm_fast_entry(p, e0 + l);
+            x[l] = j < F->S && j != F->i ? sm_fjump_weight(sm_fjump_raw(F, j), F->inv_temp, M)
+                                         : 0.0;
+            if (x[l] > 0.0)
+                lastpos = j;
+        }
+        sm_scan32(x);
+        for (int l = 0; l < SM_FAST_GROUP; l++)
+            if (run + x[l] > target)
+                return sm_fast_entry(p, e0 + l);
+        run += x[SM_FAST_GROUP - 1];
+    }
+    return lastpos >= 0 ? lastpos : last;
+}
+
+/* Steps 1-2 on the host: the lane masses and M (-inf: no entry weighs). */
+static inline NCTMC_HD float sm_seq_fast_masses(const sm_fjump *F, double *mass)
+{
+    sm_lane lanes[SM_FAST_LANES];
+    for (int p = 0; p < SM_FAST_LANES; p++)
+        lanes[p] = sm_lane_empty();
+    for (int32_t j = 0; j < F->S; j++)
+        if (j != F->i)
+            sm_lane_add(&lanes[SM_FAST_LANE_OF(j)], sm_fjump_raw(F, j), F->inv_temp);
+    float M = -INFINITY;
+    for (int p = 0; p < SM_FAST_LANES; p++)
+        M = lanes[p].max > M ? lanes[p].max : M;
+    for (int p = 0; p < SM_FAST_LANES; p++)
+        mass[p] = sm_lane_mass(&lanes[p], M);
+    return M;
+}
+
+/* Steps 1-5 on the host (6 KiB of stack, no allocation). */
+static inline NCTMC_HD int32_t sm_seq_fast_draw(const sm_fjump *F, double u, int32_t last)
+{
+    double mass[SM_FAST_LANES];
+    float M = sm_seq_fast_masses(F, mass);
+    if (!(M > -INFINITY))
+        return last;
+    double target = u * sm_fast_total(mass), before = 0.0;
+    int32_t p = sm_fast_pick_lane(mass, &target, &before);
+    if (p < 0)
+        return last;
+    return sm_seq_fast_walk(F, M, p, before, target, last);
+}
+
+#if defined(SM_BLOCK_LOOPS) && defined(__CUDA_ARCH__)
+static __device__ int32_t sm_block_fast_draw(const sm_fjump *F, double u, int32_t last);
+#endif
+
+/* A host translation unit may route the draw through its own copy of
+ * sm_seq_fast_draw (the CPU backend: one compiled with FMA instructions). */
+#ifndef SM_HOST_FAST_DRAW
+#define SM_HOST_FAST_DRAW sm_seq_fast_draw
+#endif
+
+/* The fast counterpart of sm_jump_draw. */
+static inline NCTMC_HD int32_t sm_fast_jump_draw(const float *z, const float *zu, double w,
+                                                 double temperature, int32_t S, int32_t i,
+                                                 double u)
+{
+    sm_fjump F = sm_fjump_of(z, zu, w, temperature, S, i);
+    return SM_LOOP(sm_block_fast_draw(&F, u, i), SM_HOST_FAST_DRAW(&F, u, i));
+}
+
+/* ------------------------------------------------------------------------ */
 /* Rate-level guidance                                                      */
 /* ------------------------------------------------------------------------ */
 
@@ -694,6 +1013,7 @@ typedef struct sm_step {
     uint64_t seed;
     uint32_t purpose;    /* NCTMC_RNG_SAMPLE_STEP or _CORRECT */
     uint32_t step;
+    int32_t fast;        /* tau-leaping / Euler jumps by sm_fast_jump_draw */
 } sm_step;
 
 static inline NCTMC_HD sm_step sm_step_prepare(nctmc_fp fp, int32_t method, double t, double s,
@@ -717,6 +1037,7 @@ static inline NCTMC_HD sm_step sm_step_prepare(nctmc_fp fp, int32_t method, doub
     st.seed = seed;
     st.purpose = method == SM_METHOD_CORRECT ? NCTMC_RNG_SAMPLE_CORRECT : NCTMC_RNG_SAMPLE_STEP;
     st.step = step;
+    st.fast = 0;
     return st;
 }
 
@@ -760,6 +1081,9 @@ static inline NCTMC_HD int32_t sm_row_jump(const sm_step *st, const sm_row_in *i
                                              : sm_tau_leap_prob(log_rate, st->tau);
     if (!(u.decide < p))
         return in->i;
+    if (st->fast)
+        return sm_fast_jump_draw(in->z, in->zu, st->cfg_scale, st->temperature, st->fp.vocab,
+                                 in->i, u.pick);
     return sm_jump_draw(in->z, in->zu, st->cfg_scale, st->temperature, st->fp.vocab, in->i,
                         u.pick);
 }
