@@ -65,7 +65,7 @@ budget=${DEVICE_CHECK_BUDGET:-560}
 tests="test_cuda_graphs test_cuda_sample_fast test_cuda_loss_fused test_cuda_fused"
 # Benchmark runs with a new switch on: NAME:VARIABLE=VALUE (the backend reads
 # the variable at creation); each developer adds one line.
-switches="graphs:NCTMC_CUDA_GRAPHS=1"
+switches=""   # (graphs: the bench_graphs_eager_vs_graph step)
 switches="$switches fused:NCTMC_CUDA_FUSED=1"
 # (NCTMC_CUDA_LCOND=split and NCTMC_CUDA_LCOND_LINK=fused are timed alone,
 # beside the kernels they replace, by the bench_lcond_kernels step)
