@@ -1179,9 +1179,14 @@ typedef struct nctmc_comm nctmc_comm;
  * job of several processes loads the NCCL engine (libnctmc-nccl.so, GPU
  * LOCAL_RANK, a rendezvous at MASTER_ADDR / MASTER_PORT; docs/distributed.md);
  * a build without it gives NCTMC_ERR_UNSUPPORTED. Collective: every rank
- * calls it. On failure *out is
- * NULL and the reason is written to error_buffer (error_size bytes; may be
- * NULL).
+ * calls it. It also reads how trainers sum their gradients:
+ * NCTMC_COMM_OVERLAP unset or 0 (the default) sums them after the backward
+ * pass, 1 overlaps the sum with it bucket by bucket (the same bits either
+ * way; docs/distributed.md), and NCTMC_COMM_BUCKET_BYTES (1 .. 2^30) sets
+ * the smallest such bucket; any other value of either gives
+ * NCTMC_ERR_INVALID_ARGUMENT (nctmc_comm_from_mpi() likewise). On failure
+ * *out is NULL and the reason is written to error_buffer (error_size
+ * bytes; may be NULL).
  */
 NCTMC_API nctmc_status nctmc_comm_from_env(nctmc_comm **out, char *error_buffer,
                                            size_t error_size);
@@ -1353,8 +1358,9 @@ typedef struct nctmc_train_stats {
     /** Data-parallel runs (appended after 0.7.0): the seconds this step
      *  spent on summing the gradients over the ranks that its backward pass
      *  did not hide (waiting, copying, moving the sums along); 0 for one
-     *  process. With NCTMC_COMM_OVERLAP=0 in the environment the sum runs
-     *  after the backward pass, and this is its whole time
+     *  process. By default the sum runs after the backward pass, and this
+     *  is its whole time; with NCTMC_COMM_OVERLAP=1 in the environment it
+     *  overlaps the backward pass, and this is the part left exposed
      *  (docs/distributed.md). */
     double comm_seconds;
 } nctmc_train_stats;

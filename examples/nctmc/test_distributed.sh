@@ -11,9 +11,12 @@
 #   4. a rank killed with SIGKILL mid-run ends the job, non-zero, within
 #      60 s, and the last checkpoint loads;
 #   5. the gradient sum in one bucket per stage of the backward pass,
-#      overlapped with it: the bits of one process, and with accumulation
-#      on each rank the bits of the sum after the backward pass
-#      (NCTMC_COMM_OVERLAP=0); ranks that would cut it differently refuse.
+#      overlapped with it (NCTMC_COMM_OVERLAP=1, opt-in): the bits of one
+#      process, and with accumulation on each rank the bits of the sum after
+#      the backward pass (the default, NCTMC_COMM_OVERLAP=0); ranks that
+#      would cut it differently refuse, and so do ranks of which one
+#      overlaps and one keeps the default; values other than 0 and 1 (and
+#      bucket sizes that are not a number of bytes) are refused.
 #
 #   test_distributed.sh PATH/TO/nctmc PATH/TO/digits.txt MPIRUN
 set -u
@@ -144,20 +147,21 @@ else
 fi
 
 # --- 5. the overlapped sum, one bucket per stage ---------------------------
-# NCTMC_COMM_BUCKET_BYTES=1 makes every stage of the backward pass a bucket
-# of its own (the default, 1 MiB, leaves a small model one bucket). With
-# accumulation on each rank (the last micro-batch's part added bucket by
-# bucket) the reference is the sum after the backward pass
-# (NCTMC_COMM_OVERLAP=0): ranks add their own micro-batches first, so one
-# process adds the same partials in another order
+# The sum runs after the backward pass unless NCTMC_COMM_OVERLAP=1, so the
+# overlapped runs here ask for it. NCTMC_COMM_BUCKET_BYTES=1 makes every
+# stage of the backward pass a bucket of its own (the default, 1 MiB, leaves
+# a small model one bucket). With accumulation on each rank (the last
+# micro-batch's part added bucket by bucket) the reference is the sum after
+# the backward pass (NCTMC_COMM_OVERLAP=0): ranks add their own
+# micro-batches first, so one process adds the same partials in another
+# order
 three="--data $tmp/dg --layers 3 --d-model 32 --heads 2 --cond-dim 16 --threads 1 --warmup 2
        --lr 1e-3 --min-lr-ratio 1 --clip 0.05 --ema 0.9 --eval-sequences 4
        --eval-time-samples 1"
-export NCTMC_COMM_BUCKET_BYTES=1
+export NCTMC_COMM_BUCKET_BYTES=1 NCTMC_COMM_OVERLAP=1
 mpi 3 b3 train $three --steps 3 --batch 2 --process masked --out "$tmp/b3.st"
 mpi 2 b2 train $three --steps 3 --batch 2 --accumulation 2 --out "$tmp/b2.st"
 NCTMC_COMM_OVERLAP=0
-export NCTMC_COMM_OVERLAP
 mpi 2 b2after train $three --steps 3 --batch 2 --accumulation 2 --out "$tmp/b2after.st"
 unset NCTMC_COMM_OVERLAP NCTMC_COMM_BUCKET_BYTES
 one b3ref train $three --steps 3 --batch 2 --accumulation 3 --process masked \
@@ -168,8 +172,30 @@ has b2.log "comm [0-9.]*%"
 # ranks that would cut the slab differently (and so start different sums)
 # refuse before the first step
 refuse buckets "differ from rank 0 in the gradient buckets" \
-    -n 1 env NCTMC_COMM_BUCKET_BYTES=1 "$nctmc" train $three --steps 2 --batch 2 \
-    --out "$tmp/bk.st" : -n 1 "$nctmc" train $three --steps 2 --batch 2 --out "$tmp/bk.st"
+    -n 1 env NCTMC_COMM_OVERLAP=1 NCTMC_COMM_BUCKET_BYTES=1 "$nctmc" train $three --steps 2 \
+    --batch 2 --out "$tmp/bk.st" : \
+    -n 1 env NCTMC_COMM_OVERLAP=1 "$nctmc" train $three --steps 2 --batch 2 --out "$tmp/bk.st"
+# the default is the sum after the backward pass: a rank that asks for the
+# overlap differs from one that keeps the default, one that says 0 does not
+refuse default "differ from rank 0 in the gradient buckets" \
+    -n 1 env NCTMC_COMM_OVERLAP=1 "$nctmc" train $three --steps 2 --batch 2 \
+    --out "$tmp/d.st" : -n 1 "$nctmc" train $three --steps 2 --batch 2 --out "$tmp/d.st"
+if timeout 300 "$mpirun" --oversubscribe -n 1 env NCTMC_COMM_OVERLAP=0 "$nctmc" train $three \
+    --steps 2 --batch 2 --out "$tmp/d0.st" : -n 1 "$nctmc" train $three --steps 2 --batch 2 \
+    --out "$tmp/d0.st" >"$tmp/d0.log" 2>&1; then ok; else
+    bad "NCTMC_COMM_OVERLAP=0 on one rank and the default on the other refused (status $?)"
+    tail -12 "$tmp/d0.log" | sed 's/^/  | /'
+fi
+# values that mean neither are refused, naming the variable
+for v in NCTMC_COMM_OVERLAP=yes NCTMC_COMM_OVERLAP=2 NCTMC_COMM_BUCKET_BYTES=0 \
+    NCTMC_COMM_BUCKET_BYTES=1MiB; do
+    if env "$v" "$nctmc" train $tiny --steps 1 --batch 2 --out "$tmp/v.st" >"$tmp/v.log" 2>&1
+    then
+        bad "$v was accepted"
+    fi
+    has v.log "${v%%=*}=\"${v#*=}\" is n"
+done
+[ -e "$tmp/v.st" ] && bad "a refused value wrote a checkpoint"
 
 if [ "$failed" -ne 0 ]; then
     echo "$failed check(s) failed"

@@ -156,11 +156,25 @@ static nctmc_status comm_alloc(nctmc_comm **out, char *err, size_t err_size)
     if (!*out)
         return fail_format(err, err_size, NCTMC_ERR_OUT_OF_MEMORY, "out of memory");
     (*out)->size = 1;
-    const char *overlap = getenv("NCTMC_COMM_OVERLAP");
-    (*out)->overlap = !(overlap && strcmp(overlap, "0") == 0);
-    long bucket = env_int("NCTMC_COMM_BUCKET_BYTES", 1, 1L << 30);
-    (*out)->bucket_bytes = bucket > 0 ? bucket : 0;
     snprintf((*out)->launcher, sizeof (*out)->launcher, "a single process");
+    /* the gradient sum runs after the backward pass unless asked to
+     * overlap it (docs/distributed.md: on CPU ranks over shared memory the
+     * overlap hid nothing, and the engine's started sums allocate) */
+    long overlap = env_int("NCTMC_COMM_OVERLAP", 0, 1);
+    if (overlap == -2)
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                           "NCTMC_COMM_OVERLAP=\"%.40s\" is neither 0 (sum the gradients "
+                           "after the backward pass, the default) nor 1 (overlap the sum "
+                           "with the backward pass)",
+                           getenv("NCTMC_COMM_OVERLAP"));
+    (*out)->overlap = overlap == 1;
+    long bucket = env_int("NCTMC_COMM_BUCKET_BYTES", 1, 1L << 30);
+    if (bucket == -2)
+        return fail_format(err, err_size, NCTMC_ERR_INVALID_ARGUMENT,
+                           "NCTMC_COMM_BUCKET_BYTES=\"%.40s\" is not a number of bytes from 1 "
+                           "to 1073741824",
+                           getenv("NCTMC_COMM_BUCKET_BYTES"));
+    (*out)->bucket_bytes = bucket > 0 ? bucket : 0;
     return NCTMC_OK;
 }
 

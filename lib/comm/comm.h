@@ -21,8 +21,8 @@ struct nctmc_comm {
     comm_engine *engine;
     char launcher[64];               /* what started the job, for messages */
     bool overlap;                    /* the trainer sums gradient buckets during
-                                        its backward pass (NCTMC_COMM_OVERLAP=0:
-                                        after it, for measuring the overlap) */
+                                        its backward pass (NCTMC_COMM_OVERLAP=1;
+                                        unset or 0, the default: after it) */
     int64_t bucket_bytes;            /* the smallest such bucket
                                         (NCTMC_COMM_BUCKET_BYTES; 0: the
                                         trainer's default) */
@@ -48,7 +48,8 @@ nctmc_status comm_sum_progress(nctmc_comm *c, char *err, size_t err_size);
 nctmc_status comm_sum_wait(nctmc_comm *c, char *err, size_t err_size);
 
 /* Whether the trainer should sum its gradients in buckets during the
- * backward pass (a world of several ranks, unless NCTMC_COMM_OVERLAP=0). */
+ * backward pass: a world of several ranks with NCTMC_COMM_OVERLAP=1 (the
+ * default, unset or 0, sums the whole slab after the backward pass). */
 bool comm_overlap(const nctmc_comm *c);
 
 /* The smallest gradient bucket the caller asked for in bytes
