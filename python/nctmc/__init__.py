@@ -12,6 +12,7 @@ NCTMC_LIBRARY=system the loader's libnctmc.so.1 (a distribution's). See
 docs/python.md.
 """
 from . import _native
+from ._comm import Comm
 from ._handles import Cancelled, Error
 from ._model import Context, Dataset, DatasetWriter, Model, Tokenizer, write_file
 from ._preset import presets
@@ -21,7 +22,7 @@ from ._trainer import Trainer
 #: this binding's version (the C library's is library_version())
 __version__ = "0.7.0"
 
-__all__ = ["__version__", "Cancelled", "Context", "Dataset", "DatasetWriter", "Error", "Model", "Sampler",
+__all__ = ["__version__", "Cancelled", "Comm", "Context", "Dataset", "DatasetWriter", "Error", "Model", "Sampler",
            "Tokenizer", "Trainer", "library_version", "presets", "write_file"]
 
 

@@ -553,12 +553,17 @@ class Model(Handle):
         return Sampler(self, max_batch, max_length)
 
     def eval(self, tokens, labels=None, time_samples=16, batch_size=8, seed=0,
-             time_sampling="uniform"):
+             time_sampling="uniform", comm=None):
         """The NELBO of held-out sequences [n, L] in bits per token, with its
         standard error, and the exit-rate reliability table: returns a dict
         (see docs/python.md). time_sampling "sqrt" spreads the time samples
         evenly in sqrt(t), importance-weighted (same NELBO, another
-        variance; library 0.6.0 or later)."""
+        variance; library 0.6.0 or later). comm (a nctmc.Comm) shares the
+        forward passes over its ranks: every rank calls eval with the same
+        model, sequences and parameters (collective) and gets one process's
+        result bit for bit."""
+        from ._comm import as_comm
+        comm = as_comm(comm)
         if time_sampling not in _preset.TIME_SAMPLINGS:
             raise ValueError("time_sampling must be uniform or sqrt")
         x = C.int32_array(tokens, "tokens")
@@ -579,8 +584,14 @@ class Model(Handle):
         # the library's cancel (0 from the callback) once Ctrl-C arrived
         progress = N.EVAL_PROGRESS(lambda done, total, user: 0 if stop() else 1)
         p.progress = progress
-        with stop:
-            status = N.nctmc_eval(self, ctypes.byref(p), ctypes.byref(r))
+        if comm is not None:
+            p.comm = comm._use()  # not freed while the call runs
+        try:
+            with stop:
+                status = N.nctmc_eval(self, ctypes.byref(p), ctypes.byref(r))
+        finally:
+            if comm is not None:
+                comm._release()
         check(status, self._error)
         return {"nelbo_bits_per_token": r.nelbo_bits_per_token,
                 "std_error_bits": r.std_error_bits,

@@ -196,7 +196,7 @@ class TrainerParams(Structure):
         # appended after 0.7.0; an older library leaves it 0 and refuses a
         # non-zero value it cannot see
         ("accumulation", c_int32),
-        # nctmc_comm * (data-parallel training); the binding leaves it NULL
+        # nctmc_comm * (data-parallel training): Trainer(comm=) sets it
         ("comm", c_void_p),
     ]
 
@@ -211,6 +211,9 @@ class TrainStats(Structure):
         ("mean_log_rate", c_double),
         ("skipped", c_int32),
         ("n_skipped", c_int64),
+        # appended after 0.7.0, with the communicator (HAVE_COMM): the
+        # seconds a data-parallel step spent summing the gradients
+        ("comm_seconds", c_double),
     ]
 
 
@@ -266,8 +269,8 @@ class EvalParams(Structure):
         ("user_data", c_void_p),
         ("time_sampling", c_int32),     # 0.6.0
         ("reserved0", c_int32),         # 0.8.0: what was padding, always 0
-        # appended after 0.7.0: nctmc_comm * (evaluation over ranks); the
-        # binding leaves it NULL, as TrainerParams.comm
+        # appended after 0.7.0: nctmc_comm * (evaluation over ranks):
+        # Model.eval(comm=) sets it
         ("comm", c_void_p),
     ]
 
@@ -517,6 +520,23 @@ _fn("nctmc_sampler_cancel", None, H)
 _fn("nctmc_sampler_last_error", c_char_p, H)
 _fn("nctmc_infill", STATUS, H, H, c_char_p, c_size_t, POINTER(TextRange), c_int32,
     POINTER(InfillParams), POINTER(c_char), c_size_t, POINTER(c_size_t))
+
+#: the communicator (symbol node NCTMC_1.3, after 0.7.0, which also appended
+#: nctmc_trainer_params.comm, nctmc_eval_params.comm and
+#: nctmc_train_stats.comm_seconds): declared only when the library has it,
+#: so that an older library still loads (nctmc.Comm then raises UNSUPPORTED)
+HAVE_COMM = hasattr(lib, "nctmc_comm_from_env")
+if HAVE_COMM:
+    _fn("nctmc_comm_from_env", STATUS, PH, POINTER(c_char), c_size_t)
+    _fn("nctmc_comm_from_mpi", STATUS, c_void_p, PH, POINTER(c_char), c_size_t)
+    _fn("nctmc_comm_rank", c_int32, H)
+    _fn("nctmc_comm_size", c_int32, H)
+    _fn("nctmc_comm_engine", c_char_p, H)
+    _fn("nctmc_comm_broadcast", STATUS, H, c_void_p, c_int64, c_int32)
+    _fn("nctmc_comm_barrier", STATUS, H)
+    _fn("nctmc_comm_abort", None, H, c_int32)
+    _fn("nctmc_comm_last_error", c_char_p, H)
+    _fn("nctmc_comm_free", None, H)
 
 
 def new(struct_type):

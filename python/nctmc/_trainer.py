@@ -7,6 +7,7 @@ import time
 from . import _check as C
 from . import _native as N
 from . import _preset
+from ._comm import as_comm
 from ._handles import Handle, check
 from ._model import Dataset, Model, _default_context, _ptr
 
@@ -44,18 +45,33 @@ class Trainer(Handle):
     learning_rate, warmup_steps, total_steps, ema_decay, seed, ...);
     time_sampling takes a name ("uniform", "logit", "sqrt"). preset names a
     recipe (nctmc.presets()) whose trainer parameters the keyword arguments
-    then override."""
+    then override. comm (a nctmc.Comm) trains data-parallel over its ranks:
+    every rank creates its trainer alike (collective), and every step is
+    collective (docs/python.md, "Several processes"); the trainer holds the
+    Comm, whose C handle outlives it."""
 
     _free = N.nctmc_trainer_free
+    comm = None
 
-    def __init__(self, model, preset=None, **params):
+    def __init__(self, model, preset=None, comm=None, **params):
         p = _trainer_params(preset, params)
+        comm = as_comm(comm)
+        if comm is not None:
+            p.comm = comm._use()
         out = ctypes.c_void_p()
-        check(N.nctmc_trainer_create(model, ctypes.byref(p), ctypes.byref(out)), model._error)
-        self._attach(out, model)
+        try:
+            check(N.nctmc_trainer_create(model, ctypes.byref(p), ctypes.byref(out)),
+                  model._error)
+        except BaseException:
+            if comm is not None:
+                comm._release()
+            raise
+        self._attach(out, model, comm)
 
-    def _attach(self, ptr, model):
+    def _attach(self, ptr, model, comm=None):
         Handle.__init__(self, ptr)
+        #: the Comm the trainer uses (None: one process)
+        self.comm = comm
         self.model = model
         p = self.params
         self.batch_size = p["batch_size"]
@@ -65,21 +81,39 @@ class Trainer(Handle):
         self.seq_len = p["seq_len"] or model.seq_len
 
     @classmethod
-    def resume(cls, path, ctx=None, **params):
+    def resume(cls, path, ctx=None, comm=None, **params):
         """Resumes from a `save()` checkpoint: a new model (the raw weights,
         as `trainer.model`) and a trainer whose next step is exactly the one
         the saved run would have taken next. No keywords: the saved
         parameters; keywords set nctmc_trainer_params fields on top of the
         library's defaults (batch_size and seq_len must match the saved
-        ones)."""
+        ones). comm (a nctmc.Comm) resumes on its ranks (collective): with
+        no keywords, the saved batch_size and the saved micro-batches
+        (accumulation) split over the ranks, as `nctmc train --resume`
+        does; the saved accumulation must then be a multiple of comm.size."""
         ctx = _default_context(ctx)
+        comm = as_comm(comm)
+        if comm is not None and not params:
+            params = Trainer.inspect(path, ctx)["params"]
+            saved, size = params["accumulation"] or 1, comm.size
+            if saved % size:
+                raise ValueError("the checkpoint's %d micro-batches per step do not split over "
+                                 "%d ranks: pass batch_size and accumulation" % (saved, size))
+            params["accumulation"] = saved // size
         p = _trainer_params(None, params) if params else None
+        if comm is not None:
+            p.comm = comm._use()
         m, t = ctypes.c_void_p(), ctypes.c_void_p()
-        check(N.nctmc_trainer_resume(ctx, C.path(path), ctypes.byref(p) if p else None,
-                                     ctypes.byref(m), ctypes.byref(t)), ctx._error)
+        try:
+            check(N.nctmc_trainer_resume(ctx, C.path(path), ctypes.byref(p) if p else None,
+                                         ctypes.byref(m), ctypes.byref(t)), ctx._error)
+        except BaseException:
+            if comm is not None:
+                comm._release()
+            raise
         model = Model(m, ctx)
         self = cls.__new__(cls)
-        self._attach(t, model)
+        self._attach(t, model, comm)
         return self
 
     @staticmethod
@@ -96,6 +130,14 @@ class Trainer(Handle):
     def _error(self):
         return N.nctmc_trainer_last_error(self)
 
+    def close(self):
+        """Frees the trainer now (also done when it is collected), then lets
+        go of its Comm (freed then if it was closed meanwhile)."""
+        Handle.close(self)
+        comm, self.comm = self.comm, None
+        if comm is not None:
+            comm._release()
+
     @property
     def params(self):
         """The trainer's parameters (nctmc_trainer_params) as a dict."""
@@ -105,9 +147,12 @@ class Trainer(Handle):
 
     @staticmethod
     def _stats(s):
-        return {"step": s.step, "loss": s.loss, "grad_norm": s.grad_norm,
-                "learning_rate": s.learning_rate, "mean_log_rate": s.mean_log_rate,
-                "skipped": bool(s.skipped), "n_skipped": s.n_skipped}
+        stats = {"step": s.step, "loss": s.loss, "grad_norm": s.grad_norm,
+                 "learning_rate": s.learning_rate, "mean_log_rate": s.mean_log_rate,
+                 "skipped": bool(s.skipped), "n_skipped": s.n_skipped}
+        if N.HAVE_COMM:  # a library that appended it (older ones lack the key)
+            stats["comm_seconds"] = s.comm_seconds
+        return stats
 
     def step(self, tokens, labels=None):
         """One step on a batch [batch_size x accumulation, seq_len] of clean
