@@ -25,13 +25,15 @@
 # package offline, library bundled (python/meson.build), and
 # python3-hypothesis drives its hostile-input test (python/tests/test_hostile.py).
 # Open MPI (openmpi-bin, libopenmpi-dev) builds the MPI module
-# libnctmc-mpi.so and runs the data-parallel tests (docs/distributed.md).
+# libnctmc-mpi.so and runs the data-parallel tests (docs/distributed.md);
+# python3-mpi4py (on that Open MPI) tests nctmc.Comm.from_mpi4py
+# (python/tests/test_comm.py).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs="gcc pkg-config meson ninja-build libopenblas-dev"
 test_pkgs="clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-venv python3-pytest
-    python3-setuptools python3-wheel python3-mesonpy python3-hypothesis patchelf fortunes openmpi-bin libopenmpi-dev"
+    python3-setuptools python3-wheel python3-mesonpy python3-hypothesis patchelf fortunes openmpi-bin libopenmpi-dev python3-mpi4py"
 
 windows_pkgs="mingw-w64 wine wine64 clang python3-pip"
 
