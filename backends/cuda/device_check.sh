@@ -45,8 +45,10 @@
 #       at three budgets, by scripts/text_model_gpu.sh (carry
 #       ["build-device-text"], made by --prepare-curves; the checkpoints stay
 #       on the GPU machine, the samples and NELBO files come back in
-#       $OUT/curves-STEPS/). Score them here afterwards with
-#       `sh scripts/text_model_gpu.sh --score OUT/curves-STEPS`.
+#       $OUT/curves-STEPS/; each checkpoint sampled at 64 steps and
+#       temperatures 0.7, 0.85, 1). Score them here afterwards with
+#       `sh scripts/text_model_gpu.sh --score OUT/curves-STEPS` (with the
+#       judge's perplexity at matched unigram entropy).
 #   sh backends/cuda/device_check.sh --prepare-curves   = scripts/text_model_gpu.sh
 #       --prepare (corpus, BPE, prepared data, the nctmc tool and module)
 #
@@ -242,18 +244,28 @@ if [ "$mode" = "--curves" ] || [ "$mode" = "--dry-run-curves" ]; then
     [ "$mode" = "--dry-run-curves" ] && dry=true
     use_carried_openblas "$text_carried/lib"
     # docs/performance.md: the paper-small bf16 train step at batch 64 on the
-    # H200 took 169.49 ms; text_model_gpu.sh trains at batch 64. Per training
-    # a further ~30 s (start, 2 GB checkpoint, 32 samples at 64 steps, the
-    # held-out NELBO) is an estimate, not a measurement.
+    # H200 took 169.49 ms; text_model_gpu.sh trains at batch 64. Per process
+    # and budget a further 20 s for start and the 2 GB checkpoint (an
+    # estimate), the held-out NELBO (4.0-4.7 s measured on the H200,
+    # research/results/bench/text-gpu-h200-2026-11-26/run.log) and one
+    # `nctmc sample` call per temperature, 5 s each (64 samples at 64 steps:
+    # 5.1 s measured there, tool start and checkpoint load included). Each
+    # checkpoint is sampled at 64 steps only (the 16-step row is dropped to
+    # pay for the temperatures), 32 samples, at temperatures 0.7, 0.85 and 1
+    # for the judge's perplexity at matched unigram entropy
+    # (bench/text_quality.py score).
+    temps=${CURVES_TEMPERATURES:-0.7,0.85,1}
+    n_temps=$(echo "$temps" | tr ',' '\n' | wc -l)
     for steps in ${CURVES_STEPS:-120 240 480}; do
         train_s=$((steps * 170 / 1000))
         cap_min=$(((train_s + 59) / 60 + 1))
-        limit=$((2 * (train_s + 60) + 30))
-        step "curves-$steps" "$limit" $((2 * (train_s + 30))) curves \
+        expect=$((2 * (train_s + 20 + 5 * n_temps)))
+        limit=$((expect * 3 / 2 + 30))
+        step "curves-$steps" "$limit" "$expect" curves \
             env OUT="$out/curves-$steps" NCTMC_CARRY_DIR="$text_carried" \
             TEXT_GPU_STEPS="$steps" TEXT_GPU_MINUTES="$cap_min" \
-            TEXT_GPU_WARMUP=$((steps / 10)) TEXT_GPU_SAMPLES=32 TEXT_GPU_SAMPLE_STEPS=16,64 \
-            TEXT_GPU_METHOD=auto \
+            TEXT_GPU_WARMUP=$((steps / 10)) TEXT_GPU_SAMPLES=32 TEXT_GPU_SAMPLE_STEPS=64 \
+            TEXT_GPU_TEMPERATURES="$temps" TEXT_GPU_METHOD=auto \
             sh "$root/scripts/text_model_gpu.sh"
     done
     if $dry; then
