@@ -289,7 +289,7 @@ def temperatures_of(args):
     return out
 
 
-SAMPLE_FILE = re.compile(r"(.+)-steps(\d+)(?:-temp([0-9.]+))?\.txt")
+SAMPLE_FILE = re.compile(r"(.+)-steps(\d+)(?:-temp([0-9.e+-]+))?\.txt")
 
 
 def sample_file(name, steps, temp):
