@@ -11,7 +11,8 @@ held-out NELBO in bits per byte, and samples judged by an independent model.
 `sample` writes OUT/samples/NAME-steps{S}.txt with `nctmc sample` (the
 tool's sampler defaults — tau-leaping, uniform time grid 0.999 -> 0.001,
 temperature 1, final denoising — the same for every model; only --steps
-varies); `nelbo` writes OUT/nelbo-NAME.txt with `nctmc eval` on the held-out
+varies), and OUT/samples/NAME-steps{S}-temp{T}.txt for each other
+temperature of --temperatures (`nctmc sample --temperature T`); `nelbo` writes OUT/nelbo-NAME.txt with `nctmc eval` on the held-out
 shard; `score` reads whatever of those files exist and prints the table
 (also OUT/table.md and OUT/results.json). Nothing here depends on which
 process made a checkpoint: every model gets the same commands.
@@ -36,6 +37,17 @@ context. Reported per row:
   same length is the reference);
 - NELBO: `nctmc eval`'s bits per token times tokens per byte of the
   held-out stream (below).
+
+Perplexity at matched unigram entropy. A lower temperature lowers both
+the judge's perplexity and the samples' unigram entropy, so models are
+compared at one entropy: for each step count, each model's points
+(entropy, judge bits/byte), one per temperature, are joined piecewise
+linearly in entropy, and read at the common entropy: the held-out text's
+(the reference row's) clamped into the range every model's curve covers
+(the highest entropy all reach when the text's is above it, the lowest
+when below); none when the ranges do not overlap. The perplexity there is
+2 ** (the bits/byte read off). Printed as a second table, with each
+model's curve; in results.json under "matched".
 
 Yardsticks: when CORPUS/train.txt is there, rows for samples of byte 2- and
 3-gram models counted from it (maximum likelihood, no smoothing; --n texts
@@ -269,6 +281,79 @@ def steps_of(args):
     return [int(s) for s in args.steps.split(",")]
 
 
+def temperatures_of(args):
+    out = [float(t) for t in args.temperatures.split(",")]
+    if any(not (t > 0 and math.isfinite(t)) for t in out):
+        raise SystemExit("text_quality: --temperatures wants positive numbers, got %r"
+                         % args.temperatures)
+    return out
+
+
+SAMPLE_FILE = re.compile(r"(.+)-steps(\d+)(?:-temp([0-9.e+-]+))?\.txt")
+
+
+def sample_file(name, steps, temp):
+    """The samples' file name: NAME-steps{S}.txt at temperature 1 (as
+    before temperatures), else NAME-steps{S}-temp{T}.txt."""
+    return ("%s-steps%d.txt" % (name, steps) if temp == 1.0
+            else "%s-steps%d-temp%s.txt" % (name, steps, repr(temp)))
+
+
+# ---- perplexity at matched unigram entropy ----------------------------------------
+
+def interpolate_at(points, x):
+    """The piecewise-linear function through points [(entropy, value)],
+    read at entropy x; None when x is outside the points' entropy range
+    (or there are no points). Points of equal entropy are averaged."""
+    by = {}
+    for h, v in points:
+        by.setdefault(h, []).append(v)
+    pts = sorted((h, sum(vs) / len(vs)) for h, vs in by.items())
+    if not pts or x < pts[0][0] or x > pts[-1][0]:
+        return None
+    for (h0, v0), (h1, v1) in zip(pts, pts[1:]):
+        if h0 <= x <= h1:
+            return v0 + (v1 - v0) * (x - h0) / (h1 - h0)
+    return pts[0][1]  # a single point, x equal to its entropy
+
+
+def matched_entropy(curves, target):
+    """The entropy at which to compare models whose curves (name ->
+    [(entropy, value)]) are given: target clamped into the range all
+    curves cover; None when they do not overlap (or there are none)."""
+    if not curves or any(not c for c in curves.values()):
+        return None
+    lo = max(min(h for h, _ in c) for c in curves.values())
+    hi = min(max(h for h, _ in c) for c in curves.values())
+    if lo > hi:
+        return None
+    return min(max(target, lo), hi)
+
+
+def matched_rows(rows, target):
+    """Per step count: the common entropy (matched_entropy of the models'
+    (unigram entropy, judge bits/byte) curves, target = the held-out
+    text's entropy) and each model's perplexity there, with its curve."""
+    out = []
+    model_rows = [r for r in rows if r.get("temperature") is not None]
+    for steps in sorted({r["steps"] for r in model_rows}):
+        curves = {}
+        for r in model_rows:
+            if r["steps"] == steps and not math.isnan(r["unigram_entropy"]):
+                curves.setdefault(r["model"], []).append(
+                    (r["unigram_entropy"], r["judge_bits_per_byte"], r["temperature"]))
+        h = matched_entropy({m: [(e, b) for e, b, _ in c] for m, c in curves.items()}, target)
+        for model in sorted(curves):
+            pts = sorted(curves[model], key=lambda p: p[2])
+            bpb = interpolate_at([(e, b) for e, b, _ in pts], h) if h is not None else None
+            out.append({"steps": steps, "model": model, "entropy": h, "target": target,
+                        "judge_bits_per_byte": bpb,
+                        "gen_ppl": 2.0 ** bpb if bpb is not None else None,
+                        "curve": [{"temperature": t, "unigram_entropy": e,
+                                   "gen_ppl": 2.0 ** b} for e, b, t in pts]})
+    return out
+
+
 def tool_flags(args):
     flags = ["--threads", str(args.threads)]
     if args.backend:
@@ -295,13 +380,16 @@ def cmd_sample(args):
     os.makedirs(os.path.join(args.out, "samples"), exist_ok=True)
     for name, ckpt in models_of(args):
         for steps in steps_of(args):
-            path = os.path.join(args.out, "samples", "%s-steps%d.txt" % (name, steps))
-            cmd = [args.nctmc, "sample", ckpt, "--n", str(args.n), "--steps", str(steps),
-                   "--seed", str(args.seed), "--batch", str(args.batch), "--out", path,
-                   "--method", args.method]
-            wall = run_logged(cmd + tool_flags(args), path[:-4] + ".log")
-            print("sampled %s, %d steps: %d samples in %.1f s -> %s" % (name, steps, args.n,
-                                                                       wall, path), flush=True)
+            for temp in temperatures_of(args):
+                path = os.path.join(args.out, "samples", sample_file(name, steps, temp))
+                cmd = [args.nctmc, "sample", ckpt, "--n", str(args.n), "--steps", str(steps),
+                       "--seed", str(args.seed), "--batch", str(args.batch), "--out", path,
+                       "--method", args.method]
+                if temp != 1.0:
+                    cmd += ["--temperature", repr(temp)]
+                wall = run_logged(cmd + tool_flags(args), path[:-4] + ".log")
+                print("sampled %s, %d steps, temperature %g: %d samples in %.1f s -> %s" % (
+                    name, steps, temp, args.n, wall, path), flush=True)
 
 
 def cmd_nelbo(args):
@@ -338,8 +426,13 @@ def cmd_score(args):
 
     rows = []
     sample_dir = os.path.join(args.out, "samples")
-    names = sorted({f.rsplit("-steps", 1)[0] for f in os.listdir(sample_dir)
-                    if re.fullmatch(r".+-steps\d+\.txt", f)}) if os.path.isdir(sample_dir) else []
+    files = {}
+    for f in (os.listdir(sample_dir) if os.path.isdir(sample_dir) else []):
+        m = SAMPLE_FILE.fullmatch(f)
+        if m:
+            temp = float(m.group(3)) if m.group(3) else 1.0
+            files.setdefault(m.group(1), []).append((int(m.group(2)), temp, f))
+    names = sorted(files)
     lengths = []
     for name in names:
         nelbo = None
@@ -349,14 +442,12 @@ def cmd_score(args):
             if got:
                 ratio = counts["tokens"] / counts["bytes"]
                 nelbo = (got[0] * ratio, got[1] * ratio)
-        files = [f for f in os.listdir(sample_dir)
-                 if re.fullmatch(re.escape(name) + r"-steps\d+\.txt", f)]
-        for f in sorted(files, key=lambda s: int(re.search(r"steps(\d+)", s).group(1))):
-            steps = int(re.search(r"steps(\d+)", f).group(1))
+        for steps, temp, f in sorted(files[name]):
             texts = read_samples(os.path.join(sample_dir, f))
             lengths += [len(t) for t in texts]
             ppl, bpb, ent, n = score_texts(judge, texts)
-            rows.append({"model": name, "steps": steps, "n": len(texts), "bytes": n,
+            rows.append({"model": name, "steps": steps, "temperature": temp,
+                         "n": len(texts), "bytes": n,
                          "nelbo_bits_per_byte": nelbo[0] if nelbo else None,
                          "nelbo_se": nelbo[1] if nelbo else None,
                          "gen_ppl": ppl, "judge_bits_per_byte": bpb, "unigram_entropy": ent})
@@ -380,20 +471,33 @@ def cmd_score(args):
                  "nelbo_bits_per_byte": None, "nelbo_se": None, "gen_ppl": ppl,
                  "judge_bits_per_byte": bpb, "unigram_entropy": ent})
 
-    head = ("| model | steps | samples | NELBO bits/byte (held-out) | gen. perplexity "
+    matched = matched_rows(rows, rows[-1]["unigram_entropy"])
+
+    head = ("| model | steps | temp. | samples | NELBO bits/byte (held-out) | gen. perplexity "
             "(judge bits/byte) | unigram entropy, bits |")
-    lines = [head, "|---|---|---|---|---|---|"]
+    lines = [head, "|---|---|---|---|---|---|---|"]
     for r in rows:
         nelbo = ("%s +- %s" % (fmt(r["nelbo_bits_per_byte"]), fmt(r["nelbo_se"]))
                  if r["nelbo_bits_per_byte"] is not None else "-")
-        lines.append("| %s | %s | %d | %s | %s (%s) | %s |" % (
-            r["model"], r["steps"] if r["steps"] is not None else "-", r["n"], nelbo,
+        lines.append("| %s | %s | %s | %d | %s | %s (%s) | %s |" % (
+            r["model"], r["steps"] if r["steps"] is not None else "-",
+            "%g" % r["temperature"] if r.get("temperature") is not None else "-", r["n"], nelbo,
             fmt(r["gen_ppl"], 2), fmt(r["judge_bits_per_byte"]), fmt(r["unigram_entropy"])))
     note = ("judge: interpolated Kneser-Ney byte %d-gram on %d held-out documents (%d bytes), "
             "D = %s; reference: %d other held-out documents in %d-byte windows; scored in "
             "%.1f s" % (ORDER, len(judge_docs), len(stream_of(judge_docs)),
                         ", ".join("%.3f" % d for d in judge.discounts), len(ref_docs), width,
                         time.time() - t0))
+    if matched:
+        lines += ["", "Perplexity at matched unigram entropy (the held-out text's, %.3f bits, "
+                  "clamped into the range every model's curve covers):" % rows[-1]["unigram_entropy"],
+                  "", "| steps | model | entropy, bits | gen. perplexity there | curve: "
+                  "temperature: entropy, perplexity |", "|---|---|---|---|---|"]
+        for m in matched:
+            lines.append("| %d | %s | %s | %s | %s |" % (
+                m["steps"], m["model"], fmt(m["entropy"]), fmt(m["gen_ppl"], 2),
+                "; ".join("%g: %.3f, %.2f" % (c["temperature"], c["unigram_entropy"],
+                                              c["gen_ppl"]) for c in m["curve"])))
     table = "\n".join(lines)
     print(table)
     print(note)
@@ -401,7 +505,7 @@ def cmd_score(args):
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(table + "\n\n" + note + "\n")
     with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"rows": rows, "judge": {"order": ORDER, "discounts": judge.discounts,
+        json.dump({"rows": rows, "matched": matched, "judge": {"order": ORDER, "discounts": judge.discounts,
                                            "train_docs": len(judge_docs),
                                            "reference_docs": len(ref_docs),
                                            "window": width}}, f, indent=1)
@@ -417,6 +521,9 @@ def main(argv=None):
     ap.add_argument("--model", action="append", default=[], help="NAME=CHECKPOINT (repeat)")
     ap.add_argument("--out", required=True, help="directory for samples, logs and the table")
     ap.add_argument("--steps", default="16,64,256", help="sampling steps, comma-separated")
+    ap.add_argument("--temperatures", default="1",
+                    help="sampling temperatures, comma-separated (each step count is sampled "
+                         "at each; score compares the models at matched unigram entropy)")
     ap.add_argument("--method", default="tau", choices=["tau", "euler", "posterior", "auto"],
                     help="the sampler (default tau, the one the recorded text-model results "
                          "used; auto = each checkpoint's recommendation)")

@@ -28,7 +28,9 @@
 # TEXT_GPU_LR (3e-4), TEXT_GPU_WARMUP (100), TEXT_GPU_EMA (0.99: a short run),
 # TEXT_GPU_BACKEND (cuda-bf16, the preset's), TEXT_GPU_PROCESSES ("uniform
 # masked"), TEXT_GPU_SAMPLES (64), TEXT_GPU_SAMPLE_STEPS (16,64,256),
-# TEXT_GPU_METHOD (tau; auto = each checkpoint's recommended sampler: the
+# TEXT_GPU_TEMPERATURES (1; a comma-separated list samples each step count at
+# each temperature, for the judge's perplexity at matched unigram entropy,
+# bench/text_quality.py), TEXT_GPU_METHOD (tau; auto = each checkpoint's recommended sampler: the
 # posterior sampler for uniform, tau-leaping for masked, docs/quality.md),
 # TEXT_GPU_TRAIN_FLAGS (more `nctmc train` flags, e.g. a tiny shape for a dry
 # run on the CPU: TEXT_GPU_BACKEND=cpu TEXT_GPU_TRAIN_FLAGS="--layers 1
@@ -48,6 +50,7 @@ backend=${TEXT_GPU_BACKEND:-cuda-bf16}
 processes=${TEXT_GPU_PROCESSES:-uniform masked}
 n_samples=${TEXT_GPU_SAMPLES:-64}
 sample_steps=${TEXT_GPU_SAMPLE_STEPS:-16,64,256}
+temperatures=${TEXT_GPU_TEMPERATURES:-1}
 method=${TEXT_GPU_METHOD:-tau}
 
 if [ "$mode" = "--score" ]; then
@@ -139,7 +142,7 @@ done
 # shellcheck disable=SC2086
 python3 "$root/bench/text_quality.py" sample $models --nctmc "$tool" --out "$out" \
     --backend "$backend" --threads 0 --n "$n_samples" --batch "$n_samples" \
-    --steps "$sample_steps" --method "$method" &&
+    --steps "$sample_steps" --temperatures "$temperatures" --method "$method" &&
     python3 "$root/bench/text_quality.py" nelbo $models --nctmc "$tool" --out "$out" \
         --backend "$backend" --threads 0 --eval-batch 64 --corpus "$carried/corpus" \
         --heldout-data "$carried/data-heldout" || exit 1

@@ -21,6 +21,10 @@
    known, and its grid predicts the variance of direct draws;
    gradient_noise.py splits the gradient's mean square exactly and leaves
    the weights alone.
+8. The GPU mode's CPU path: `backends/cuda/device_check.sh --synthetic` on
+   the cpu backend at the smoke width writes one JSON per planned run (at
+   the planned budgets' labels) and the table; the runner's training time
+   cap stops a 20000-step run early and says so in its JSON.
 
 Usage: test_quality_smoke.py [LIBRARY]   (LIBRARY: libnctmc.so.1 to drive)
 Exit 0 when every check passes, 1 otherwise, 77 when numpy is missing.
@@ -580,6 +584,37 @@ def check_excess_scaling(path, bands):
         check_refused(ES, argv, message, "excess scaling: %s is refused" % what)
 
 
+def check_synthetic_mode():
+    import subprocess
+    import bench_quality as B
+    root = os.path.abspath(os.path.join(HERE, "..", ".."))
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, OUT=tmp, SYNTHETIC_BACKEND="cpu", SYNTHETIC_PYTHON=sys.executable,
+                   SYNTHETIC_ARGS="--budget smoke --threads 1",
+                   NCTMC_SYNTH_CARRY_DIR=os.path.join(tmp, "none"),
+                   NCTMC_SYNTH_LIBRARY=os.environ["NCTMC_LIBRARY"])
+        r = subprocess.run(["sh", os.path.join(root, "backends", "cuda", "device_check.sh"),
+                            "--synthetic"], env=env, capture_output=True, text=True, timeout=600)
+        files = sorted(f for f in os.listdir(os.path.join(tmp, "synthetic")) if f.endswith(".json"))
+        want = sorted(["gpu_copychain_uniform.json", "gpu_copychain_masked.json",
+                       "gpu_brackets_uniform.json", "gpu_brackets_masked.json",
+                       "gpu_wide_brackets_uniform.json", "gpu_wide_brackets_masked.json"])
+        labels = sorted(json.load(open(os.path.join(tmp, "synthetic", f)))["label"] for f in files)
+        check(r.returncode == 0 and files == want and "gpu_wide masked" in labels
+              and os.path.exists(os.path.join(tmp, "synthetic", "table.md")),
+              "device_check.sh --synthetic (cpu, smoke width): every planned run's JSON and the "
+              "table (exit %d, %s)%s" % (r.returncode, files,
+                                         "" if r.returncode == 0 else "\n" + r.stdout[-2000:]))
+        out = os.path.join(tmp, "cap.json")
+        B.main(["run", "--budget", "smoke", "--steps", "20000", "--source", "copychain",
+                "--threads", "1", "--max-train-seconds", "0.5", "--out", out])
+        t = json.load(open(out))["training"]
+        check(t["stopped_by_time_cap"] and 0 < t["steps_done"] < 20000
+              and t["steps_done"] % 50 == 0,
+              "runner: --max-train-seconds stops a 20000-step run early (at step %d)"
+              % t["steps_done"])
+
+
 def main():
     print("quality benchmark checks")
     pz, px = check_likelihood("copychain (S=3, L=5)", tiny_copychain(), clean_prob_copychain)
@@ -592,6 +627,7 @@ def main():
     check_sampler("brackets (S=6, L=4)", src4, px4)
     check_statistics()
     check_runner()
+    check_synthetic_mode()
     check_learning_curve()
     print("quality_bench_smoke: %d failed" % len(FAILED))
     return 1 if FAILED else 0

@@ -8,9 +8,14 @@
 2. Documents and sample files are read back exactly: a corpus file's
    documents, the held-out byte count equal to the byte shard's tokens,
    and `nctmc sample --n` files split into the samples the tool drew.
-3. `all` end to end on a tiny corpus: two tiny models (uniform and masked,
-   a few steps) are sampled, evaluated and scored; the table has one row
-   per model and step count plus the reference, with the numbers filled in.
+3. Perplexity at matched unigram entropy: the piecewise-linear reading of
+   a curve (exact on known lines, None outside the range, unsorted and
+   repeated points), the common entropy (the target clamped into the range
+   every curve covers), and matched_rows on made-up rows.
+4. `all` end to end on a tiny corpus: two tiny models (uniform and masked,
+   a few steps) are sampled at two temperatures, evaluated and scored; the
+   table has one row per model, step count and temperature plus the
+   reference, with the numbers filled in, and the matched-entropy rows.
 
 Usage: test_text_quality_smoke.py NCTMC   (the nctmc tool to drive)
 Exit 0 when every check passes, 1 otherwise.
@@ -93,6 +98,43 @@ def check_ngram_sampler():
           "same seed, same samples; the samples differ")
 
 
+def close(a, b):
+    return a is not None and b is not None and abs(a - b) < 1e-12
+
+
+def check_matched():
+    print("perplexity at matched unigram entropy")
+    # value = 2 h - 3 on [4, 4.5], then slope -1 to (5, 5.5): read exactly
+    pts = [(5.0, 5.5), (4.0, 5.0), (4.5, 6.0)]
+    check(close(Q.interpolate_at(pts, 4.25), 5.5) and close(Q.interpolate_at(pts, 4.75), 5.75)
+          and close(Q.interpolate_at(pts, 4.0), 5.0) and close(Q.interpolate_at(pts, 5.0), 5.5),
+          "unsorted points read piecewise linearly (%s, %s)" % (Q.interpolate_at(pts, 4.25),
+                                                              Q.interpolate_at(pts, 4.75)))
+    check(Q.interpolate_at(pts, 3.99) is None and Q.interpolate_at(pts, 5.01) is None
+          and Q.interpolate_at([], 4.0) is None, "None outside the curve's range")
+    check(close(Q.interpolate_at([(4.0, 1.0), (4.0, 3.0), (5.0, 4.0)], 4.5), 3.0)
+          and close(Q.interpolate_at([(4.2, 7.0)], 4.2), 7.0),
+          "points of equal entropy averaged; a single point read at its entropy")
+    curves = {"a": [(4.0, 0), (4.8, 0)], "b": [(4.3, 0), (5.2, 0)]}
+    check(close(Q.matched_entropy(curves, 4.6), 4.6) and close(Q.matched_entropy(curves, 5.0), 4.8)
+          and close(Q.matched_entropy(curves, 3.0), 4.3),
+          "the common entropy: the target, clamped into [4.3, 4.8]")
+    check(Q.matched_entropy({"a": [(4.0, 0)], "b": [(4.5, 0), (5.0, 0)]}, 4.5) is None
+          and Q.matched_entropy({}, 4.5) is None, "None when the ranges do not overlap")
+    rows = [{"model": "m", "steps": 8, "temperature": t, "unigram_entropy": h,
+             "judge_bits_per_byte": b} for t, h, b in ((1.0, 5.0, 4.0), (0.5, 4.0, 2.0))]
+    rows += [{"model": "u", "steps": 8, "temperature": t, "unigram_entropy": h,
+              "judge_bits_per_byte": b} for t, h, b in ((1.0, 4.8, 5.0), (0.7, 4.4, 3.0))]
+    rows.append({"model": "held-out text", "steps": None, "unigram_entropy": 4.6,
+                 "judge_bits_per_byte": 2.5})
+    got = {m["model"]: m for m in Q.matched_rows(rows, 4.6)}
+    check(sorted(got) == ["m", "u"] and close(got["m"]["entropy"], 4.6)
+          and close(got["m"]["gen_ppl"], 2.0 ** 3.2) and close(got["u"]["gen_ppl"], 2.0 ** 4.0)
+          and [c["temperature"] for c in got["u"]["curve"]] == [0.7, 1.0],
+          "matched_rows: both models read at 4.6 bits (perplexity %s, %s)"
+          % (got.get("m", {}).get("gen_ppl"), got.get("u", {}).get("gen_ppl")))
+
+
 def check_end_to_end(tool, tmp, rng):
     print("end to end")
     corpus = os.path.join(tmp, "corpus")
@@ -115,7 +157,8 @@ def check_end_to_end(tool, tmp, rng):
         ckpt = os.path.join(tmp, process + ".safetensors")
         ok = ok and run([tool, "train", "--data", data, "--out", ckpt, "--process", process,
                          "--layers", "1", "--d-model", "32", "--heads", "2", "--cond-dim", "16",
-                         "--seq-len", "64", "--batch", "4", "--steps", "4", "--warmup", "1",
+                         "--seq-len", "64", "--batch", "8", "--steps", "60", "--warmup", "5",
+                         "--lr", "3e-3", "--ema", "0.5",
                          "--threads", "1", "--eval-every", "0"])
         models += ["--model", "%s=%s" % (process, ckpt)]
     check(ok, "prepare and train the two tiny models")
@@ -124,6 +167,7 @@ def check_end_to_end(tool, tmp, rng):
     out = os.path.join(tmp, "out")
     Q.main(["all", "--nctmc", tool, "--corpus", corpus, "--heldout-data", heldout, "--out", out,
             "--steps", "2,4", "--n", "3", "--batch", "2", "--time-samples", "2",
+            "--temperatures", "1,0.05,0.01",
             # each checkpoint's own sampler: the uniform one's posterior draws
             # NUL bytes here, which the tool once cut its samples at
             "--method", "auto"] + models)
@@ -147,13 +191,27 @@ def check_end_to_end(tool, tmp, rng):
 
     res = json.load(open(os.path.join(out, "results.json")))
     rows = res["rows"]
-    keys = [(r["model"], r["steps"]) for r in rows]
-    check(keys == [("masked", 2), ("masked", 4), ("uniform", 2), ("uniform", 4),
-                   ("byte 2-gram sampler", None), ("byte 3-gram sampler", None),
-                   ("held-out text", None)], "one row per model and step count, the n-gram "
-          "samplers, then the reference (%s)" % keys)
-    model_rows = rows[:4]
-    grams = rows[4:6]
+    keys = [(r["model"], r["steps"], r.get("temperature")) for r in rows]
+    check(keys == [(m, s, t) for m in ("masked", "uniform") for s in (2, 4) for t in (0.01, 0.05, 1.0)]
+          + [("byte 2-gram sampler", None, None), ("byte 3-gram sampler", None, None),
+             ("held-out text", None, None)], "one row per model, step count and temperature, "
+          "the n-gram samplers, then the reference (%s)" % keys)
+    model_rows = rows[:12]
+    grams = rows[12:14]
+    cold = [r for r in model_rows if r["temperature"] == 0.01]
+    check(all(c["unigram_entropy"] < w["unigram_entropy"]
+              for c, w in zip(cold, [r for r in model_rows if r["temperature"] == 1.0])),
+          "temperature 0.01 lowers every row's unigram entropy")
+    matched = res["matched"]
+    ok = [(m["steps"], m["model"]) for m in matched] == [(2, "masked"), (2, "uniform"),
+                                                       (4, "masked"), (4, "uniform")]
+    for m in matched:
+        es = [c["unigram_entropy"] for c in m["curve"]]
+        ps = [c["gen_ppl"] for c in m["curve"]]
+        ok = ok and m["entropy"] is not None and min(es) <= m["entropy"] <= max(es)
+        ok = ok and m["gen_ppl"] is not None and min(ps) - 1e-9 <= m["gen_ppl"] <= max(ps) + 1e-9
+    check(ok, "matched rows: each model per step count, read inside its curve (%s)"
+          % [(m["steps"], m["model"], m["entropy"], m["gen_ppl"]) for m in matched])
     check(all(r["n"] == 3 and r["bytes"] == 3 * 64 for r in grams)
           and grams[1]["gen_ppl"] < grams[0]["gen_ppl"],
           "the n-gram samplers: 3 texts of 64 bytes each; the 3-gram's more like the text "
@@ -161,7 +219,7 @@ def check_end_to_end(tool, tmp, rng):
     check(all(r["nelbo_bits_per_byte"] is not None and r["nelbo_bits_per_byte"] > 0
               for r in model_rows), "every model row has its NELBO in bits/byte")
     check(all(r["n"] == 3 and 189 <= r["bytes"] <= 192 and r["gen_ppl"] > 1
-              and 0 < r["unigram_entropy"] <= 8 for r in model_rows),
+              and 0 <= r["unigram_entropy"] <= 8 for r in model_rows),
           "every model row scored 3 samples, 192 bytes (%s)"
           % [(r["n"], r["bytes"], r["gen_ppl"], r["unigram_entropy"]) for r in model_rows])
     ref = rows[-1]
@@ -178,6 +236,7 @@ def main():
     rng = random.Random(7)
     check_judge(rng)
     check_ngram_sampler()
+    check_matched()
     with tempfile.TemporaryDirectory() as tmp:
         check_end_to_end(os.path.abspath(sys.argv[1]), tmp, rng)
     print("text_quality_smoke: %s" % ("FAILED: " + "; ".join(FAILED) if FAILED else "ok"))

@@ -45,10 +45,19 @@
 #       at three budgets, by scripts/text_model_gpu.sh (carry
 #       ["build-device-text"], made by --prepare-curves; the checkpoints stay
 #       on the GPU machine, the samples and NELBO files come back in
-#       $OUT/curves-STEPS/). Score them here afterwards with
-#       `sh scripts/text_model_gpu.sh --score OUT/curves-STEPS`.
+#       $OUT/curves-STEPS/; each checkpoint sampled at 64 steps and
+#       temperatures 0.7, 0.85, 1). Score them here afterwards with
+#       `sh scripts/text_model_gpu.sh --score OUT/curves-STEPS` (with the
+#       judge's perplexity at matched unigram entropy).
 #   sh backends/cuda/device_check.sh --prepare-curves   = scripts/text_model_gpu.sh
 #       --prepare (corpus, BPE, prepared data, the nctmc tool and module)
+#   sh backends/cuda/device_check.sh --synthetic   item 6's second half, a
+#       session of its own: the quality benchmark's synthetic sources
+#       (bench/quality/bench_quality.py, the Python binding; python3 and
+#       numpy on the GPU machine) at widths the CPU cannot train, d 512 and
+#       d 768 (carry ["build-device-synth"], made by --prepare-synthetic:
+#       libnctmc.so.1, libnctmc-cuda.so, OpenBLAS); JSON and table in
+#       $OUT/synthetic/. --dry-run-synthetic prints the plan.
 #
 # Results go to $OUT (the device tool's folder) or /tmp/nctmc-device-check.
 set -u
@@ -170,6 +179,26 @@ if [ "$mode" = "--prepare-curves" ]; then
     exit 0
 fi
 
+synth_carried=${NCTMC_SYNTH_CARRY_DIR:-$root/build-device-synth}
+if [ "$mode" = "--prepare-synthetic" ]; then
+    b="$synth_carried/meson"
+    rm -rf "$synth_carried"
+    mkdir -p "$synth_carried"
+    log="$synth_carried/prepare.log"
+    meson setup "$b" "$root" -Dcuda=enabled -Dreference_tests=disabled >"$log" 2>&1 &&
+        ninja -C "$b" libnctmc.so.1 libnctmc-cuda.so >>"$log" 2>&1 || { tail -n 30 "$log"; exit 1; }
+    # the module beside the library, where the core looks for it
+    cp -L "$b/libnctmc.so.1" "$b/libnctmc-cuda.so" "$synth_carried/" &&
+        strip --strip-unneeded "$synth_carried/libnctmc.so.1" "$synth_carried/libnctmc-cuda.so" &&
+        copy_openblas "$synth_carried/lib" || exit 1
+    rm -rf "$b"
+    ls -la "$synth_carried"
+    bytes=$(du -sb "$synth_carried" | cut -f1)
+    echo "device_check: --prepare-synthetic: $bytes bytes to carry (limit 67108864)"
+    [ "$bytes" -le 67108864 ] || { echo "device_check: over the device tool's 64 MiB"; exit 1; }
+    exit 0
+fi
+
 # ---- steps ----------------------------------------------------------------------
 dry=false
 [ "$mode" = "--dry-run" ] && dry=true
@@ -242,24 +271,88 @@ if [ "$mode" = "--curves" ] || [ "$mode" = "--dry-run-curves" ]; then
     [ "$mode" = "--dry-run-curves" ] && dry=true
     use_carried_openblas "$text_carried/lib"
     # docs/performance.md: the paper-small bf16 train step at batch 64 on the
-    # H200 took 169.49 ms; text_model_gpu.sh trains at batch 64. Per training
-    # a further ~30 s (start, 2 GB checkpoint, 32 samples at 64 steps, the
-    # held-out NELBO) is an estimate, not a measurement.
+    # H200 took 169.49 ms; text_model_gpu.sh trains at batch 64. Per process
+    # and budget a further 20 s for start and the 2 GB checkpoint (an
+    # estimate), the held-out NELBO (4.0-4.7 s measured on the H200,
+    # research/results/bench/text-gpu-h200-2026-11-26/run.log) and one
+    # `nctmc sample` call per temperature, 5 s each (64 samples at 64 steps:
+    # 5.1 s measured there, tool start and checkpoint load included). Each
+    # checkpoint is sampled at 64 steps only (the 16-step row is dropped to
+    # pay for the temperatures), 32 samples, at temperatures 0.7, 0.85 and 1
+    # for the judge's perplexity at matched unigram entropy
+    # (bench/text_quality.py score).
+    temps=${CURVES_TEMPERATURES:-0.7,0.85,1}
+    n_temps=$(echo "$temps" | tr ',' '\n' | wc -l)
     for steps in ${CURVES_STEPS:-120 240 480}; do
         train_s=$((steps * 170 / 1000))
         cap_min=$(((train_s + 59) / 60 + 1))
-        limit=$((2 * (train_s + 60) + 30))
-        step "curves-$steps" "$limit" $((2 * (train_s + 30))) curves \
+        expect=$((2 * (train_s + 20 + 5 * n_temps)))
+        limit=$((expect * 3 / 2 + 30))
+        step "curves-$steps" "$limit" "$expect" curves \
             env OUT="$out/curves-$steps" NCTMC_CARRY_DIR="$text_carried" \
             TEXT_GPU_STEPS="$steps" TEXT_GPU_MINUTES="$cap_min" \
-            TEXT_GPU_WARMUP=$((steps / 10)) TEXT_GPU_SAMPLES=32 TEXT_GPU_SAMPLE_STEPS=16,64 \
-            TEXT_GPU_METHOD=auto \
+            TEXT_GPU_WARMUP=$((steps / 10)) TEXT_GPU_SAMPLES=32 TEXT_GPU_SAMPLE_STEPS=64 \
+            TEXT_GPU_TEMPERATURES="$temps" TEXT_GPU_METHOD=auto \
             sh "$root/scripts/text_model_gpu.sh"
     done
     if $dry; then
         echo "plan: expected ${planned_expect}s, at most ${planned_limit}s; budget ${budget}s"
         exit 0
     fi
+    print_summary
+    exit "$failed"
+fi
+
+# ---- --synthetic (item 6): the quality benchmark's sources at GPU widths ----------
+# bench/quality/bench_quality.py through the Python binding (python3 and
+# numpy on the GPU machine; the library, its CUDA module and OpenBLAS carried
+# in build-device-synth/, made by --prepare-synthetic): both sources, uniform
+# (the library's defaults, the recommended recipe) and masked, at the "gpu"
+# budget (d 512, 8 layers) and brackets again at "gpu_wide" (d 768, 12
+# layers), 2000 steps of batch 128 each, like the CPU's budget. Each run's
+# JSON goes to $OUT/synthetic/; the table to $OUT/synthetic/table.md.
+# Expected times are estimates, not measurements (no GPU has run these
+# shapes): 2000 steps at ~12 ms (d 512) or ~20 ms (d 768) a step, launch-bound
+# like the 6.7 ms a step of 6 layers d 256 (issue 38), plus ~25 s for the
+# source reference, the held-out NELBO and the samples; each training is
+# capped (--max-train-seconds) at twice its estimate so that a slow run still
+# writes its JSON. SYNTHETIC_BACKEND (cuda) and SYNTHETIC_ARGS (more options,
+# e.g. "--budget smoke" for a CPU check), SYNTHETIC_PYTHON (python3) and
+# NCTMC_SYNTH_LIBRARY (the carried libnctmc.so.1, else build/'s) override.
+if [ "$mode" = "--synthetic" ] || [ "$mode" = "--dry-run-synthetic" ]; then
+    [ "$mode" = "--dry-run-synthetic" ] && dry=true
+    lib=${NCTMC_SYNTH_LIBRARY:-$synth_carried/libnctmc.so.1}
+    py=${SYNTHETIC_PYTHON:-python3}
+    [ -f "$lib" ] || lib="$root/build/libnctmc.so.1"
+    if ! $dry; then
+        [ -f "$lib" ] || { echo "device_check: no $lib (run --prepare-synthetic)"; exit 1; }
+        LD_LIBRARY_PATH=$(cuda_libdirs | tr '\n' ':')${LD_LIBRARY_PATH:-}
+        export LD_LIBRARY_PATH
+        use_carried_openblas "$synth_carried/lib"
+        "$py" -c "import numpy" || { echo "device_check: no numpy in $py"; exit 1; }
+    fi
+    mkdir -p "$out/synthetic"
+    for run in gpu:copychain:uniform:12 gpu:copychain:masked:12 gpu:brackets:uniform:12 \
+        gpu:brackets:masked:12 gpu_wide:brackets:uniform:20 gpu_wide:brackets:masked:20; do
+        IFS=: read -r bud src proc ms <<EOF_RUN
+$run
+EOF_RUN
+        train_s=$((2000 * ms / 1000))
+        expect=$((train_s + 25))
+        step "synthetic-$bud-$src-$proc" $((2 * train_s + 60)) "$expect" synthetic \
+            env NCTMC_LIBRARY="$lib" "$py" "$root/bench/quality/bench_quality.py" run \
+            --budget "$bud" --source "$src" --process "$proc" \
+            --backend "${SYNTHETIC_BACKEND:-cuda}" --threads 0 \
+            --max-train-seconds $((2 * train_s)) --label "$bud $proc" \
+            --out "$out/synthetic/${bud}_${src}_$proc.json" ${SYNTHETIC_ARGS:-}
+    done
+    if $dry; then
+        echo "plan: expected ${planned_expect}s, at most ${planned_limit}s; budget ${budget}s"
+        exit 0
+    fi
+    set -- "$out"/synthetic/*.json
+    [ -f "$1" ] && "$py" "$root/bench/quality/bench_quality.py" table "$@" \
+        >"$out/synthetic/table.md" && cat "$out/synthetic/table.md"
     print_summary
     exit "$failed"
 fi

@@ -42,6 +42,18 @@ BUDGETS = {
                 warmup=100, ema=0.999, eval_seqs=4096, eval_time_samples=16,
                 samples=400, sample_steps="16,64,256", samplers="tau,euler,posterior",
                 sample_batch=200, reference_samples=200000),
+    # GPU widths the CPU cannot train (backends/cuda/device_check.sh
+    # --synthetic): the same steps, batch and evaluation as "cpu", a wider
+    # and deeper model (d 512, 8 layers; gpu_wide: d 768, 12 layers, the
+    # paper-small trunk) at a lower peak learning rate, two samplers
+    "gpu": dict(layers=8, d_model=512, heads=8, cond=128, batch=128, steps=2000, lr=5e-4,
+                warmup=200, ema=0.999, eval_seqs=4096, eval_time_samples=16,
+                samples=400, sample_steps="16,64", samplers="tau,posterior",
+                sample_batch=400, reference_samples=200000),
+    "gpu_wide": dict(layers=12, d_model=768, heads=12, cond=128, batch=128, steps=2000,
+                     lr=3e-4, warmup=200, ema=0.999, eval_seqs=4096, eval_time_samples=16,
+                     samples=400, sample_steps="16,64", samplers="tau,posterior",
+                     sample_batch=400, reference_samples=200000),
     # a few seconds: the smoke test (tests/test_quality_smoke.py)
     "smoke": dict(layers=1, d_model=32, heads=2, cond=16, batch=8, steps=6, lr=1e-3,
                   warmup=2, ema=0.9, eval_seqs=16, eval_time_samples=2,
@@ -96,7 +108,12 @@ def train(args, source, ctx, log):
     curve, window = [], []
     every = max(1, args.steps // 20)
     start, cpu = time.monotonic(), time.process_time()
+    stopped = None
     for first in range(0, args.steps, chunk):
+        if args.max_train_seconds and time.monotonic() - start > args.max_train_seconds:
+            stopped = first   # the cap: the schedule stays the full budget's
+            log("  stopped at step %d: --max-train-seconds %g" % (first, args.max_train_seconds))
+            break
         n_steps = min(chunk, args.steps - first)
         batch = source.sample(n_steps * args.batch, data_rng).reshape(
             n_steps, args.batch, source.length)
@@ -116,8 +133,10 @@ def train(args, source, ctx, log):
     # evaluate and sample the EMA weights, as a saved checkpoint would
     ema_model = nctmc.Model.create(ctx, **cfg)
     trainer.copy_weights_to(ema_model, ema=True)
+    done = stopped if stopped is not None else args.steps
     return ema_model, cfg, {"seconds": seconds, "cpu_seconds": cpu,
-                            "steps_per_second": args.steps / seconds,
+                            "steps_done": done, "stopped_by_time_cap": stopped is not None,
+                            "steps_per_second": done / seconds,
                             "curve": curve, "n_params": model.n_params}
 
 
@@ -328,6 +347,9 @@ def add_run_options(p):
     p.add_argument("--backend", default="cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint", help="also save the trainer checkpoint here")
+    p.add_argument("--max-train-seconds", type=float, default=0,
+                   help="stop training after this many seconds (checked every 50 steps; "
+                        "the JSON says so; 0 = no cap)")
     p.add_argument("--from-checkpoint", help="skip training: evaluate this checkpoint")
     p.add_argument("--previous", help="with --from-checkpoint: the JSON of the run that "
                    "trained it; its training record is kept, and its samples too when "
