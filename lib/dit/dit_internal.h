@@ -99,6 +99,15 @@ struct dit_workspace {
      * outside dit_loss. */
     bool link_fused;
     bool link_fused_last;  /* the last dit_loss did so (tests) */
+    /* Within dit_loss, the backend takes linear_forward_bf16 (its bf16
+     * logits switch) and the link is sigma or noise-posterior (not the
+     * denoiser's), the weights float32: the output projection writes
+     * `logits` in bfloat16 (the float buffer holds them), lcond reads them
+     * and writes their gradients there in bfloat16, and the projection's
+     * backward reads those. False outside dit_loss: the forward pass of
+     * sampling and nctmc_model_forward() always writes float logits. */
+    bool logits_bf16;
+    bool logits_bf16_last;  /* the last dit_loss did so (tests) */
     float *loss;       /* [N] */
     float *seq_weight; /* [B] the loss weights of the last weighted dit_loss */
 
