@@ -22,8 +22,9 @@
  * The whole model: dit_loss on a "cuda" and a "cuda-bf16" context against
  * a "cpu" one, uniform, masked and mixture with the sigma and
  * noise-posterior links (the switch must apply: ws->logits_bf16_last) and
- * the denoiser link (it must not); loss and every parameter gradient; two
- * runs bit for bit. Without the variable linear_forward_bf16 declines.
+ * the denoiser link (it must not, nor to a loss without gradients); loss
+ * and every parameter gradient; two runs bit for bit. Without the
+ * variable linear_forward_bf16 declines.
  *
  * Tolerances (max |got - want| / max |want|):
  *   loss and d_rate_h of lcond: the same bfloat16 inputs on both sides, so
@@ -440,6 +441,11 @@ static bool model_start(model_run *r, const char *backend, const nctmc_model_con
     r->loss = dget(be, dit_ws_loss(r->ws), N);
     r->grads_host = dget(be, r->grads, slab);
     r->bf16_logits = r->ws->logits_bf16_last;
+    /* the loss alone (the evaluation's) keeps float logits */
+    double mean2 = 0.0;
+    st = dit_loss(r->model, r->ws, b, NULL, false, &mean2, err, sizeof err);
+    CHECK(st == NCTMC_OK && !r->ws->logits_bf16_last,
+          "%s: a loss without gradients ran on bf16 logits", backend);
     return true;
 }
 

@@ -529,7 +529,7 @@ nctmc_backend *cpu_backend_create_with(int n_threads, const struct nctmc_allocat
  * per-row math it shares (lcond_math.h, sample_math.h, philox.h) is inline
  * in headers.
  */
-#define NCTMC_BACKEND_ABI_VERSION 7u
+#define NCTMC_BACKEND_ABI_VERSION 8u
 #define NCTMC_BACKEND_MODULE_ENTRY "nctmc_backend_module_entry"
 
 typedef struct nctmc_backend_module {

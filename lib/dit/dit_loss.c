@@ -17,9 +17,10 @@ static bool backend_fuses_link(dit_workspace *ws)
     return ws->be->ops->lcond_denoiser(ws->be, &probe);
 }
 
-/* Whether the loss's logits are bfloat16 (ws->logits_bf16): the backend
- * takes linear_forward_bf16 (asked with no rows), the link is not the
- * denoiser's and the output projection's weights are float32. */
+/* Whether the loss's logits may be bfloat16 (ws->logits_bf16, with
+ * gradients only: a loss alone, as the evaluation's NELBO, stays float32):
+ * the backend takes linear_forward_bf16 (asked with no rows), the link is
+ * not the denoiser's and the output projection's weights are float32. */
 static bool backend_bf16_logits(const nctmc_model *m, dit_workspace *ws)
 {
     nctmc_backend *be = ws->be;
@@ -133,7 +134,7 @@ nctmc_status dit_loss(const nctmc_model *m, dit_workspace *ws, const dit_batch *
     int64_t N = (int64_t)b->batch * b->length;
     ws->link_fused = backend_fuses_link(ws);
     ws->link_fused_last = ws->link_fused;
-    ws->logits_bf16 = backend_bf16_logits(m, ws);
+    ws->logits_bf16 = grads && backend_bf16_logits(m, ws);
     ws->logits_bf16_last = ws->logits_bf16;
     dit_upload_inputs(m, ws, b);
     be->ops->upload(be, ws->x_0, b->x_0, (size_t)N * sizeof(int32_t));
