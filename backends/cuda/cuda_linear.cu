@@ -22,6 +22,13 @@
  * evaluation is cuBLASLt's, so it agrees with the model's to within
  * rounding, not bit for bit — test_cuda_fused measures the difference.
  *
+ * bf16 logits (NCTMC_CUDA_BF16_LOGITS=1, cuda_loss.cu): linear_forward_bf16
+ * writes Y in bfloat16 (a bfloat16 C/D layout, float32 accumulation and
+ * bias epilogue, one rounding), and linear_backward_bf16 takes dY in
+ * bfloat16 as it is (no copy); both multiply bfloat16 copies of x and w
+ * whatever the bf16 mode, and the bias gradient sums the bfloat16 dY in
+ * double as it does the float one.
+ *
  * cuBLASLt's heuristic is asked once per shape (and operand alignment) and
  * its answer cached; a shape it has no algorithm for runs through
  * cublasGemmEx with the same types. cuBLAS gives the same bits run after
@@ -456,9 +463,7 @@ bool cuda_linear_gelu_epilogue(cuda_backend *cb, int64_t rows, int32_t in, int32
     return false;
 }
 
-/* Stage 1: partial[chunk][j] = sum over the chunk's rows of dy[r][j] in
- * double; a block is 32 columns x DBIAS_LANES row lanes, the lanes' sums
- * combined in lane order. */
+/* A gradient as double, from float32 or bfloat16 (bf16 logits). */
 __device__ __forceinline__ double dy_value(float v)
 {
     return (double)v;
@@ -467,6 +472,10 @@ __device__ __forceinline__ double dy_value(__nv_bfloat16 v)
 {
     return (double)__bfloat162float(v);
 }
+
+/* Stage 1: partial[chunk][j] = sum over the chunk's rows of dy[r][j] in
+ * double; a block is 32 columns x DBIAS_LANES row lanes, the lanes' sums
+ * combined in lane order. */
 
 template <typename T>
 __global__ void dbias_partial_kernel(int64_t rows, int32_t cols, const T *__restrict__ dy,
