@@ -84,7 +84,18 @@
  *        [--reps R] [--warmup W] [--precision tf32|bf16|both]
  *        [--sample-batch B] [--sample-steps N] [--kernel-batch B]
  *        [--peak-tflops X] [--fused 0|1] [--lcond-split B] [--lcond-link B]
- *        [--graphs 1] [--fast-sample-batch B]
+ *        [--graphs 1] [--fast-sample-batch B] [--bf16-logits B]
+ *
+ * --bf16-logits B: instead of all the above, bf16 logits
+ * (NCTMC_CUDA_BF16_LOGITS=1, backends/cuda/cuda_loss.cu): L_cond with the
+ * gradients in place on B sequences of float32 and of bfloat16 logits, the
+ * default and the split kernel, then the bf16 train step at batch 16 and
+ * 64 in a "cuda-bf16" context without and with the switch; lines
+ *   bench=kernel impl=libnctmc op=lcond_default|lcond_split logits=float32|bf16
+ *        rows=... vocab=... ms=... gb_per_s=... min_bytes_per_row=...
+ *   bench=lcond_bf16_vs_float kernel=... speedup=...
+ *   bench=train_step_bf16_logits precision=bf16 config=... batch=... switch=0|1 ms=...
+ *   bench=bf16_logits_speedup config=... batch=... train_step=... (off / on)
  *
  * --fast-sample-batch B (default 0: not run): sample_step alone on B
  * sequences of random logits, exp_mode double (the default path) beside
@@ -104,6 +115,7 @@
 #include "core/context.h"
 #include "cuda/cuda_backend.h"
 #include "dit/dit.h"
+#include "dit/dit_internal.h"
 #include "math/sample_math.h"
 #include "bench_util.h"
 
@@ -115,6 +127,7 @@ typedef struct bench_args {
     double peak_tflops;
     int fused; /* --fused 1: the fused block kernels, forward and train step only */
     int graphs;     /* --graphs 1: bench_graphs only */
+    int bf16_logits; /* --bf16-logits B: bench_bf16_logits only, lcond on B sequences */
 } bench_args;
 
 /* --fused 1: the switch the CUDA backend reads when the context creates it
@@ -131,7 +144,7 @@ static bench_args fused_selection(bench_args a)
 
 static bench_args parse_args(int argc, char **argv)
 {
-    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0, 0, 0, 0.0, 0, 0};
+    bench_args a = {"paper-small", "both", 16, 5, 2, 16, 16, 16, 0, 0, 0, 0.0, 0, 0, 0};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (strcmp(k, "--config") == 0) a.config = v;
@@ -148,6 +161,7 @@ static bench_args parse_args(int argc, char **argv)
         else if (strcmp(k, "--lcond-link") == 0) a.lcond_link = atoi(v);
         else if (strcmp(k, "--graphs") == 0) a.graphs = atoi(v);
         else if (strcmp(k, "--fast-sample-batch") == 0) a.fast_sample_batch = atoi(v);
+        else if (strcmp(k, "--bf16-logits") == 0) a.bf16_logits = atoi(v);
     }
     if (a.batch < 1) a.batch = 1;
     if (a.reps < 1) a.reps = 1;
@@ -427,7 +441,7 @@ static void bench_kernels(nctmc_backend *be, const model_dims *z, const bench_ar
     }
 
     nctmc_lcond_args la = {N,      z->L,   V,  logits, d_h,      d_xt, d_x0, d_times, fp,
-                           1e-4f, d_loss, grads, d_dh, NULL};
+                           1e-4f, d_loss, grads, d_dh, NULL, false};
     double t = time_kernel(be, call_lcond, &la, reps);
     /* read once and written once when the row stays in shared memory */
     printf("bench=kernel impl=libnctmc op=lcond rows=%lld vocab=%d ms=%.3f gb_per_s=%.0f\n",
@@ -487,7 +501,7 @@ static lcond_run time_lcond_mode(const nctmc_backend_module *cuda, const char *m
     be->ops->upload(be, d_times, times, sizeof(float) * (size_t)a->lcond_split);
     nctmc_fp fp = {NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, S, 0.0f, 1e-3f, NCTMC_FP_LINK_SIGMA};
     nctmc_lcond_args la = {N,      z->L,   V,  logits, d_h,      d_xt, d_x0, d_times, fp,
-                           1e-4f, d_loss, grads, d_dh, NULL};
+                           1e-4f, d_loss, grads, d_dh, NULL, false};
     lcond_run run;
     run.t = time_kernel(be, call_lcond, &la, a->reps < 10 ? 10 : a->reps);
     run.loss = malloc(sizeof(float) * (size_t)N);
@@ -612,7 +626,7 @@ static void bench_lcond_link(const nctmc_backend_module *cuda, const model_dims 
     lb.be = be;
     lb.d = (nctmc_denoiser_args){N, z->L, V, x0_logits, d_xt, d_times, fp, logits, h};
     lb.l = (nctmc_lcond_args){N, z->L, V, logits, h, d_xt, d_x0, d_times, fp, scale, loss,
-                              logits, dh, NULL};
+                              logits, dh, NULL, false};
     lb.f = (nctmc_lcond_denoiser_args){N, z->L, V, x0_logits, d_xt, d_x0, d_times, fp, scale,
                                        loss_f, dz, NULL, h};
     int reps = a->reps < 10 ? 10 : a->reps;
@@ -667,6 +681,180 @@ static void bench_lcond_link(const nctmc_backend_module *cuda, const model_dims 
     free(l_fused);
     free(g_chain);
     free(g_fused);
+}
+
+/* ---- --bf16-logits: NCTMC_CUDA_BF16_LOGITS ------------------------------- */
+
+/* random_logits' values rounded to bfloat16 (bit patterns), on the device. */
+static void *random_logits_bf16(nctmc_backend *be, int64_t N, int32_t V)
+{
+    const int64_t block_rows = 64;
+    uint16_t *block = malloc(sizeof(uint16_t) * (size_t)(block_rows * V));
+    for (int64_t k = 0; k < block_rows * V; k++) {
+        float f = hash_uniform((uint32_t)k * 2654435761u + 12345u, -4.0f, 4.0f);
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        block[k] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    uint16_t *d = alloc_or_die(be, sizeof(uint16_t) * (size_t)N * (size_t)V);
+    for (int64_t r = 0; r < N; r += block_rows) {
+        int64_t n = N - r < block_rows ? N - r : block_rows;
+        be->ops->upload(be, d + r * V, block, sizeof(uint16_t) * (size_t)(n * V));
+    }
+    free(block);
+    return d;
+}
+
+/* L_cond with the gradients in place, as the training step runs it, on
+ * --bf16-logits sequences of float32 and of bfloat16 logits, on a backend
+ * with $NCTMC_CUDA_LCOND = mode; the minimum bytes a row: 4 S + 4 V and
+ * 2 S + 2 V. */
+static void time_lcond_bf16(const nctmc_backend_module *cuda, const char *mode,
+                            const model_dims *z, const bench_args *a)
+{
+    char err[NCTMC_ERROR_SIZE];
+    bool no_device = false;
+    setenv("NCTMC_CUDA_LCOND", mode, 1);
+    nctmc_backend *be = cuda->create(0, false, err, sizeof err, &no_device);
+    unsetenv("NCTMC_CUDA_LCOND");
+    if (!be) {
+        fprintf(stderr, "bench_gpu_train: %s\n", err);
+        exit(1);
+    }
+    int64_t N = (int64_t)a->bf16_logits * z->L;
+    int32_t V = z->V, S = z->S;
+    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
+    float *h = malloc(sizeof(float) * (size_t)N), *times = malloc(sizeof(float) * a->bf16_logits);
+    for (int64_t r = 0; r < N; r++) {
+        x_0[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)S);
+        x_t[r] = r % 3 ? x_0[r] : (int32_t)(((uint32_t)r * 40503u) % (uint32_t)S);
+        h[r] = hash_uniform((uint32_t)r + 77u, -2.0f, 2.0f);
+    }
+    for (int b = 0; b < a->bf16_logits; b++)
+        times[b] = (float)(b + 0.5) / (float)a->bf16_logits;
+    int32_t *d_xt = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    int32_t *d_x0 = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    float *d_h = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *d_times = alloc_or_die(be, sizeof(float) * (size_t)a->bf16_logits);
+    float *d_loss = alloc_or_die(be, sizeof(float) * (size_t)N);
+    float *d_dh = alloc_or_die(be, sizeof(float) * (size_t)N);
+    be->ops->upload(be, d_xt, x_t, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, d_x0, x_0, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, d_h, h, sizeof(float) * (size_t)N);
+    be->ops->upload(be, d_times, times, sizeof(float) * (size_t)a->bf16_logits);
+    nctmc_fp fp = {NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, S, 0.0f, 1e-3f, NCTMC_FP_LINK_SIGMA};
+    double t[2];
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        /* in place: each timed call overwrites the logits with gradients,
+         * which are as cheap to read again */
+        void *logits = bf16 ? random_logits_bf16(be, N, V) : (void *)random_logits(be, N, V);
+        nctmc_lcond_args la = {N,     z->L,   V,      logits, d_h,  d_xt, d_x0, d_times, fp,
+                               1e-4f, d_loss, logits, d_dh,   NULL, bf16 != 0};
+        t[bf16] = time_kernel(be, call_lcond, &la, a->reps < 10 ? 10 : a->reps);
+        double row_bytes = (bf16 ? 2.0 : 4.0) * ((double)S + (double)V);
+        printf("bench=kernel impl=libnctmc op=lcond_%s logits=%s rows=%lld vocab=%d ms=%.3f "
+               "gb_per_s=%.0f min_bytes_per_row=%.0f\n",
+               mode, bf16 ? "bf16" : "float32", (long long)N, V, 1e3 * t[bf16],
+               (double)N * row_bytes * 1e-9 / t[bf16], row_bytes);
+        fflush(stdout);
+        be->ops->free(be, logits);
+    }
+    printf("bench=lcond_bf16_vs_float kernel=%s speedup=%.2f\n", mode, t[0] / t[1]);
+    void *bufs[] = {d_xt, d_x0, d_h, d_times, d_loss, d_dh};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        be->ops->free(be, bufs[k]);
+    be->ops->destroy(be);
+    free(x_t);
+    free(x_0);
+    free(h);
+    free(times);
+}
+
+/* The bf16 train step of --config at `batch` in a fresh "cuda-bf16"
+ * context, with NCTMC_CUDA_BF16_LOGITS=1 or without (read when the context
+ * creates the backend): the median seconds. */
+static double time_train_bf16_logits(const bench_args *a, int32_t batch, bool on, char *desc,
+                                     size_t desc_size, const nctmc_backend_module *cuda)
+{
+    if (on)
+        setenv("NCTMC_CUDA_BF16_LOGITS", "1", 1);
+    else
+        unsetenv("NCTMC_CUDA_BF16_LOGITS");
+    nctmc_context_params cp;
+    nctmc_context_params_init(&cp);
+    cp.backend = "cuda-bf16";
+    nctmc_context *ctx = NULL;
+    nctmc_model_config cfg = config_named(a->config);
+    train_state s;
+    memset(&s, 0, sizeof s);
+    char err[256];
+    if (nctmc_context_create(&cp, &ctx) != NCTMC_OK ||
+        nctmc_model_create(ctx, &cfg, &s.model) != NCTMC_OK ||
+        dit_workspace_create(s.model, ctx->backend, batch, s.model->dims.L, DIT_WS_TRAINING,
+                             &s.ws, err, sizeof err) != NCTMC_OK) {
+        fprintf(stderr, "bench_gpu_train: --bf16-logits: %s\n", nctmc_context_last_error(ctx));
+        exit(1);
+    }
+    unsetenv("NCTMC_CUDA_BF16_LOGITS");
+    nctmc_backend *be = ctx->backend;
+    const model_dims *z = &s.model->dims;
+    int32_t N = batch * z->L;
+    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
+    float *times = malloc(sizeof(float) * (size_t)batch);
+    for (int32_t i = 0; i < N; i++) {
+        x_0[i] = (int32_t)((i * 2654435761u) % (uint32_t)z->S);
+        x_t[i] = i % 3 ? x_0[i] : (int32_t)((i * 40503u) % (uint32_t)z->S);
+    }
+    for (int b = 0; b < batch; b++)
+        times[b] = (float)(b + 0.5) / (float)batch;
+    s.batch = (dit_batch){batch, z->L, x_t, times, NULL, x_0, NULL};
+    size_t slab = s.model->slab_floats * sizeof(float);
+    s.grads = alloc_or_die(be, slab);
+    s.m = alloc_or_die(be, slab);
+    s.v = alloc_or_die(be, slab);
+    s.ema = alloc_or_die(be, slab);
+    double t = time_pass(&s, be, true, a);
+    if (on && !s.ws->logits_bf16_last) {
+        fprintf(stderr, "bench_gpu_train: --bf16-logits: the train step did not take them\n");
+        exit(1);
+    }
+    cuda->describe(be, desc, desc_size);
+    be->ops->free(be, s.grads);
+    be->ops->free(be, s.m);
+    be->ops->free(be, s.v);
+    be->ops->free(be, s.ema);
+    dit_workspace_free(s.ws);
+    nctmc_model_free(s.model);
+    nctmc_context_free(ctx);
+    free(x_t);
+    free(x_0);
+    free(times);
+    return t;
+}
+
+/* --bf16-logits B: lcond on B sequences of float32 and of bf16 logits
+ * (default and split kernels), then the bf16 train step at batch 16 and 64
+ * without and with the switch. */
+static void bench_bf16_logits(const nctmc_backend_module *cuda, const model_dims *z,
+                              const bench_args *a)
+{
+    time_lcond_bf16(cuda, "default", z, a);
+    time_lcond_bf16(cuda, "split", z, a);
+    static const int32_t batches[2] = {16, 64};
+    char desc[1024];
+    for (int k = 0; k < 2; k++) {
+        double t[2];
+        for (int on = 0; on < 2; on++) {
+            t[on] = time_train_bf16_logits(a, batches[k], on != 0, desc, sizeof desc, cuda);
+            printf("bench=train_step_bf16_logits precision=bf16 config=%s batch=%d switch=%d "
+                   "ms=%.2f\n",
+                   a->config, batches[k], on, 1e3 * t[on]);
+            fflush(stdout);
+        }
+        printf("bench=bf16_logits_speedup config=%s batch=%d train_step=%.3f\n# %s\n",
+               a->config, batches[k], t[0] / t[1], desc);
+        fflush(stdout);
+    }
 }
 
 /* ---- --graphs: CUDA graph capture against eager launches ---------------- */
@@ -916,6 +1104,25 @@ int main(int argc, char **argv)
     probe->ops->destroy(probe);
     if (a.graphs) {
         bench_graphs(cuda, &a);
+        return 0;
+    }
+    if (a.bf16_logits > 0) {
+        /* the config's dims from a model on a throwaway CPU context */
+        nctmc_context_params pp;
+        nctmc_context_params_init(&pp);
+        pp.backend = "cpu";
+        nctmc_context *c0 = NULL;
+        nctmc_model *m0 = NULL;
+        nctmc_model_config cfg0 = config_named(a.config);
+        if (nctmc_context_create(&pp, &c0) != NCTMC_OK ||
+            nctmc_model_create(c0, &cfg0, &m0) != NCTMC_OK) {
+            fprintf(stderr, "bench_gpu_train: --bf16-logits: %s\n", nctmc_context_last_error(c0));
+            return 1;
+        }
+        model_dims z0 = m0->dims;
+        nctmc_model_free(m0);
+        nctmc_context_free(c0);
+        bench_bf16_logits(cuda, &z0, &a);
         return 0;
     }
 

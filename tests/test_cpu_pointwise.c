@@ -975,7 +975,7 @@ static nctmc_lcond_args lcond_args(const lcond_case *c, const float *logits,
 {
     nctmc_lcond_args a = {c->n,        c->seq_len, c->stride, logits,   rate_h,
                           c->x_t,      c->x_0,     c->times,  c->fp,    c->grad_scale,
-                          loss,        d_logits,   d_rate_h,  NULL};
+                          loss,        d_logits,   d_rate_h,  NULL,   false};
     return a;
 }
 

@@ -721,7 +721,7 @@ static void run_loss(nctmc_backend *be, const loss_case *c, float *out[LC_COUNT]
     float *log_rate = be->ops->alloc(be, N * 4), *jump = be->ops->alloc(be, N * S * 4);
     nctmc_lcond_args a = {(int64_t)N, c->L, c->V, logits, masked ? NULL : rate_h, x_t, x_0,
                           times, c->fp, 1.0f / (float)N, loss, dlog, masked ? NULL : drate,
-                          NULL};
+                          NULL, false};
     be->ops->lcond(be, &a);
     /* per-sequence weights (importance sampling of t), a zero among them */
     float *host_w = xcalloc((size_t)c->B, sizeof(float));

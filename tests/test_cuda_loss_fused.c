@@ -218,7 +218,7 @@ static void run_case(nctmc_backend *be, const loss_case *c, float *out[OUT_COUNT
     float *seq_w = dput(be, c->upstream_w, (size_t)c->B * 4);
     nctmc_lcond_args a = {(int64_t)N, c->L, c->V, in.logits, masked ? NULL : in.rate_h,
                           in.x_t, in.x_0, in.times, c->fp, 1.0f / (float)N, loss, dlog,
-                          masked ? NULL : drate, NULL};
+                          masked ? NULL : drate, NULL, false};
     be->ops->lcond(be, &a);
     nctmc_lcond_args w = a;
     w.seq_weight = seq_w;
@@ -310,7 +310,7 @@ static void cpu_chain(const loss_case *c, const loss_inputs *in, const float *se
     nctmc_denoiser_args d = {(int64_t)N, c->L, c->V, in->z, in->x_t, in->times, c->fp, l, h};
     CPU->ops->denoiser_forward(CPU, &d);
     nctmc_lcond_args a = {(int64_t)N, c->L, c->V, l, h, in->x_t, in->x_0, in->times, c->fp,
-                          1.0f / (float)N, loss, l, dh, seq_w};
+                          1.0f / (float)N, loss, l, dh, seq_w, false};
     CPU->ops->lcond(CPU, &a);
     d.rate_h = dh;
     CPU->ops->denoiser_backward(CPU, &d);
@@ -548,7 +548,7 @@ static void test_bad_switch(const nctmc_backend_module *cuda)
     int32_t *d_x = dput(be, x, sizeof x);
     nctmc_lcond_args a = {2, 2, 2, d_logits, d_f, d_x, d_x, d_f,
                           make_fp(NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, 2, NCTMC_FP_LINK_SIGMA),
-                          1.0f, d_loss, NULL, NULL, NULL};
+                          1.0f, d_loss, NULL, NULL, NULL, false};
     be->ops->lcond(be, &a);
     nctmc_status st = be->ops->synchronize(be);
     CHECK(st == NCTMC_ERR_INVALID_ARGUMENT && strstr(be->error, "NCTMC_CUDA_LCOND=splitt"),

@@ -97,6 +97,8 @@ static const nctmc_backend_ops cuda_ops = {
     .linear_backward_gelu = cuda_linear_backward_gelu,
     .residual_adaln_forward = cuda_residual_adaln_forward,
     .adaln_residual_backward = cuda_adaln_residual_backward,
+    .linear_forward_bf16 = cuda_linear_forward_bf16,
+    .linear_backward_bf16 = cuda_linear_backward_bf16,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_reset = cuda_graph_reset,
@@ -197,6 +199,10 @@ extern "C" nctmc_backend *cuda_backend_create(int device, bool bf16, char *err,
     /* graph capture (cuda_graph.cu; docs/dev/backend-modules.md): read once */
     const char *graphs = getenv("NCTMC_CUDA_GRAPHS");
     cb->graphs_on = graphs && strcmp(graphs, "1") == 0;
+    /* the training loss's logits in bfloat16 (cuda_linear.cu, cuda_loss.cu;
+     * docs/dev/backend-modules.md): read once */
+    const char *bf16_logits = getenv("NCTMC_CUDA_BF16_LOGITS");
+    cb->bf16_logits = bf16_logits && strcmp(bf16_logits, "1") == 0;
     cb->pending = NCTMC_OK;
     snprintf(cb->last_forward, sizeof cb->last_forward, "none yet");
     snprintf(cb->last_backward, sizeof cb->last_backward, "none yet");
@@ -243,9 +249,9 @@ extern "C" void cuda_backend_describe(nctmc_backend *be, char *buf, size_t size)
                  cb->fused_fallbacks);
     char graphs[400];
     cuda_graph_describe(cb, graphs, sizeof graphs);
-    snprintf(buf, size, "%s (sm_%d%d, %d SMs), %s products, %s; attention forward: %s; "
+    snprintf(buf, size, "%s (sm_%d%d, %d SMs), %s products%s, %s; attention forward: %s; "
              "backward: %s%s%s; %s",
              cb->device_name, cb->cc_major, cb->cc_minor, cb->sm_count,
-             cb->bf16 ? "bf16" : "TF32", fused, cb->last_forward, cb->last_backward,
+             cb->bf16 ? "bf16" : "TF32", cb->bf16_logits ? ", bf16 logits" : "", fused, cb->last_forward, cb->last_backward,
              cb->dnn ? "" : "; ", cb->dnn ? "" : cb->dnn_reason, graphs);
 }

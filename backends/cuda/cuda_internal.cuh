@@ -52,6 +52,7 @@ typedef struct cuda_lt_key {
     int32_t bf16;      /* A and B in bfloat16 (else float32, TF32 math) */
     int32_t bias;      /* bias epilogue */
     int32_t epi;       /* CUDA_EPI_*: the GELU epilogues (NCTMC_CUDA_FUSED) */
+    int32_t c16;       /* C in bfloat16 (bf16 logits), else float32 */
     int64_t m, n, k, lda, ldb, ldc;
     int32_t align_a, align_b, align_c; /* bytes */
 } cuda_lt_key;
@@ -108,6 +109,11 @@ typedef struct cuda_backend {
     int lcond_mode;
     size_t lcond_split_smem;    /* dynamic shared memory lcond_split_kernel may use */
     size_t lcond_split_static;  /* its static shared memory + 1; 0 until asked */
+    /* the same four for the kernels' bfloat16 instantiations */
+    size_t lcond16_smem, lcond16_static_smem, lcond16_split_smem, lcond16_split_static;
+    /* NCTMC_CUDA_BF16_LOGITS=1 at creation: linear_forward_bf16 accepts (the
+     * training loss's logits in bfloat16, cuda_linear.cu, cuda_loss.cu) */
+    bool bf16_logits;
     /* lcond_denoiser (cuda_denoiser.cu): 0 until its first call reads
      * $NCTMC_CUDA_LCOND_LINK, then 1 (declined) or 2 (fused) */
     int lcond_link_mode;
@@ -267,6 +273,15 @@ void cuda_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t o
                           const float *x, const float *w, const float *dy, float *dx,
                           bool accumulate_dx, float *dw, float *dbias, bool accumulate_params);
 void cuda_lt_cache_free(cuda_backend *cb);
+/* The bf16 logits' output projection (NCTMC_CUDA_BF16_LOGITS): y in
+ * bfloat16, operands in bfloat16 whatever cb->bf16; false when the switch
+ * is off. The backward takes dy in bfloat16. */
+bool cuda_linear_forward_bf16(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                              const float *x, const float *w, const float *bias, void *y);
+void cuda_linear_backward_bf16(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                               const float *x, const float *w, const void *dy, float *dx,
+                               bool accumulate_dx, float *dw, float *dbias,
+                               bool accumulate_params);
 /* The GELU epilogue products (cuda_fused.cu's fused path). The forward
  * writes pre = x wᵀ + bias and, when it returns true, y = GELU(pre) (false:
  * cuBLASLt had no GELU algorithm; y is the caller's to compute). The

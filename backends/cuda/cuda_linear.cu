@@ -22,6 +22,13 @@
  * evaluation is cuBLASLt's, so it agrees with the model's to within
  * rounding, not bit for bit — test_cuda_fused measures the difference.
  *
+ * bf16 logits (NCTMC_CUDA_BF16_LOGITS=1, cuda_loss.cu): linear_forward_bf16
+ * writes Y in bfloat16 (a bfloat16 C/D layout, float32 accumulation and
+ * bias epilogue, one rounding), and linear_backward_bf16 takes dY in
+ * bfloat16 as it is (no copy); both multiply bfloat16 copies of x and w
+ * whatever the bf16 mode, and the bias gradient sums the bfloat16 dY in
+ * double as it does the float one.
+ *
  * cuBLASLt's heuristic is asked once per shape (and operand alignment) and
  * its answer cached; a shape it has no algorithm for runs through
  * cublasGemmEx with the same types. cuBLAS gives the same bits run after
@@ -118,7 +125,8 @@ static void lt_entry_build(cuda_backend *cb, cuda_lt_entry *e, const cuda_lt_key
     uint64_t b_rows = k->trans_b ? k->n : k->k, b_cols = k->trans_b ? k->k : k->n;
     if (cublasLtMatrixLayoutCreate(&e->a, ab, a_rows, a_cols, k->lda) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&e->b, ab, b_rows, b_cols, k->ldb) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&e->c, CUDA_R_32F, (uint64_t)k->m, (uint64_t)k->n, k->ldc) !=
+        cublasLtMatrixLayoutCreate(&e->c, k->c16 ? CUDA_R_16BF : CUDA_R_32F, (uint64_t)k->m,
+                                   (uint64_t)k->n, k->ldc) !=
             CUBLAS_STATUS_SUCCESS)
         return;
     cublasLtMatmulPreference_t pref = NULL;
@@ -308,6 +316,73 @@ static void gemm(cuda_backend *cb, bool trans_a, bool trans_b, int64_t m, int64_
                     "cublasGemmEx");
 }
 
+/* C (bfloat16) = bias (rounded to bfloat16) broadcast over the columns,
+ * or 0 without a bias. */
+__global__ void broadcast_bias16_kernel(int64_t m, int64_t n, int64_t ldc,
+                                        const float *__restrict__ bias,
+                                        __nv_bfloat16 *__restrict__ c)
+{
+    int64_t total = m * n, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        int64_t col = i / m, row = i % m;
+        c[col * ldc + row] = __float2bfloat16_rn(bias ? bias[row] : 0.0f);
+    }
+}
+
+/*
+ * The bf16 logits' product: C[m x n] (column-major, ldc, bfloat16) =
+ * op(A) op(B) + bias[m], A and B bfloat16, accumulated in float32 and
+ * rounded once to bfloat16 (the bias an epilogue in float32; without an
+ * algorithm for it, the bias rounded to bfloat16 is broadcast first).
+ */
+static void gemm_out16(cuda_backend *cb, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                       int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
+                       __nv_bfloat16 *c, int64_t ldc, const float *bias)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    float beta = 0.0f;
+    if (k <= 0 || bias) {
+        cuda_lt_key probe = make_key(trans_a, trans_b, m, n, k, a, lda, b, ldb, true,
+                                     (const float *)c, ldc, bias, CUDA_EPI_NONE);
+        probe.c16 = 1;
+        probe.align_c = operand_alignment(c, ldc, 2);
+        if (k <= 0 || !lt_lookup(cb, &probe)->ok) {
+            broadcast_bias16_kernel<<<cuda_blocks(m * n, CUDA_THREADS), CUDA_THREADS, 0,
+                                      cb->stream>>>(m, n, ldc, bias, c);
+            cuda_launched(cb, "broadcast_bias16");
+            if (k <= 0)
+                return;
+            bias = NULL;
+            beta = 1.0f;
+        }
+    }
+    cuda_lt_key key = make_key(trans_a, trans_b, m, n, k, a, lda, b, ldb, true,
+                               (const float *)c, ldc, bias, CUDA_EPI_NONE);
+    key.c16 = 1;
+    key.align_c = operand_alignment(c, ldc, 2);
+    const float alpha = 1.0f;
+    cuda_lt_entry *e = lt_lookup(cb, &key);
+    if (e->ok) {
+        if (bias)
+            cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                           sizeof bias);
+        cuda_check_blas(cb,
+                        cublasLtMatmul(cb->lt, e->desc, &alpha, a, e->a, b, e->b, &beta, c, e->c,
+                                       c, e->c, &e->algo, cb->blas_workspace,
+                                       CUDA_BLAS_WORKSPACE_BYTES, cb->stream),
+                        "cublasLtMatmul (bf16 output)");
+        return;
+    }
+    cuda_check_blas(cb,
+                    cublasGemmEx(cb->blas, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, (int)m, (int)n, (int)k,
+                                 &alpha, a, CUDA_R_16BF, (int)lda, b, CUDA_R_16BF, (int)ldb,
+                                 &beta, c, CUDA_R_16BF, (int)ldc, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT),
+                    "cublasGemmEx (bf16 output)");
+}
+
 /* cublasGemmEx takes int dimensions. */
 static bool fits_int(cuda_backend *cb, int64_t rows)
 {
@@ -321,12 +396,12 @@ static bool fits_int(cuda_backend *cb, int64_t rows)
 
 /* The forward product's operands: x and w themselves (TF32) or, in bf16
  * mode, bfloat16 copies in scratch. False (recorded) when scratch failed. */
-static bool forward_operands(cuda_backend *cb, int64_t rows, int32_t in, int32_t out,
-                             const float *x, const float *w, const void **xa, const void **wa)
+static bool operands_as(cuda_backend *cb, bool bf16, int64_t rows, int32_t in, int32_t out,
+                        const float *x, const float *w, const void **xa, const void **wa)
 {
     *xa = x;
     *wa = w;
-    if (!cb->bf16)
+    if (!bf16)
         return true;
     size_t x_bytes = cuda_round64((size_t)rows * (size_t)in * 2);
     size_t w_bytes = cuda_round64((size_t)out * (size_t)in * 2);
@@ -341,6 +416,12 @@ static bool forward_operands(cuda_backend *cb, int64_t rows, int32_t in, int32_t
     return true;
 }
 
+static bool forward_operands(cuda_backend *cb, int64_t rows, int32_t in, int32_t out,
+                             const float *x, const float *w, const void **xa, const void **wa)
+{
+    return operands_as(cb, cb->bf16, rows, in, out, x, w, xa, wa);
+}
+
 void cuda_linear_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
                          const float *x, const float *w, const float *bias, float *y)
 {
@@ -350,6 +431,20 @@ void cuda_linear_forward(nctmc_backend *be, int64_t rows, int32_t in, int32_t ou
         !forward_operands(cb, rows, in, out, x, w, &xa, &wa))
         return;
     gemm(cb, true, false, out, rows, in, wa, in, xa, in, cb->bf16, 0.0f, y, out, bias);
+}
+
+bool cuda_linear_forward_bf16(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                              const float *x, const float *w, const float *bias, void *y)
+{
+    cuda_backend *cb = cuda_of(be);
+    if (!cb->bf16_logits)
+        return false;
+    const void *xa, *wa;
+    if (rows <= 0 || out <= 0 || !fits_int(cb, rows) ||
+        !operands_as(cb, true, rows, in, out, x, w, &xa, &wa))
+        return true;
+    gemm_out16(cb, true, false, out, rows, in, wa, in, xa, in, (__nv_bfloat16 *)y, out, bias);
+    return true;
 }
 
 bool cuda_linear_gelu_epilogue(cuda_backend *cb, int64_t rows, int32_t in, int32_t out,
@@ -368,10 +463,22 @@ bool cuda_linear_gelu_epilogue(cuda_backend *cb, int64_t rows, int32_t in, int32
     return false;
 }
 
+/* A gradient as double, from float32 or bfloat16 (bf16 logits). */
+__device__ __forceinline__ double dy_value(float v)
+{
+    return (double)v;
+}
+__device__ __forceinline__ double dy_value(__nv_bfloat16 v)
+{
+    return (double)__bfloat162float(v);
+}
+
 /* Stage 1: partial[chunk][j] = sum over the chunk's rows of dy[r][j] in
  * double; a block is 32 columns x DBIAS_LANES row lanes, the lanes' sums
  * combined in lane order. */
-__global__ void dbias_partial_kernel(int64_t rows, int32_t cols, const float *__restrict__ dy,
+
+template <typename T>
+__global__ void dbias_partial_kernel(int64_t rows, int32_t cols, const T *__restrict__ dy,
                                      double *__restrict__ partial)
 {
     __shared__ double lanes[DBIAS_LANES][33];
@@ -381,7 +488,7 @@ __global__ void dbias_partial_kernel(int64_t rows, int32_t cols, const float *__
     double acc = 0.0;
     if (j < cols)
         for (int64_t r = r0 + threadIdx.y; r < r1; r += DBIAS_LANES)
-            acc += (double)dy[r * cols + j];
+            acc += dy_value(dy[r * cols + j]);
     lanes[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && j < cols) {
@@ -406,7 +513,8 @@ __global__ void dbias_final_kernel(int64_t n_chunks, int32_t cols,
     dbias[j] = accumulate ? (float)((double)dbias[j] + s) : (float)s;
 }
 
-static void bias_gradient(cuda_backend *cb, int64_t rows, int32_t out, const float *dy,
+template <typename T>
+static void bias_gradient(cuda_backend *cb, int64_t rows, int32_t out, const T *dy,
                           float *dbias, bool accumulate, double *partial)
 {
     int64_t n_chunks = (rows + DBIAS_CHUNK_ROWS - 1) / DBIAS_CHUNK_ROWS;
@@ -417,7 +525,7 @@ static void bias_gradient(cuda_backend *cb, int64_t rows, int32_t out, const flo
     }
     dim3 grid((unsigned)((out + 31) / 32), (unsigned)n_chunks);
     dim3 block(32, DBIAS_LANES);
-    dbias_partial_kernel<<<grid, block, 0, cb->stream>>>(rows, out, dy, partial);
+    dbias_partial_kernel<T><<<grid, block, 0, cb->stream>>>(rows, out, dy, partial);
     cuda_launched(cb, "dbias_partial");
     dbias_final_kernel<<<(out + CUDA_THREADS - 1) / CUDA_THREADS, CUDA_THREADS, 0, cb->stream>>>(
         n_chunks, out, partial, dbias, accumulate);
@@ -425,20 +533,24 @@ static void bias_gradient(cuda_backend *cb, int64_t rows, int32_t out, const flo
 }
 
 /* linear_backward; with `pre`, dx (overwritten) through the DGELU
- * epilogue where cuBLASLt has it: returns whether dx got GELU'(pre). */
+ * epilogue where cuBLASLt has it: returns whether dx got GELU'(pre).
+ * With dy16 (bf16 logits' gradients) dy is NULL and the products take
+ * dy16 itself, x and w in bfloat16, whatever cb->bf16. */
 static bool linear_backward_run(cuda_backend *cb, int64_t rows, int32_t in, int32_t out,
                                 const float *x, const float *w, const float *dy, float *dx,
                                 bool accumulate_dx, float *dw, float *dbias,
-                                bool accumulate_params, const float *pre)
+                                bool accumulate_params, const float *pre,
+                                const __nv_bfloat16 *dy16 = NULL)
 {
     if (rows <= 0 || !fits_int(cb, rows))
         return true;
-    bool bf16 = cb->bf16;
+    bool bf16 = cb->bf16 || dy16;
     int64_t n_chunks = (rows + DBIAS_CHUNK_ROWS - 1) / DBIAS_CHUNK_ROWS;
     size_t partial_bytes = dbias ? cuda_round64((size_t)n_chunks * (size_t)out * 8) : 0;
     size_t x_bytes = bf16 && dw ? cuda_round64((size_t)rows * (size_t)in * 2) : 0;
     size_t w_bytes = bf16 && dx ? cuda_round64((size_t)out * (size_t)in * 2) : 0;
-    size_t dy_bytes = bf16 && (dx || dw) ? cuda_round64((size_t)rows * (size_t)out * 2) : 0;
+    size_t dy_bytes =
+        bf16 && !dy16 && (dx || dw) ? cuda_round64((size_t)rows * (size_t)out * 2) : 0;
     char *s = NULL;
     if (partial_bytes + x_bytes + w_bytes + dy_bytes > 0 &&
         !(s = (char *)cuda_scratch(cb, partial_bytes + x_bytes + w_bytes + dy_bytes)))
@@ -447,10 +559,12 @@ static bool linear_backward_run(cuda_backend *cb, int64_t rows, int32_t in, int3
     if (bf16) {
         __nv_bfloat16 *x16 = (__nv_bfloat16 *)(s + partial_bytes);
         __nv_bfloat16 *w16 = (__nv_bfloat16 *)(s + partial_bytes + x_bytes);
-        __nv_bfloat16 *dy16 = (__nv_bfloat16 *)(s + partial_bytes + x_bytes + w_bytes);
-        if (dx || dw) {
-            cuda_to_bf16(cb, rows * out, dy, dy16);
+        __nv_bfloat16 *dy_copy = (__nv_bfloat16 *)(s + partial_bytes + x_bytes + w_bytes);
+        if (dy16) {
             dya = dy16;
+        } else if (dx || dw) {
+            cuda_to_bf16(cb, rows * out, dy, dy_copy);
+            dya = dy_copy;
         }
         if (dw) {
             cuda_to_bf16(cb, rows * in, x, x16);
@@ -471,9 +585,20 @@ static bool linear_backward_run(cuda_backend *cb, int64_t rows, int32_t in, int3
     if (dw)
         gemm(cb, false, true, in, out, rows, xa, in, dya, out, bf16,
              accumulate_params ? 1.0f : 0.0f, dw, in, NULL);
-    if (dbias)
+    if (dbias && dy16)
+        bias_gradient(cb, rows, out, dy16, dbias, accumulate_params, (double *)s);
+    else if (dbias)
         bias_gradient(cb, rows, out, dy, dbias, accumulate_params, (double *)s);
     return dgelu;
+}
+
+void cuda_linear_backward_bf16(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                               const float *x, const float *w, const void *dy, float *dx,
+                               bool accumulate_dx, float *dw, float *dbias,
+                               bool accumulate_params)
+{
+    linear_backward_run(cuda_of(be), rows, in, out, x, w, NULL, dx, accumulate_dx, dw, dbias,
+                        accumulate_params, NULL, (const __nv_bfloat16 *)dy);
 }
 
 void cuda_linear_backward(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,

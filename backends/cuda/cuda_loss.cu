@@ -33,6 +33,19 @@
  * float32 logits: 4 S read and 4 V written per row (3.3 GB at 16 x 512 x
  * 50304: 0.82 ms at 4.0 TB/s, 0.94 ms at 3.5). Elsewhere (older devices, a
  * half-row beyond shared memory) the default kernel runs.
+ *
+ * bf16 logits (nctmc_lcond_args.logits_bf16; the training loss sets it
+ * under $NCTMC_CUDA_BF16_LOGITS=1, docs/dev/backend-modules.md). Both
+ * kernels are templates on the logits' element: with bfloat16 they read
+ * the row eight values a 16-byte load, widen each to float (exact) for the
+ * same float32 statistics, cache 2 S bytes a row (half the shared memory)
+ * and write the gradients in bfloat16 (rounded to nearest) in place: 2 S
+ * read + 2 V written, 201,216 bytes a row at S = V = 50304 (1.65 GB at
+ * 16 x 512 rows: 0.41 ms at 4.0 TB/s). bfloat16 gradients because the
+ * output projection's backward (cuda_linear.cu) multiplies bfloat16
+ * operands anyway; float32 gradients could not be written in place over
+ * bfloat16 logits (row r's gradient would cover rows 2r and 2r + 1, which
+ * other blocks still read).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -48,6 +61,30 @@
  * block fills an SM's shared memory. */
 #define LCOND_THREADS 1024
 #define LCOND_BATCH 4
+
+/* The logits' element: float32, or bfloat16 (nctmc_lcond_args.logits_bf16,
+ * NCTMC_CUDA_BF16_LOGITS). Rows move 16 bytes a load: 4 floats or 8
+ * bfloat16 values. */
+template <typename T> struct alignas(16) lvec {
+    T v[16 / sizeof(T)];
+};
+__device__ __forceinline__ float lval(float v)
+{
+    return v;
+}
+__device__ __forceinline__ float lval(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+template <typename T> __device__ __forceinline__ T lstore(float v);
+template <> __device__ __forceinline__ float lstore<float>(float v)
+{
+    return v;
+}
+template <> __device__ __forceinline__ __nv_bfloat16 lstore<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
 
 /* (max, sum exp) over j < S, j != i of the row; when sum_data is given,
  * also sum over data tokens j != i of (z_j - ref) in double. */
@@ -84,10 +121,12 @@ __device__ __forceinline__ void lcond_take(softmax_acc *acc, double *dev, float 
 }
 
 /* (max, sum exp) and the data tokens' deviation sum of the row, copying
- * the row into `cache` when given. Four logits a load when `vec`. */
-__device__ softmax_acc lcond_pass_stats(const float *z, float *cache, bool vec, int32_t S,
+ * the row into `cache` when given. 16 bytes a load when `vec`. */
+template <typename T>
+__device__ softmax_acc lcond_pass_stats(const T *z, T *cache, bool vec, int32_t S,
                                        int32_t n_data, int32_t i, float ref, double *sum_data)
 {
+    constexpr int32_t W = 16 / sizeof(T);
     __shared__ float sh_max[32], sh_sum[32];
     __shared__ double sh_dev[32];
     softmax_acc a = {-INFINITY, 0.0f};
@@ -97,11 +136,11 @@ __device__ softmax_acc lcond_pass_stats(const float *z, float *cache, bool vec, 
         /* LCOND_BATCH loads in flight per thread before any is used: with
          * one block per SM (the cached row fills its shared memory) the
          * loads of one thread are what keeps the memory bus busy */
-        const float4 *z4 = (const float4 *)z;
-        int32_t n4 = S / 4, step = (int32_t)blockDim.x;
-        head = n4 * 4;
+        const lvec<T> *z4 = (const lvec<T> *)z;
+        int32_t n4 = S / W, step = (int32_t)blockDim.x;
+        head = n4 * W;
         for (int32_t q0 = (int32_t)threadIdx.x; q0 < n4; q0 += LCOND_BATCH * step) {
-            float4 v[LCOND_BATCH];
+            lvec<T> v[LCOND_BATCH];
 #pragma unroll
             for (int b = 0; b < LCOND_BATCH; b++)
                 if (q0 + b * step < n4)
@@ -112,43 +151,76 @@ __device__ softmax_acc lcond_pass_stats(const float *z, float *cache, bool vec, 
                 if (q >= n4)
                     break;
                 if (cache)
-                    ((float4 *)cache)[q] = v[b];
-                lcond_take(&a, &dev, v[b].x, 4 * q, i, n_data, ref);
-                lcond_take(&a, &dev, v[b].y, 4 * q + 1, i, n_data, ref);
-                lcond_take(&a, &dev, v[b].z, 4 * q + 2, i, n_data, ref);
-                lcond_take(&a, &dev, v[b].w, 4 * q + 3, i, n_data, ref);
+                    ((lvec<T> *)cache)[q] = v[b];
+#pragma unroll
+                for (int32_t e = 0; e < W; e++)
+                    lcond_take(&a, &dev, lval(v[b].v[e]), W * q + e, i, n_data, ref);
             }
         }
     }
     for (int32_t j = head + (int32_t)threadIdx.x; j < S; j += (int32_t)blockDim.x) {
-        float v = z[j];
+        T v = z[j];
         if (cache)
             cache[j] = v;
-        lcond_take(&a, &dev, v, j, i, n_data, ref);
+        lcond_take(&a, &dev, lval(v), j, i, n_data, ref);
     }
     a = acc_block(a, sh_max, sh_sum);
     *sum_data = cuda_block_sum(dev, sh_dev);
     return a;
 }
 
+/* The gradients of columns [lo, end) of the row from `src`, the row's
+ * columns [lo, S) (those below `end`), into the row d; 0 in the padding.
+ * With vec, lo and end are multiples of 16 / sizeof(T) and both rows
+ * 16-byte aligned. */
+template <typename T>
+__device__ void lcond_write(const lcond_grad_coef &g, const T *src, T *d, bool vec, int32_t lo,
+                            int32_t end, int32_t S, int32_t i, int32_t mask, int32_t x0)
+{
+    constexpr int32_t W = 16 / sizeof(T);
+    int32_t head = lo;
+    if (vec) {
+        head = end;
+        for (int32_t q = lo / W + (int32_t)threadIdx.x; q < end / W; q += (int32_t)blockDim.x) {
+            int32_t j = W * q;
+            const T *c = src + (j - lo);
+            lvec<T> v, o;
+            if (j + W - 1 < S) {
+                v = *(const lvec<T> *)c;
+            } else {
+#pragma unroll
+                for (int32_t e = 0; e < W; e++)
+                    v.v[e] = j + e < S ? c[e] : lstore<T>(0.0f);
+            }
+#pragma unroll
+            for (int32_t e = 0; e < W; e++)
+                o.v[e] = lstore<T>(lcond_grad(g, lval(v.v[e]), j + e, S, i, mask, x0));
+            ((lvec<T> *)d)[q] = o;
+        }
+    }
+    for (int32_t j = head + (int32_t)threadIdx.x; j < end; j += (int32_t)blockDim.x)
+        d[j] = lstore<T>(lcond_grad(g, j < S ? lval(src[j - lo]) : 0.0f, j, S, i, mask, x0));
+}
+
 /* vec: the row's logits and gradients are 16-byte aligned (row_stride a
- * multiple of 4, buffers aligned); cached: the row is kept in dynamic
- * shared memory between the passes. */
+ * multiple of 16 / sizeof(T), buffers aligned); cached: the row is kept in
+ * dynamic shared memory between the passes. */
+template <typename T>
 __global__ void __launch_bounds__(LCOND_THREADS) lcond_kernel(nctmc_lcond_args a, bool vec,
                                                               bool cached)
 {
     extern __shared__ float4 row_cache4[];
     __shared__ lcond_grad_coef coef;
-    float *cache = cached ? (float *)row_cache4 : NULL;
+    T *cache = cached ? (T *)row_cache4 : NULL;
     int64_t r = blockIdx.x;
     const nctmc_fp fp = a.fp;
-    const float *z = a.logits + r * a.row_stride;
+    const T *z = (const T *)a.logits + r * a.row_stride;
     int32_t i = a.x_t[r], x0 = a.x_0[r];
     int32_t S = fp.vocab, mask = fp_mask(&fp), n_data = fp_n_data(&fp);
     /* any logit the row really has serves as the reference */
-    float ref = z[i == 0 ? 1 : 0];
+    float ref = lval(z[i == 0 ? 1 : 0]);
     double dev_data = 0.0;
-    softmax_acc st = lcond_pass_stats(z, cache, vec, S, n_data, i, ref, &dev_data);
+    softmax_acc st = lcond_pass_stats<T>(z, cache, vec, S, n_data, i, ref, &dev_data);
     if (threadIdx.x == 0) {
         double t = (double)a.times[r / a.seq_len];
         float h = a.rate_h ? a.rate_h[r] : 0.0f;
@@ -157,12 +229,12 @@ __global__ void __launch_bounds__(LCOND_THREADS) lcond_kernel(nctmc_lcond_args a
         double max = (double)st.max;
         double prior_dot = fp_prior_data(&fp) * (dev_data + (double)n_counted * ((double)ref - max));
         if (mask >= 0 && mask != i)
-            prior_dot += fp_prior_mask(&fp) * ((double)z[mask] - max);
+            prior_dot += fp_prior_mask(&fp) * ((double)lval(z[mask]) - max);
         lcond_row_stats stats;
         stats.max_logit = st.max;
         stats.sum_exp = st.sum;
         stats.prior_dot = prior_dot;
-        float z_x0 = x0 >= 0 && x0 < S ? z[x0] : 0.0f;
+        float z_x0 = x0 >= 0 && x0 < S ? lval(z[x0]) : 0.0f;
         /* the product rounded to float, as on the CPU */
         float scale = a.seq_weight ? a.grad_scale * a.seq_weight[r / a.seq_len] : a.grad_scale;
         if (a.loss)
@@ -178,30 +250,8 @@ __global__ void __launch_bounds__(LCOND_THREADS) lcond_kernel(nctmc_lcond_args a
      * gradients may overwrite the logits) */
     __syncthreads();
     lcond_grad_coef g = coef;
-    const float *src = cache ? cache : z;
-    float *d = a.d_logits + r * a.row_stride;
-    int32_t head = 0;
-    if (vec) {
-        head = a.row_stride / 4 * 4;
-        for (int32_t q = (int32_t)threadIdx.x; q < a.row_stride / 4; q += (int32_t)blockDim.x) {
-            int32_t j = 4 * q;
-            /* the padding (j >= S) is neither read nor cached */
-            float4 v = j + 3 < S ? ((const float4 *)src)[q] : make_float4(0.f, 0.f, 0.f, 0.f);
-            if (j + 3 >= S) {
-                v.x = j < S ? src[j] : 0.0f;
-                v.y = j + 1 < S ? src[j + 1] : 0.0f;
-                v.z = j + 2 < S ? src[j + 2] : 0.0f;
-            }
-            float4 o;
-            o.x = lcond_grad(g, v.x, j, S, i, mask, x0);
-            o.y = lcond_grad(g, v.y, j + 1, S, i, mask, x0);
-            o.z = lcond_grad(g, v.z, j + 2, S, i, mask, x0);
-            o.w = lcond_grad(g, v.w, j + 3, S, i, mask, x0);
-            ((float4 *)d)[q] = o;
-        }
-    }
-    for (int32_t j = head + (int32_t)threadIdx.x; j < a.row_stride; j += (int32_t)blockDim.x)
-        d[j] = lcond_grad(g, j < S ? src[j] : 0.0f, j, S, i, mask, x0);
+    lcond_write<T>(g, cache ? cache : z, (T *)a.d_logits + r * a.row_stride, vec, 0,
+                   a.row_stride, S, i, mask, x0);
 }
 
 /* The split kernel's blocks per row (a cluster) and threads per block. */
@@ -215,40 +265,10 @@ typedef struct lsplit_partial {
     double dev;
 } lsplit_partial;
 
-/* The gradients of columns [lo, end) of the row from the block's cache of
- * columns [lo, S) (those below `end`); 0 in the padding. */
-__device__ void lsplit_write(const lcond_grad_coef &g, const float *cache, float *d, bool vec,
-                             int32_t lo, int32_t end, int32_t S, int32_t i, int32_t mask,
-                             int32_t x0)
-{
-    int32_t head = lo;
-    if (vec) {
-        /* lo and end are multiples of 4 here */
-        head = end;
-        for (int32_t q = lo / 4 + (int32_t)threadIdx.x; q < end / 4; q += (int32_t)blockDim.x) {
-            int32_t j = 4 * q;
-            const float *c = cache + (j - lo);
-            float4 v = j + 3 < S ? *(const float4 *)c : make_float4(0.f, 0.f, 0.f, 0.f);
-            if (j + 3 >= S) {
-                v.x = j < S ? c[0] : 0.0f;
-                v.y = j + 1 < S ? c[1] : 0.0f;
-                v.z = j + 2 < S ? c[2] : 0.0f;
-            }
-            float4 o;
-            o.x = lcond_grad(g, v.x, j, S, i, mask, x0);
-            o.y = lcond_grad(g, v.y, j + 1, S, i, mask, x0);
-            o.z = lcond_grad(g, v.z, j + 2, S, i, mask, x0);
-            o.w = lcond_grad(g, v.w, j + 3, S, i, mask, x0);
-            ((float4 *)d)[q] = o;
-        }
-    }
-    for (int32_t j = head + (int32_t)threadIdx.x; j < end; j += (int32_t)blockDim.x)
-        d[j] = lcond_grad(g, j < S ? cache[j - lo] : 0.0f, j, S, i, mask, x0);
-}
-
 /* One row per cluster of LSPLIT_CTAS blocks; block `rank` owns columns
  * [rank part, (rank + 1) part) (the last one up to row_stride), part a
- * multiple of 4. vec as for lcond_kernel. */
+ * multiple of 16 / sizeof(T). vec as for lcond_kernel. */
+template <typename T>
 __global__ void __launch_bounds__(LSPLIT_THREADS, 2) lcond_split_kernel(nctmc_lcond_args a,
                                                                         bool vec, int32_t part)
 {
@@ -257,28 +277,28 @@ __global__ void __launch_bounds__(LSPLIT_THREADS, 2) lcond_split_kernel(nctmc_lc
     extern __shared__ float4 split_cache4[];
     __shared__ lcond_grad_coef coef;
     __shared__ lsplit_partial mine;
-    float *cache = (float *)split_cache4;
+    T *cache = (T *)split_cache4;
     cg::cluster_group cluster = cg::this_cluster();
     int32_t rank = (int32_t)cluster.block_rank();
     int64_t r = blockIdx.x / LSPLIT_CTAS;
     const nctmc_fp fp = a.fp;
-    const float *z = a.logits + r * a.row_stride;
+    const T *z = (const T *)a.logits + r * a.row_stride;
     int32_t i = a.x_t[r], x0 = a.x_0[r];
     int32_t S = fp.vocab, mask = fp_mask(&fp), n_data = fp_n_data(&fp);
-    float ref = z[i == 0 ? 1 : 0];
+    float ref = lval(z[i == 0 ? 1 : 0]);
     int32_t lo = min(rank * part, a.row_stride);
     int32_t n = max(min(S - lo, part), 0);
     /* the scalars are read before the first cluster barrier: the other
      * block writes gradients (maybe over the logits) only after the second */
     float z_mask = 0.0f, z_x0 = 0.0f;   /* thread 0's */
     if (threadIdx.x == 0) {
-        z_mask = mask >= 0 && mask != i ? z[mask] : 0.0f;
-        z_x0 = x0 >= 0 && x0 < S ? z[x0] : 0.0f;
+        z_mask = mask >= 0 && mask != i ? lval(z[mask]) : 0.0f;
+        z_x0 = x0 >= 0 && x0 < S ? lval(z[x0]) : 0.0f;
     }
     double dev = 0.0;
     /* the part's columns renumbered from lo: the comparisons with i and
      * n_data shift with them */
-    softmax_acc st = lcond_pass_stats(z + lo, cache, vec, n, n_data - lo, i - lo, ref, &dev);
+    softmax_acc st = lcond_pass_stats<T>(z + lo, cache, vec, n, n_data - lo, i - lo, ref, &dev);
     if (threadIdx.x == 0) {
         mine.max = st.max;
         mine.sum = st.sum;
@@ -324,7 +344,8 @@ __global__ void __launch_bounds__(LSPLIT_THREADS, 2) lcond_split_kernel(nctmc_lc
         return;
     __syncthreads();
     int32_t end = rank == LSPLIT_CTAS - 1 ? a.row_stride : min(lo + part, a.row_stride);
-    lsplit_write(coef, cache, a.d_logits + r * a.row_stride, vec, lo, end, S, i, mask, x0);
+    lcond_write<T>(coef, cache, (T *)a.d_logits + r * a.row_stride, vec, lo, end, S, i, mask,
+                   x0);
 #endif
 }
 
@@ -362,32 +383,51 @@ static int lcond_mode_from_env(cuda_backend *cb)
     return 0;
 }
 
+/* What lcond_kernel<T> and lcond_split_kernel<T> have been given: the
+ * dynamic shared memory each may use, and their static shared memory + 1
+ * (0 until asked). */
+typedef struct lcond_smem {
+    size_t *dyn, *stat, *split_dyn, *split_stat;
+} lcond_smem;
+
+static lcond_smem lcond_smem_of(cuda_backend *cb, bool bf16)
+{
+    lcond_smem m;
+    m.dyn = bf16 ? &cb->lcond16_smem : &cb->lcond_smem;
+    m.stat = bf16 ? &cb->lcond16_static_smem : &cb->lcond_static_smem;
+    m.split_dyn = bf16 ? &cb->lcond16_split_smem : &cb->lcond_split_smem;
+    m.split_stat = bf16 ? &cb->lcond16_split_static : &cb->lcond_split_static;
+    return m;
+}
+
 /* Launches the split kernel; false (nothing launched, nothing recorded)
  * where it cannot run: compute capability below 9.0, or half a row beyond
  * shared memory. */
-static bool lcond_split(cuda_backend *cb, const nctmc_lcond_args *args, bool vec)
+template <typename T>
+static bool lcond_split(cuda_backend *cb, const nctmc_lcond_args *args, bool vec, lcond_smem sm)
 {
     if (cb->cc_major < 9 || args->n_rows > 0x7fffffff / LSPLIT_CTAS)
         return false;
+    const int32_t W = 16 / (int32_t)sizeof(T);
     int32_t S = args->fp.vocab;
-    int32_t part = ((S + LSPLIT_CTAS - 1) / LSPLIT_CTAS + 3) / 4 * 4;
-    size_t bytes = cuda_round64((size_t)part * sizeof(float));
-    if (!cb->lcond_split_static) {
+    int32_t part = ((S + LSPLIT_CTAS - 1) / LSPLIT_CTAS + W - 1) / W * W;
+    size_t bytes = cuda_round64((size_t)part * sizeof(T));
+    if (!*sm.split_stat) {
         cudaFuncAttributes fa;
-        if (!cuda_check(cb, cudaFuncGetAttributes(&fa, lcond_split_kernel),
+        if (!cuda_check(cb, cudaFuncGetAttributes(&fa, lcond_split_kernel<T>),
                         "lcond split: attributes"))
             return true;
-        cb->lcond_split_static = fa.sharedSizeBytes + 1;
+        *sm.split_stat = fa.sharedSizeBytes + 1;
     }
-    if (bytes + cb->lcond_split_static > cb->smem_optin)
+    if (bytes + *sm.split_stat > cb->smem_optin)
         return false;
-    if (bytes > cb->lcond_split_smem) {
-        if (!cuda_check(cb, cudaFuncSetAttribute(lcond_split_kernel,
+    if (bytes > *sm.split_dyn) {
+        if (!cuda_check(cb, cudaFuncSetAttribute(lcond_split_kernel<T>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  (int)bytes),
                         "lcond split: shared memory"))
             return true;
-        cb->lcond_split_smem = bytes;
+        *sm.split_dyn = bytes;
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)(args->n_rows * LSPLIT_CTAS), 1, 1);
@@ -401,8 +441,38 @@ static bool lcond_split(cuda_backend *cb, const nctmc_lcond_args *args, bool vec
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    cuda_check(cb, cudaLaunchKernelEx(&cfg, lcond_split_kernel, *args, vec, part), "lcond split");
+    cuda_check(cb, cudaLaunchKernelEx(&cfg, lcond_split_kernel<T>, *args, vec, part),
+               "lcond split");
     return true;
+}
+
+/* The split kernel where asked for and possible, else the default one. */
+template <typename T> static void lcond_launch(cuda_backend *cb, const nctmc_lcond_args *args)
+{
+    lcond_smem sm = lcond_smem_of(cb, sizeof(T) == 2);
+    uintptr_t bases = (uintptr_t)args->logits | (uintptr_t)args->d_logits;
+    bool vec = args->row_stride % (int32_t)(16 / sizeof(T)) == 0 && bases % 16 == 0;
+    if (cb->lcond_mode == 2 && lcond_split<T>(cb, args, vec, sm))
+        return;
+    size_t bytes = cuda_round64((size_t)args->fp.vocab * sizeof(T));
+    if (!*sm.stat) {
+        cudaFuncAttributes fa;
+        if (!cuda_check(cb, cudaFuncGetAttributes(&fa, lcond_kernel<T>), "lcond: attributes"))
+            return;
+        *sm.stat = fa.sharedSizeBytes + 1; /* + 1: known, even when 0 */
+    }
+    bool cached = bytes + *sm.stat <= cb->smem_optin;
+    if (cached && bytes > *sm.dyn) {
+        if (!cuda_check(cb, cudaFuncSetAttribute(lcond_kernel<T>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)bytes),
+                        "lcond: shared memory"))
+            return;
+        *sm.dyn = bytes;
+    }
+    lcond_kernel<T><<<(unsigned)args->n_rows, LCOND_THREADS, cached ? bytes : 0, cb->stream>>>(
+        *args, vec, cached);
+    cuda_launched(cb, "lcond");
 }
 
 void cuda_lcond(nctmc_backend *be, const nctmc_lcond_args *args)
@@ -412,29 +482,10 @@ void cuda_lcond(nctmc_backend *be, const nctmc_lcond_args *args)
         cb->lcond_mode = lcond_mode_from_env(cb);
     if (args->n_rows <= 0 || !cuda_rows_fit(cb, args->n_rows, "lcond") || !cb->lcond_mode)
         return;
-    uintptr_t bases = (uintptr_t)args->logits | (uintptr_t)args->d_logits;
-    bool vec = args->row_stride % 4 == 0 && bases % 16 == 0;
-    if (cb->lcond_mode == 2 && lcond_split(cb, args, vec))
-        return;
-    size_t bytes = cuda_round64((size_t)args->fp.vocab * sizeof(float));
-    if (!cb->lcond_static_smem) {
-        cudaFuncAttributes fa;
-        if (!cuda_check(cb, cudaFuncGetAttributes(&fa, lcond_kernel), "lcond: attributes"))
-            return;
-        cb->lcond_static_smem = fa.sharedSizeBytes + 1; /* + 1: known, even when 0 */
-    }
-    bool cached = bytes + cb->lcond_static_smem <= cb->smem_optin;
-    if (cached && bytes > cb->lcond_smem) {
-        if (!cuda_check(cb, cudaFuncSetAttribute(lcond_kernel,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)bytes),
-                        "lcond: shared memory"))
-            return;
-        cb->lcond_smem = bytes;
-    }
-    lcond_kernel<<<(unsigned)args->n_rows, LCOND_THREADS, cached ? bytes : 0, cb->stream>>>(
-        *args, vec, cached);
-    cuda_launched(cb, "lcond");
+    if (args->logits_bf16)
+        lcond_launch<__nv_bfloat16>(cb, args);
+    else
+        lcond_launch<float>(cb, args);
 }
 
 void cuda_jump_output(nctmc_backend *be, const nctmc_jump_output_args *args)

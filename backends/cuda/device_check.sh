@@ -71,7 +71,7 @@ budget=${DEVICE_CHECK_BUDGET:-560}
 # Conformance programs after test_cuda_conformance, in the order they run
 # (each a C file of the tests folder, built only with CUDA); each developer
 # adds one word.
-tests="test_cuda_graphs test_cuda_sample_fast test_cuda_loss_fused test_cuda_fused"
+tests="test_cuda_graphs test_cuda_sample_fast test_cuda_loss_fused test_cuda_fused test_cuda_bf16_logits"
 # Benchmark runs with a new switch on: NAME:VARIABLE=VALUE (the backend reads
 # the variable at creation); each developer adds one line.
 switches=""   # (graphs: the bench_graphs_eager_vs_graph step)
@@ -86,6 +86,7 @@ test_limits() {
     test_cuda_conformance) echo "240 40" ;;
     test_cuda_graphs) echo "150 40" ;;
     test_cuda_fused) echo "180 60" ;;
+    test_cuda_bf16_logits) echo "120 15" ;;
     *) echo "120 30" ;;
     esac
 }
@@ -475,6 +476,10 @@ $dry || compare "$out/bench_libnctmc_b16.log" "$out/bench_libnctmc_b64.log" |
 step bench_lcond_kernels 90 20 bench "$bench" --config paper-small --batch 1 --reps 10 \
     --warmup 0 --precision none --sample-batch 0 --kernel-batch 0 --lcond-split 16 \
     --lcond-link 16
+# bf16 logits (NCTMC_CUDA_BF16_LOGITS=1): lcond on bf16 beside float32 logits
+# at 16 x 512 x 50304, then the bf16 train step at batch 16 and 64 off and on
+step bench_bf16_logits 60 10 bench "$bench" --config paper-small --reps 3 --warmup 1 \
+    --bf16-logits 16
 # the fast jump draw (exp_mode float) beside the double one, and its first
 # 256 rows against the CPU's, at 16 x 512 x 50304
 step bench_fast_sampling 90 20 bench "$bench" --config paper-small --kernel-batch 0 \

@@ -63,6 +63,11 @@ typedef struct nctmc_lcond_args {
      * grad_scale * seq_weight[r / seq_len] (that product rounded to float
      * first), the loss is not; NULL: grad_scale alone, bit for bit. */
     const float *seq_weight;
+    /* true: `logits` and `d_logits` hold bfloat16 bit patterns (uint16_t),
+     * row_stride of them between rows, as linear_forward_bf16 writes them
+     * and linear_backward_bf16 reads them; the statistics stay float32.
+     * Only for a backend whose linear_forward_bf16 accepts (false: float). */
+    bool logits_bf16;
 } nctmc_lcond_args;
 
 /*
@@ -435,6 +440,22 @@ typedef struct nctmc_backend_ops {
                                     const float *y_res, const float *gate, float *dy_res,
                                     float *dgate);
 
+    /* ---- bf16 logits (the training loss's output projection) ------------- */
+    /* Both NULL in a backend without them. linear_forward with y[rows, out]
+     * written as bfloat16 bit patterns (uint16_t; products of bfloat16
+     * operands accumulated in float32): true; false with nothing done when
+     * the backend declines (its switch is off; a call with rows = 0 asks,
+     * and a backend that accepts one call accepts all). The training loss
+     * then runs lcond with logits_bf16 and the output projection's backward
+     * through linear_backward_bf16. */
+    bool (*linear_forward_bf16)(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                                const float *x, const float *w, const float *bias, void *y);
+    /* linear_backward with dy[rows, out] in bfloat16 bit patterns. */
+    void (*linear_backward_bf16)(nctmc_backend *be, int64_t rows, int32_t in, int32_t out,
+                                 const float *x, const float *w, const void *dy, float *dx,
+                                 bool accumulate_dx, float *dw, float *dbias,
+                                 bool accumulate_params);
+
     /* ---- graph capture (all three NULL: always eager) -------------------- */
     /* Starts the sequence named by key: NCTMC_GRAPH_REPLAYED when a graph
      * recorded for it has been launched (the caller skips the operations),
@@ -508,7 +529,7 @@ nctmc_backend *cpu_backend_create_with(int n_threads, const struct nctmc_allocat
  * per-row math it shares (lcond_math.h, sample_math.h, philox.h) is inline
  * in headers.
  */
-#define NCTMC_BACKEND_ABI_VERSION 7u
+#define NCTMC_BACKEND_ABI_VERSION 8u
 #define NCTMC_BACKEND_MODULE_ENTRY "nctmc_backend_module_entry"
 
 typedef struct nctmc_backend_module {

@@ -37,8 +37,12 @@ static void output_layer_backward(const nctmc_model *m, dit_workspace *ws, int64
         a.rate_h = s->d_rate_h;
         be->ops->denoiser_backward(be, &a);
     }
-    be->ops->linear_backward(be, N, z->d, z->V, ws->uf, w->out_w, ws->logits, s->d_u, false,
-                             g->out_w, g->out_b, acc);
+    if (ws->logits_bf16) /* lcond left bfloat16 gradients (dit_internal.h) */
+        be->ops->linear_backward_bf16(be, N, z->d, z->V, ws->uf, w->out_w, ws->logits, s->d_u,
+                                      false, g->out_w, g->out_b, acc);
+    else
+        be->ops->linear_backward(be, N, z->d, z->V, ws->uf, w->out_w, ws->logits, s->d_u,
+                                 false, g->out_w, g->out_b, acc);
     if (m->fp.process == NCTMC_FP_MASKED || ws->denoiser) {
         /* the masked process's exit rate is exact, the denoiser link's comes
          * from the logits: the exit-rate head gets no signal */

@@ -126,7 +126,10 @@ static void output_layer(const nctmc_model *m, dit_workspace *ws, int32_t B, int
         be->ops->denoiser_forward(be, &a);
         return;
     }
-    linear(ws, N, z->d, z->V, ws->uf, w->out_w, w->out_q, w->out_b, ws->logits);
+    if (ws->logits_bf16)
+        be->ops->linear_forward_bf16(be, N, z->d, z->V, ws->uf, w->out_w, w->out_b, ws->logits);
+    else
+        linear(ws, N, z->d, z->V, ws->uf, w->out_w, w->out_q, w->out_b, ws->logits);
     be->ops->linear_forward(be, N, z->d, 1, ws->uf, w->rate_w, w->rate_b, ws->rate_h);
 }
 

@@ -99,6 +99,16 @@ struct dit_workspace {
      * outside dit_loss. */
     bool link_fused;
     bool link_fused_last;  /* the last dit_loss did so (tests) */
+    /* Within a dit_loss with gradients (a training step), where the
+     * backend takes linear_forward_bf16 (its bf16 logits switch), the link
+     * is sigma or noise-posterior (not the denoiser's) and the weights are
+     * float32: the output projection writes `logits` in bfloat16 (the float
+     * buffer holds them), lcond reads them and writes their gradients there
+     * in bfloat16, and the projection's backward reads those. False
+     * elsewhere: a loss alone (the evaluation), the forward pass of
+     * sampling and nctmc_model_forward() write float logits. */
+    bool logits_bf16;
+    bool logits_bf16_last;  /* the last dit_loss did so (tests) */
     float *loss;       /* [N] */
     float *seq_weight; /* [B] the loss weights of the last weighted dit_loss */
 

@@ -17,6 +17,19 @@ static bool backend_fuses_link(dit_workspace *ws)
     return ws->be->ops->lcond_denoiser(ws->be, &probe);
 }
 
+/* Whether the loss's logits may be bfloat16 (ws->logits_bf16, with
+ * gradients only: a loss alone, as the evaluation's NELBO, stays float32):
+ * the backend takes linear_forward_bf16 (asked with no rows), the link is
+ * not the denoiser's and the output projection's weights are float32. */
+static bool backend_bf16_logits(const nctmc_model *m, dit_workspace *ws)
+{
+    nctmc_backend *be = ws->be;
+    if (ws->denoiser || m->view.out_q || !be->ops->linear_forward_bf16 ||
+        !be->ops->linear_backward_bf16)
+        return false;
+    return be->ops->linear_forward_bf16(be, 0, m->dims.d, m->dims.V, NULL, NULL, NULL, NULL);
+}
+
 /* The denoiser link, the loss and the link's backward in one operation
  * (ws->link_fused): h into ws->rate_h, the gradient of the head's logits
  * where the chain leaves it, in ws->logits. */
@@ -65,6 +78,7 @@ static void run_loss_op(const nctmc_model *m, dit_workspace *ws, const dit_batch
         .d_logits = with_grads ? ws->logits : NULL,
         .d_rate_h = with_grads ? ws->grad.d_rate_h : NULL,
         .seq_weight = b->weights ? ws->seq_weight : NULL,
+        .logits_bf16 = ws->logits_bf16,
     };
     ws->be->ops->lcond(ws->be, &a);
 }
@@ -120,6 +134,8 @@ nctmc_status dit_loss(const nctmc_model *m, dit_workspace *ws, const dit_batch *
     int64_t N = (int64_t)b->batch * b->length;
     ws->link_fused = backend_fuses_link(ws);
     ws->link_fused_last = ws->link_fused;
+    ws->logits_bf16 = grads && backend_bf16_logits(m, ws);
+    ws->logits_bf16_last = ws->logits_bf16;
     dit_upload_inputs(m, ws, b);
     be->ops->upload(be, ws->x_0, b->x_0, (size_t)N * sizeof(int32_t));
     if (b->weights)
@@ -132,7 +148,8 @@ nctmc_status dit_loss(const nctmc_model *m, dit_workspace *ws, const dit_batch *
         loss_segment(&c);
     } else {
         uint64_t flags = (uint64_t)accumulate | (uint64_t)(b->weights != NULL) << 1 |
-                         (uint64_t)(grads != NULL) << 2 | (uint64_t)ws->link_fused << 3;
+                         (uint64_t)(grads != NULL) << 2 | (uint64_t)ws->link_fused << 3 |
+                         (uint64_t)ws->logits_bf16 << 4;
         nctmc_graph_key key =
             dit_graph_key(DIT_GRAPH_LOSS, m, ws, b->batch, b->length, grads, flags);
         backend_graph_run(be, &key, loss_segment, &c);
@@ -141,6 +158,7 @@ nctmc_status dit_loss(const nctmc_model *m, dit_workspace *ws, const dit_batch *
      * 0) leaves, also when a graph ran them */
     ws->acts_layer = grads && ws->recompute ? 0 : m->dims.n_layers - 1;
     ws->link_fused = false;
+    ws->logits_bf16 = false;
     double mean = mean_loss(ws, b);
     nctmc_status st = be->ops->synchronize(be);
     if (st != NCTMC_OK)
