@@ -213,7 +213,8 @@ typedef struct nctmc_features {
     int32_t default_threads;
     /** 1 when the CPU backend computes with bf16 and int8 weights
      *  (nctmc_model_convert()) on the AVX512-BF16 kernel, 0 on the portable
-     *  one (the same results up to rounding; docs/performance.md). */
+     *  one (the same results up to rounding;
+     *  research/2026-11-26-cpu-speed.md). */
     int32_t cpu_bf16_kernel;
     /** 1 when the CUDA backend module (libnctmc-cuda.so) was found and
      *  loads with this core's backend interface, 0 when not (cuda_detail
