@@ -368,35 +368,82 @@ static float *random_logits(nctmc_backend *be, int64_t N, int32_t V)
     return d;
 }
 
+/* The benchmark's tokens over N positions of vocabulary S: x_0 hashed, x_t
+ * another token at every third position. */
+static void fill_tokens(int32_t *x_t, int32_t *x_0, int64_t N, int32_t S)
+{
+    for (int64_t r = 0; r < N; r++) {
+        x_0[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)S);
+        x_t[r] = r % 3 ? x_0[r] : (int32_t)(((uint32_t)r * 40503u) % (uint32_t)S);
+    }
+}
+
+/* B sequences' times, spread evenly over (0, 1). */
+static void fill_times(float *times, int B)
+{
+    for (int b = 0; b < B; b++)
+        times[b] = (float)(b + 0.5) / (float)B;
+}
+
+/* L_cond's inputs other than the logits for B sequences of L positions:
+ * the tokens (kept on the host too), exit-rate heads in [-2, 2), the times
+ * on the device, and the device's loss and d_rate_h outputs. */
+typedef struct lcond_inputs {
+    int64_t N;
+    int32_t *x_t, *x_0; /* host */
+    int32_t *d_xt, *d_x0;
+    float *d_h, *d_times, *d_loss, *d_dh;
+    nctmc_fp fp;
+} lcond_inputs;
+
+static lcond_inputs lcond_inputs_make(nctmc_backend *be, const model_dims *z, int B)
+{
+    lcond_inputs in;
+    int64_t N = (int64_t)B * z->L;
+    in.N = N;
+    in.x_t = malloc(sizeof(int32_t) * (size_t)N);
+    in.x_0 = malloc(sizeof(int32_t) * (size_t)N);
+    float *h = malloc(sizeof(float) * (size_t)N), *times = malloc(sizeof(float) * (size_t)B);
+    fill_tokens(in.x_t, in.x_0, N, z->S);
+    for (int64_t r = 0; r < N; r++)
+        h[r] = hash_uniform((uint32_t)r + 77u, -2.0f, 2.0f);
+    fill_times(times, B);
+    in.d_xt = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    in.d_x0 = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
+    in.d_h = alloc_or_die(be, sizeof(float) * (size_t)N);
+    in.d_times = alloc_or_die(be, sizeof(float) * (size_t)B);
+    in.d_loss = alloc_or_die(be, sizeof(float) * (size_t)N);
+    in.d_dh = alloc_or_die(be, sizeof(float) * (size_t)N);
+    be->ops->upload(be, in.d_xt, in.x_t, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, in.d_x0, in.x_0, sizeof(int32_t) * (size_t)N);
+    be->ops->upload(be, in.d_h, h, sizeof(float) * (size_t)N);
+    be->ops->upload(be, in.d_times, times, sizeof(float) * (size_t)B);
+    in.fp = (nctmc_fp){NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, z->S, 0.0f, 1e-3f,
+                       NCTMC_FP_LINK_SIGMA};
+    free(h);
+    free(times);
+    return in;
+}
+
+static void lcond_inputs_free(nctmc_backend *be, lcond_inputs *in)
+{
+    void *bufs[] = {in->d_xt, in->d_x0, in->d_h, in->d_times, in->d_loss, in->d_dh};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        be->ops->free(be, bufs[k]);
+    free(in->x_t);
+    free(in->x_0);
+}
+
 static void bench_kernels(nctmc_backend *be, const model_dims *z, const bench_args *a)
 {
     if (a->kernel_batch == 0)
         return;
-    int64_t N = (int64_t)a->kernel_batch * z->L;
-    int32_t V = z->V, S = z->S;
+    int32_t V = z->V;
+    lcond_inputs in = lcond_inputs_make(be, z, a->kernel_batch);
+    int64_t N = in.N;
     float *logits = random_logits(be, N, V);
     float *grads = alloc_or_die(be, sizeof(float) * (size_t)N * (size_t)V);
-    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
-    float *h = malloc(sizeof(float) * (size_t)N), *times = malloc(sizeof(float) * a->kernel_batch);
-    for (int64_t r = 0; r < N; r++) {
-        x_0[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)S);
-        x_t[r] = r % 3 ? x_0[r] : (int32_t)(((uint32_t)r * 40503u) % (uint32_t)S);
-        h[r] = hash_uniform((uint32_t)r + 77u, -2.0f, 2.0f);
-    }
-    for (int b = 0; b < a->kernel_batch; b++)
-        times[b] = (float)(b + 0.5) / (float)a->kernel_batch;
-    int32_t *d_xt = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
-    int32_t *d_x0 = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
     int32_t *d_out = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
-    float *d_h = alloc_or_die(be, sizeof(float) * (size_t)N);
-    float *d_times = alloc_or_die(be, sizeof(float) * (size_t)a->kernel_batch);
-    float *d_loss = alloc_or_die(be, sizeof(float) * (size_t)N);
-    float *d_dh = alloc_or_die(be, sizeof(float) * (size_t)N);
-    be->ops->upload(be, d_xt, x_t, sizeof(int32_t) * (size_t)N);
-    be->ops->upload(be, d_x0, x_0, sizeof(int32_t) * (size_t)N);
-    be->ops->upload(be, d_h, h, sizeof(float) * (size_t)N);
-    be->ops->upload(be, d_times, times, sizeof(float) * (size_t)a->kernel_batch);
-    nctmc_fp fp = {NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, S, 0.0f, 1e-3f, NCTMC_FP_LINK_SIGMA};
     double row_gb = (double)N * V * sizeof(float) * 1e-9;
     int reps = a->reps < 10 ? 10 : a->reps;
 
@@ -416,23 +463,23 @@ static void bench_kernels(nctmc_backend *be, const model_dims *z, const bench_ar
         sa.row_stride = V;
         sa.method = runs[k].method;
         sa.logits = logits;
-        sa.rate_h = d_h;
+        sa.rate_h = in.d_h;
         sa.cfg_scale = 1.0f;
-        sa.x_t = d_xt;
+        sa.x_t = in.d_xt;
         sa.t = runs[k].t;
         sa.s = runs[k].s;
         sa.temperature = 1.0f;
         sa.correction_temperature = 1.0f;
         sa.seed = 99;
         sa.step = 3;
-        sa.fp = fp;
+        sa.fp = in.fp;
         sa.x_out = d_out;
         double t = time_kernel(be, call_sample_step, &sa, reps);
         int32_t *out = malloc(sizeof(int32_t) * (size_t)N);
         be->ops->download(be, out, d_out, sizeof(int32_t) * (size_t)N);
         int64_t moved = 0;
         for (int64_t r = 0; r < N; r++)
-            moved += out[r] != x_t[r];
+            moved += out[r] != in.x_t[r];
         free(out);
         printf("bench=kernel impl=libnctmc op=sample_step method=%s rows=%lld vocab=%d ms=%.3f "
                "gb_per_s=%.0f moved=%.3f\n",
@@ -440,21 +487,19 @@ static void bench_kernels(nctmc_backend *be, const model_dims *z, const bench_ar
         fflush(stdout);
     }
 
-    nctmc_lcond_args la = {N,      z->L,   V,  logits, d_h,      d_xt, d_x0, d_times, fp,
-                           1e-4f, d_loss, grads, d_dh, NULL, false};
+    nctmc_lcond_args la = {N,         z->L,      V,     logits,   in.d_h,  in.d_xt,
+                           in.d_x0,   in.d_times, in.fp, 1e-4f,    in.d_loss, grads,
+                           in.d_dh,   NULL,      false};
     double t = time_kernel(be, call_lcond, &la, reps);
     /* read once and written once when the row stays in shared memory */
     printf("bench=kernel impl=libnctmc op=lcond rows=%lld vocab=%d ms=%.3f gb_per_s=%.0f\n",
            (long long)N, V, 1e3 * t, 2.0 * row_gb / t);
     fflush(stdout);
 
-    void *bufs[] = {logits, grads, d_xt, d_x0, d_out, d_h, d_times, d_loss, d_dh};
+    void *bufs[] = {logits, grads, d_out};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
         be->ops->free(be, bufs[k]);
-    free(x_t);
-    free(x_0);
-    free(h);
-    free(times);
+    lcond_inputs_free(be, &in);
 }
 
 /* One L_cond run of --lcond-split sequences on a backend of its own with
@@ -476,37 +521,19 @@ static lcond_run time_lcond_mode(const nctmc_backend_module *cuda, const char *m
         fprintf(stderr, "bench_gpu_train: %s\n", err);
         exit(1);
     }
-    int64_t N = (int64_t)a->lcond_split * z->L;
     int32_t V = z->V, S = z->S;
+    lcond_inputs in = lcond_inputs_make(be, z, a->lcond_split);
+    int64_t N = in.N;
     float *logits = random_logits(be, N, V);
     float *grads = alloc_or_die(be, sizeof(float) * (size_t)N * (size_t)V);
-    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
-    float *h = malloc(sizeof(float) * (size_t)N), *times = malloc(sizeof(float) * a->lcond_split);
-    for (int64_t r = 0; r < N; r++) {
-        x_0[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)S);
-        x_t[r] = r % 3 ? x_0[r] : (int32_t)(((uint32_t)r * 40503u) % (uint32_t)S);
-        h[r] = hash_uniform((uint32_t)r + 77u, -2.0f, 2.0f);
-    }
-    for (int b = 0; b < a->lcond_split; b++)
-        times[b] = (float)(b + 0.5) / (float)a->lcond_split;
-    int32_t *d_xt = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
-    int32_t *d_x0 = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
-    float *d_h = alloc_or_die(be, sizeof(float) * (size_t)N);
-    float *d_times = alloc_or_die(be, sizeof(float) * (size_t)a->lcond_split);
-    float *d_loss = alloc_or_die(be, sizeof(float) * (size_t)N);
-    float *d_dh = alloc_or_die(be, sizeof(float) * (size_t)N);
-    be->ops->upload(be, d_xt, x_t, sizeof(int32_t) * (size_t)N);
-    be->ops->upload(be, d_x0, x_0, sizeof(int32_t) * (size_t)N);
-    be->ops->upload(be, d_h, h, sizeof(float) * (size_t)N);
-    be->ops->upload(be, d_times, times, sizeof(float) * (size_t)a->lcond_split);
-    nctmc_fp fp = {NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, S, 0.0f, 1e-3f, NCTMC_FP_LINK_SIGMA};
-    nctmc_lcond_args la = {N,      z->L,   V,  logits, d_h,      d_xt, d_x0, d_times, fp,
-                           1e-4f, d_loss, grads, d_dh, NULL, false};
+    nctmc_lcond_args la = {N,         z->L,      V,     logits,   in.d_h,  in.d_xt,
+                           in.d_x0,   in.d_times, in.fp, 1e-4f,    in.d_loss, grads,
+                           in.d_dh,   NULL,      false};
     lcond_run run;
     run.t = time_kernel(be, call_lcond, &la, a->reps < 10 ? 10 : a->reps);
     run.loss = malloc(sizeof(float) * (size_t)N);
     run.grad_row = malloc(sizeof(float) * (size_t)V);
-    be->ops->download(be, run.loss, d_loss, sizeof(float) * (size_t)N);
+    be->ops->download(be, run.loss, in.d_loss, sizeof(float) * (size_t)N);
     be->ops->download(be, run.grad_row, grads, sizeof(float) * (size_t)V);
     /* the minimum: every logit read once, every gradient written once */
     double row_bytes = 4.0 * S + 4.0 * V;
@@ -514,15 +541,11 @@ static lcond_run time_lcond_mode(const nctmc_backend_module *cuda, const char *m
            "min_bytes_per_row=%.0f\n",
            mode, (long long)N, V, 1e3 * run.t, (double)N * row_bytes * 1e-9 / run.t, row_bytes);
     fflush(stdout);
-    void *bufs[] = {logits, grads, d_xt, d_x0, d_h, d_times, d_loss, d_dh};
-    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
-        be->ops->free(be, bufs[k]);
+    be->ops->free(be, logits);
+    be->ops->free(be, grads);
+    lcond_inputs_free(be, &in);
     be->ops->destroy(be);
     unsetenv("NCTMC_CUDA_LCOND");
-    free(x_t);
-    free(x_0);
-    free(h);
-    free(times);
     return run;
 }
 
@@ -604,12 +627,8 @@ static void bench_lcond_link(const nctmc_backend_module *cuda, const model_dims 
     float *dz = alloc_or_die(be, sizeof(float) * (size_t)N * (size_t)V);
     int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
     float *times = malloc(sizeof(float) * (size_t)B);
-    for (int64_t r = 0; r < N; r++) {
-        x_0[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)S);
-        x_t[r] = r % 3 ? x_0[r] : (int32_t)(((uint32_t)r * 40503u) % (uint32_t)S);
-    }
-    for (int b = 0; b < B; b++)
-        times[b] = (float)(b + 0.5) / (float)B;
+    fill_tokens(x_t, x_0, N, S);
+    fill_times(times, B);
     int32_t *d_xt = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
     int32_t *d_x0 = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
     float *d_times = alloc_or_die(be, sizeof(float) * (size_t)B);
@@ -721,35 +740,17 @@ static void time_lcond_bf16(const nctmc_backend_module *cuda, const char *mode,
         fprintf(stderr, "bench_gpu_train: %s\n", err);
         exit(1);
     }
-    int64_t N = (int64_t)a->bf16_logits * z->L;
     int32_t V = z->V, S = z->S;
-    int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
-    float *h = malloc(sizeof(float) * (size_t)N), *times = malloc(sizeof(float) * a->bf16_logits);
-    for (int64_t r = 0; r < N; r++) {
-        x_0[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)S);
-        x_t[r] = r % 3 ? x_0[r] : (int32_t)(((uint32_t)r * 40503u) % (uint32_t)S);
-        h[r] = hash_uniform((uint32_t)r + 77u, -2.0f, 2.0f);
-    }
-    for (int b = 0; b < a->bf16_logits; b++)
-        times[b] = (float)(b + 0.5) / (float)a->bf16_logits;
-    int32_t *d_xt = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
-    int32_t *d_x0 = alloc_or_die(be, sizeof(int32_t) * (size_t)N);
-    float *d_h = alloc_or_die(be, sizeof(float) * (size_t)N);
-    float *d_times = alloc_or_die(be, sizeof(float) * (size_t)a->bf16_logits);
-    float *d_loss = alloc_or_die(be, sizeof(float) * (size_t)N);
-    float *d_dh = alloc_or_die(be, sizeof(float) * (size_t)N);
-    be->ops->upload(be, d_xt, x_t, sizeof(int32_t) * (size_t)N);
-    be->ops->upload(be, d_x0, x_0, sizeof(int32_t) * (size_t)N);
-    be->ops->upload(be, d_h, h, sizeof(float) * (size_t)N);
-    be->ops->upload(be, d_times, times, sizeof(float) * (size_t)a->bf16_logits);
-    nctmc_fp fp = {NCTMC_FP_UNIFORM, NCTMC_FP_LINEAR, S, 0.0f, 1e-3f, NCTMC_FP_LINK_SIGMA};
+    lcond_inputs in = lcond_inputs_make(be, z, a->bf16_logits);
+    int64_t N = in.N;
     double t[2];
     for (int bf16 = 0; bf16 < 2; bf16++) {
         /* in place: each timed call overwrites the logits with gradients,
          * which are as cheap to read again */
         void *logits = bf16 ? random_logits_bf16(be, N, V) : (void *)random_logits(be, N, V);
-        nctmc_lcond_args la = {N,     z->L,   V,      logits, d_h,  d_xt, d_x0, d_times, fp,
-                               1e-4f, d_loss, logits, d_dh,   NULL, bf16 != 0};
+        nctmc_lcond_args la = {N,         z->L,       V,     logits,    in.d_h,    in.d_xt,
+                               in.d_x0,   in.d_times, in.fp, 1e-4f,     in.d_loss, logits,
+                               in.d_dh,   NULL,       bf16 != 0};
         t[bf16] = time_kernel(be, call_lcond, &la, a->reps < 10 ? 10 : a->reps);
         double row_bytes = (bf16 ? 2.0 : 4.0) * ((double)S + (double)V);
         printf("bench=kernel impl=libnctmc op=lcond_%s logits=%s rows=%lld vocab=%d ms=%.3f "
@@ -760,14 +761,8 @@ static void time_lcond_bf16(const nctmc_backend_module *cuda, const char *mode,
         be->ops->free(be, logits);
     }
     printf("bench=lcond_bf16_vs_float kernel=%s speedup=%.2f\n", mode, t[0] / t[1]);
-    void *bufs[] = {d_xt, d_x0, d_h, d_times, d_loss, d_dh};
-    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
-        be->ops->free(be, bufs[k]);
+    lcond_inputs_free(be, &in);
     be->ops->destroy(be);
-    free(x_t);
-    free(x_0);
-    free(h);
-    free(times);
 }
 
 /* The bf16 train step of --config at `batch` in a fresh "cuda-bf16"
@@ -801,12 +796,8 @@ static double time_train_bf16_logits(const bench_args *a, int32_t batch, bool on
     int32_t N = batch * z->L;
     int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
     float *times = malloc(sizeof(float) * (size_t)batch);
-    for (int32_t i = 0; i < N; i++) {
-        x_0[i] = (int32_t)((i * 2654435761u) % (uint32_t)z->S);
-        x_t[i] = i % 3 ? x_0[i] : (int32_t)((i * 40503u) % (uint32_t)z->S);
-    }
-    for (int b = 0; b < batch; b++)
-        times[b] = (float)(b + 0.5) / (float)batch;
+    fill_tokens(x_t, x_0, N, z->S);
+    fill_times(times, batch);
     s.batch = (dit_batch){batch, z->L, x_t, times, NULL, x_0, NULL};
     size_t slab = s.model->slab_floats * sizeof(float);
     s.grads = alloc_or_die(be, slab);
@@ -905,12 +896,8 @@ static graph_times time_graph_mode(const nctmc_backend_module *cuda, const char 
     int32_t N = a->batch * z->L;
     int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
     float *times = malloc(sizeof(float) * (size_t)a->batch);
-    for (int32_t i = 0; i < N; i++) {
-        x_0[i] = (int32_t)((i * 2654435761u) % (uint32_t)z->S);
-        x_t[i] = i % 3 ? x_0[i] : (int32_t)((i * 40503u) % (uint32_t)z->S);
-    }
-    for (int b = 0; b < a->batch; b++)
-        times[b] = (float)(b + 0.5) / (float)a->batch;
+    fill_tokens(x_t, x_0, N, z->S);
+    fill_times(times, a->batch);
     s.batch = (dit_batch){a->batch, z->L, x_t, times, NULL, x_0, NULL};
     size_t slab = s.model->slab_floats * sizeof(float);
     s.grads = alloc_or_die(be, slab);
@@ -1150,12 +1137,8 @@ int main(int argc, char **argv)
     int32_t N = a.batch * z->L;
     int32_t *x_t = malloc(sizeof(int32_t) * (size_t)N), *x_0 = malloc(sizeof(int32_t) * (size_t)N);
     float *times = malloc(sizeof(float) * (size_t)a.batch);
-    for (int32_t i = 0; i < N; i++) {
-        x_0[i] = (int32_t)((i * 2654435761u) % (uint32_t)z->S);
-        x_t[i] = i % 3 ? x_0[i] : (int32_t)((i * 40503u) % (uint32_t)z->S);
-    }
-    for (int b = 0; b < a.batch; b++)
-        times[b] = (float)(b + 0.5) / (float)a.batch;
+    fill_tokens(x_t, x_0, N, z->S);
+    fill_times(times, a.batch);
     s.batch = (dit_batch){a.batch, z->L, x_t, times, NULL, x_0, NULL};
     size_t slab = s.model->slab_floats * sizeof(float);
     if (dit_workspace_create(s.model, be, a.batch, z->L, DIT_WS_TRAINING, &s.ws, err, sizeof err) !=

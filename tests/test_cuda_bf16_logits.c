@@ -54,7 +54,7 @@
 #include "core/context.h"
 #include "dit/dit.h"
 #include "dit/dit_internal.h"
-#include "test_util.h"
+#include "cuda_test_util.h"
 
 #define TOL_REDUCTION 1e-4
 #define TOL_GRAD_BF16 4e-3
@@ -64,41 +64,12 @@
 
 static nctmc_backend *CPU;
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static void *dput(nctmc_backend *be, const void *host, size_t bytes)
-{
-    void *d = be->ops->alloc(be, bytes ? bytes : 4);
-    if (!d) {
-        fprintf(stderr, "%s: cannot allocate %zu bytes\n", be->name, bytes);
-        exit(2);
-    }
-    if (bytes)
-        be->ops->upload(be, d, host, bytes);
-    return d;
-}
-
 static void *dnew(nctmc_backend *be, size_t bytes)
 {
     void *zero = xcalloc(bytes, 1);
     void *d = dput(be, zero, bytes);
     free(zero);
     return d;
-}
-
-static float *dget(nctmc_backend *be, const void *d, size_t n)
-{
-    float *h = xcalloc(n, sizeof *h);
-    be->ops->download(be, h, d, n * sizeof *h);
-    return h;
 }
 
 /* float -> bfloat16 bits, rounded to nearest even (finite values). */
@@ -130,35 +101,9 @@ static float *dget_bf16(nctmc_backend *be, const void *d, size_t n)
     return f;
 }
 
-static void sync_ok(nctmc_backend *be, const char *what)
-{
-    nctmc_status st = be->ops->synchronize(be);
-    CHECK(st == NCTMC_OK, "%s on %s: %s", what, be->name, be->error);
-}
-
-/* max |got - want| / max |want|; infinities must match exactly. */
-static double scaled_err(const float *got, const float *want, size_t n)
-{
-    double max_want = 0.0, max_diff = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double g = got[i], w = want[i];
-        if (isinf(g) || isinf(w)) {
-            if (g != w)
-                return INFINITY;
-            continue;
-        }
-        if (isnan(g) || isnan(w))
-            return INFINITY;
-        max_want = fmax(max_want, fabs(w));
-        max_diff = fmax(max_diff, fabs(g - w));
-    }
-    return max_want > 0.0 ? max_diff / max_want : max_diff;
-}
-
 static void report(const char *what, double e, double tol)
 {
-    CHECK(e <= tol, "%s: scaled error %.3g above %.1g", what, e, tol);
-    printf("  %-66s %9.2e  (tol %.0e)\n", what, e, tol);
+    check_scaled(what, e, tol, 66);
 }
 
 /* ---- lcond on bfloat16 logits ------------------------------------------ */
@@ -491,29 +436,11 @@ static void test_model(test_rng *rng, const char *backend, nctmc_process process
                        nctmc_exit_link link, const char *label)
 {
     nctmc_model_config cfg;
-    nctmc_model_config_init(&cfg);
-    cfg.vocab_size = 50;
-    cfg.vocab_pad_multiple = 32; /* V = 64 > S */
-    cfg.seq_len = 24;
-    cfg.n_layers = 2;
-    cfg.d_model = 64;
-    cfg.n_heads = 4;
-    cfg.cond_dim = 32;
-    cfg.process = process;
-    cfg.schedule = NCTMC_SCHEDULE_LINEAR;
-    cfg.mixture_uniform = 0.3f;
-    cfg.exit_link = link;
-    cfg.seed = 11;
-    int32_t B = 3, N = B * cfg.seq_len, S = cfg.vocab_size;
-    int32_t n_data = process == NCTMC_PROCESS_UNIFORM ? S : S - 1;
+    cuda_test_model_config(&cfg, process, link);
+    int32_t B = 3, N = B * cfg.seq_len;
     int32_t *x_t = xcalloc((size_t)N, 4), *x_0 = xcalloc((size_t)N, 4);
     float times[3] = {0.15f, 0.5f, 0.85f};
-    for (int32_t r = 0; r < N; r++) {
-        x_0[r] = test_randint(rng, n_data);
-        x_t[r] = !test_randint(rng, 2) ? x_0[r]
-                 : process == NCTMC_PROCESS_UNIFORM ? test_randint(rng, S)
-                                                    : S - 1;
-    }
+    cuda_test_tokens(rng, process, cfg.vocab_size, N, x_t, x_0);
     dit_batch b = {B, cfg.seq_len, x_t, times, NULL, x_0, NULL};
     bool want_bf16 = link != NCTMC_EXIT_LINK_DENOISER;
     char name[160];
@@ -576,22 +503,15 @@ int main(void)
     char err[NCTMC_ERROR_SIZE];
     bool no_device = false;
     const nctmc_backend_module *cuda = NULL;
-    if (cuda_module_load(&cuda, err, sizeof err) != NCTMC_OK) {
-        fprintf(stderr, "cuda_bf16_logits: %s\n", err);
+    if (!cuda_test_load("cuda_bf16_logits", &cuda, err, sizeof err))
         return 1;
-    }
     unsetenv("NCTMC_CUDA_LCOND");
     unsetenv("NCTMC_CUDA_LCOND_LINK");
     unsetenv("NCTMC_CUDA_BF16_LOGITS");
     nctmc_backend *off = cuda->create(0, false, err, sizeof err, &no_device);
-    if (!off) {
-        if (no_device) {
-            printf("cuda_bf16_logits: skipped: %s\n", err);
-            return 77;
-        }
-        fprintf(stderr, "cuda_bf16_logits: the CUDA backend failed to start: %s\n", err);
-        return 1;
-    }
+    int rc = cuda_test_started("cuda_bf16_logits", off, no_device, err);
+    if (rc)
+        return rc;
     char desc[512];
     cuda->describe(off, desc, sizeof desc);
     printf("device: %s\n", desc);

@@ -34,7 +34,7 @@
 #include "cuda/cuda_backend.h"
 #include "dit/dit.h"
 #include "math/sample_math.h"
-#include "test_util.h"
+#include "cuda_test_util.h"
 
 /* Same float formulas; libm and FMA contraction differ in the last ulps. */
 #define TOL_POINTWISE 1e-5
@@ -61,23 +61,6 @@ static const nctmc_backend_module *CUDA;
  * helpers
  * ---------------------------------------------------------------------- */
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static float *hrand(test_rng *rng, size_t n, float lo, float hi)
-{
-    float *p = xcalloc(n, sizeof *p);
-    test_fill_uniform(rng, p, n, lo, hi);
-    return p;
-}
-
 static int32_t *hints(test_rng *rng, size_t n, int32_t below)
 {
     int32_t *p = xcalloc(n, sizeof *p);
@@ -86,66 +69,14 @@ static int32_t *hints(test_rng *rng, size_t n, int32_t below)
     return p;
 }
 
-/* Backend memory holding a copy of `bytes` of host data. */
-static void *dput(nctmc_backend *be, const void *host, size_t bytes)
-{
-    void *d = be->ops->alloc(be, bytes);
-    if (!d) {
-        fprintf(stderr, "%s: cannot allocate %zu bytes\n", be->name, bytes);
-        exit(2);
-    }
-    if (bytes)
-        be->ops->upload(be, d, host, bytes);
-    return d;
-}
-
-static float *dputf(nctmc_backend *be, const float *host, size_t n)
-{
-    return dput(be, host, n * sizeof(float));
-}
-
-static float *dget(nctmc_backend *be, const void *d, size_t n)
-{
-    float *h = xcalloc(n, sizeof *h);
-    be->ops->download(be, h, d, n * sizeof *h);
-    return h;
-}
-
 static void dfree(nctmc_backend *be, void *d)
 {
     be->ops->free(be, d);
 }
 
-static void sync_ok(nctmc_backend *be, const char *what)
-{
-    nctmc_status st = be->ops->synchronize(be);
-    CHECK(st == NCTMC_OK, "%s on %s: %s", what, be->name, be->error);
-}
-
-/* max |got - want| / max |want|; infinities must match exactly. */
-static double scaled_err(const float *got, const float *want, size_t n)
-{
-    double max_want = 0.0, max_diff = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double g = got[i], w = want[i];
-        if (isinf(g) || isinf(w)) {
-            if (g != w)
-                return INFINITY;
-            continue;
-        }
-        if (isnan(g) || isnan(w))
-            return INFINITY;
-        max_want = fmax(max_want, fabs(w));
-        max_diff = fmax(max_diff, fabs(g - w));
-    }
-    return max_want > 0.0 ? max_diff / max_want : max_diff;
-}
-
 static void compare(const char *what, const float *gpu, const float *cpu, size_t n, double tol)
 {
-    double e = scaled_err(gpu, cpu, n);
-    CHECK(e <= tol, "%s: scaled error %.3g above %.1g", what, e, tol);
-    printf("  %-52s %9.2e  (tol %.0e)\n", what, e, tol);
+    check_scaled(what, scaled_err(gpu, cpu, n), tol, 52);
 }
 
 static void same_bits(const char *what, const void *a, const void *b, size_t bytes)
@@ -1371,19 +1302,12 @@ int main(void)
 {
     char err[NCTMC_ERROR_SIZE];
     bool no_device = false;
-    if (cuda_module_load(&CUDA, err, sizeof err) != NCTMC_OK) {
-        fprintf(stderr, "cuda_conformance: %s\n", err);
+    if (!cuda_test_load("cuda_conformance", &CUDA, err, sizeof err))
         return 1;
-    }
     GPU = CUDA->create(0, false, err, sizeof err, &no_device);
-    if (!GPU) {
-        if (no_device) {
-            printf("cuda_conformance: skipped: %s\n", err);
-            return 77;
-        }
-        fprintf(stderr, "cuda_conformance: the CUDA backend failed to start: %s\n", err);
-        return 1;
-    }
+    int rc = cuda_test_started("cuda_conformance", GPU, no_device, err);
+    if (rc)
+        return rc;
     CPU = cpu_backend_create(0, err, sizeof err);
     if (!CPU) {
         fprintf(stderr, "cuda_conformance: CPU backend: %s\n", err);

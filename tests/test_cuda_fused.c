@@ -31,7 +31,7 @@
 #include "core/context.h"
 #include "cuda/cuda_backend.h"
 #include "dit/dit.h"
-#include "test_util.h"
+#include "cuda_test_util.h"
 
 /* The same float formulas in another order or with FMA contraction. */
 #define TOL_POINTWISE 1e-5
@@ -57,49 +57,10 @@ static const nctmc_backend_module *CUDA;
  * helpers
  * ---------------------------------------------------------------------- */
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static float *hrand(test_rng *rng, size_t n, float lo, float hi)
-{
-    float *p = xcalloc(n, sizeof *p);
-    test_fill_uniform(rng, p, n, lo, hi);
-    return p;
-}
-
-static float *dputf(nctmc_backend *be, const float *host, size_t n)
-{
-    float *d = be->ops->alloc(be, n * sizeof(float));
-    if (!d) {
-        fprintf(stderr, "%s: cannot allocate %zu floats\n", be->name, n);
-        exit(2);
-    }
-    if (n)
-        be->ops->upload(be, d, host, n * sizeof(float));
-    return d;
-}
-
-static float *dget(nctmc_backend *be, const float *d, size_t n)
-{
-    float *h = xcalloc(n, sizeof *h);
-    be->ops->download(be, h, d, n * sizeof *h);
-    return h;
-}
-
-static void sync_ok(nctmc_backend *be, const char *what)
-{
-    nctmc_status st = be->ops->synchronize(be);
-    CHECK(st == NCTMC_OK, "%s on %s: %s", what, be->name, be->error);
-}
-
-static double scaled_err(const float *got, const float *want, size_t n)
+/* max |got - want| / max |want|; any infinity or NaN is an error here
+ * (stricter than cuda_test_util.h's scaled_err, which lets matching
+ * infinities pass). */
+static double scaled_err_finite(const float *got, const float *want, size_t n)
 {
     double max_want = 0.0, max_diff = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -114,9 +75,7 @@ static double scaled_err(const float *got, const float *want, size_t n)
 
 static void compare(const char *what, const float *gpu, const float *cpu, size_t n, double tol)
 {
-    double e = scaled_err(gpu, cpu, n);
-    CHECK(e <= tol, "%s: scaled error %.3g above %.1g", what, e, tol);
-    printf("  %-60s %9.2e  (tol %.0e)\n", what, e, tol);
+    check_scaled(what, scaled_err_finite(gpu, cpu, n), tol, 60);
 }
 
 static void same_bits(const char *what, const float *a, const float *b, size_t n)
@@ -550,7 +509,7 @@ static void test_model(test_rng *rng)
         double worst = 0.0;
         for (int32_t k = 0; k < gpu.model->n_tensors; k++) {
             const model_tensor *t = &gpu.model->tensors[k];
-            double e = scaled_err(got.grads + t->offset, want.grads + t->offset,
+            double e = scaled_err_finite(got.grads + t->offset, want.grads + t->offset,
                                   (size_t)t->n_elements);
             CHECK(e <= tol, "model fused %s: gradient of %s: scaled error %.3g above %.1g", mode,
                   t->name, e, tol);
@@ -592,19 +551,12 @@ int main(void)
 {
     char err[NCTMC_ERROR_SIZE];
     bool no_device = false;
-    if (cuda_module_load(&CUDA, err, sizeof err) != NCTMC_OK) {
-        fprintf(stderr, "cuda_fused: %s\n", err);
+    if (!cuda_test_load("cuda_fused", &CUDA, err, sizeof err))
         return 1;
-    }
     FUSED = create_gpu(true, err, sizeof err, &no_device);
-    if (!FUSED) {
-        if (no_device) {
-            printf("cuda_fused: skipped: %s\n", err);
-            return 77;
-        }
-        fprintf(stderr, "cuda_fused: the CUDA backend failed to start: %s\n", err);
-        return 1;
-    }
+    int rc = cuda_test_started("cuda_fused", FUSED, no_device, err);
+    if (rc)
+        return rc;
     PLAIN = create_gpu(false, err, sizeof err, &no_device);
     CPU = cpu_backend_create(0, err, sizeof err);
     if (!PLAIN || !CPU) {

@@ -33,20 +33,10 @@
 #include "backend/backend_module.h"
 #include "core/context.h"
 #include "dit/dit.h"
-#include "test_util.h"
+#include "cuda_test_util.h"
 #include "train/trainer.h"
 
 static const nctmc_backend_module *CUDA;
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
 
 /* A "cuda" (or "cuda-bf16") context with graph capture on or off: the
  * backend reads NCTMC_CUDA_GRAPHS once, when the context creates it. */
@@ -382,19 +372,12 @@ int main(void)
 {
     char err[NCTMC_ERROR_SIZE];
     bool no_device = false;
-    if (cuda_module_load(&CUDA, err, sizeof err) != NCTMC_OK) {
-        fprintf(stderr, "cuda_graphs: %s\n", err);
+    if (!cuda_test_load("cuda_graphs", &CUDA, err, sizeof err))
         return 1;
-    }
     nctmc_backend *probe = CUDA->create(0, false, err, sizeof err, &no_device);
-    if (!probe) {
-        if (no_device) {
-            printf("cuda_graphs: skipped: %s\n", err);
-            return 77;
-        }
-        fprintf(stderr, "cuda_graphs: the CUDA backend failed to start: %s\n", err);
-        return 1;
-    }
+    int rc = cuda_test_started("cuda_graphs", probe, no_device, err);
+    if (rc)
+        return rc;
     probe->ops->destroy(probe);
 
     printf("training steps\n");

@@ -41,7 +41,7 @@
 #include "core/context.h"
 #include "dit/dit.h"
 #include "dit/dit_internal.h"
-#include "test_util.h"
+#include "cuda_test_util.h"
 
 /* Float reductions summed in another order than the CPU's (rows of up to
  * 60000): the conformance test's tolerance for the default kernel. */
@@ -55,66 +55,12 @@
 
 static nctmc_backend *CPU, *GPU;
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static void *dput(nctmc_backend *be, const void *host, size_t bytes)
-{
-    void *d = be->ops->alloc(be, bytes ? bytes : 4);
-    if (!d) {
-        fprintf(stderr, "%s: cannot allocate %zu bytes\n", be->name, bytes);
-        exit(2);
-    }
-    if (bytes)
-        be->ops->upload(be, d, host, bytes);
-    return d;
-}
-
 static float *dnew(nctmc_backend *be, size_t n)
 {
     float *zero = xcalloc(n, sizeof(float));
     float *d = dput(be, zero, n * sizeof(float));
     free(zero);
     return d;
-}
-
-static float *dget(nctmc_backend *be, const void *d, size_t n)
-{
-    float *h = xcalloc(n, sizeof *h);
-    be->ops->download(be, h, d, n * sizeof *h);
-    return h;
-}
-
-static void sync_ok(nctmc_backend *be, const char *what)
-{
-    nctmc_status st = be->ops->synchronize(be);
-    CHECK(st == NCTMC_OK, "%s on %s: %s", what, be->name, be->error);
-}
-
-/* max |got - want| / max |want|; infinities must match exactly. */
-static double scaled_err(const float *got, const float *want, size_t n)
-{
-    double max_want = 0.0, max_diff = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double g = got[i], w = want[i];
-        if (isinf(g) || isinf(w)) {
-            if (g != w)
-                return INFINITY;
-            continue;
-        }
-        if (isnan(g) || isnan(w))
-            return INFINITY;
-        max_want = fmax(max_want, fabs(w));
-        max_diff = fmax(max_diff, fabs(g - w));
-    }
-    return max_want > 0.0 ? max_diff / max_want : max_diff;
 }
 
 typedef struct loss_case {
@@ -463,29 +409,11 @@ static void model_run_free(model_run *r)
 static void test_model_link(test_rng *rng, nctmc_process process, const char *label)
 {
     nctmc_model_config cfg;
-    nctmc_model_config_init(&cfg);
-    cfg.vocab_size = 50;
-    cfg.vocab_pad_multiple = 32; /* V = 64 > S */
-    cfg.seq_len = 24;
-    cfg.n_layers = 2;
-    cfg.d_model = 64;
-    cfg.n_heads = 4;
-    cfg.cond_dim = 32;
-    cfg.process = process;
-    cfg.schedule = NCTMC_SCHEDULE_LINEAR;
-    cfg.mixture_uniform = 0.3f;
-    cfg.exit_link = NCTMC_EXIT_LINK_DENOISER;
-    cfg.seed = 11;
-    int32_t B = 3, N = B * cfg.seq_len, S = cfg.vocab_size;
-    int32_t n_data = process == NCTMC_PROCESS_UNIFORM ? S : S - 1;
+    cuda_test_model_config(&cfg, process, NCTMC_EXIT_LINK_DENOISER);
+    int32_t B = 3, N = B * cfg.seq_len;
     int32_t *x_t = xcalloc((size_t)N, 4), *x_0 = xcalloc((size_t)N, 4);
     float times[3] = {0.15f, 0.5f, 0.85f};
-    for (int32_t r = 0; r < N; r++) {
-        x_0[r] = test_randint(rng, n_data);
-        x_t[r] = !test_randint(rng, 2) ? x_0[r]
-                 : process == NCTMC_PROCESS_UNIFORM ? test_randint(rng, S)
-                                                    : S - 1;
-    }
+    cuda_test_tokens(rng, process, cfg.vocab_size, N, x_t, x_0);
     dit_batch b = {B, cfg.seq_len, x_t, times, NULL, x_0, NULL};
     model_run cpu, gpu, again;
     memset(&gpu, 0, sizeof gpu);
@@ -576,21 +504,14 @@ int main(void)
     char err[NCTMC_ERROR_SIZE];
     bool no_device = false;
     const nctmc_backend_module *cuda = NULL;
-    if (cuda_module_load(&cuda, err, sizeof err) != NCTMC_OK) {
-        fprintf(stderr, "cuda_loss_fused: %s\n", err);
+    if (!cuda_test_load("cuda_loss_fused", &cuda, err, sizeof err))
         return 1;
-    }
     setenv("NCTMC_CUDA_LCOND", "split", 1);
     setenv("NCTMC_CUDA_LCOND_LINK", "fused", 1);
     GPU = cuda->create(0, false, err, sizeof err, &no_device);
-    if (!GPU) {
-        if (no_device) {
-            printf("cuda_loss_fused: skipped: %s\n", err);
-            return 77;
-        }
-        fprintf(stderr, "cuda_loss_fused: the CUDA backend failed to start: %s\n", err);
-        return 1;
-    }
+    int rc = cuda_test_started("cuda_loss_fused", GPU, no_device, err);
+    if (rc)
+        return rc;
     if (sm_major(cuda, GPU) < 9) {
         printf("cuda_loss_fused: skipped: the split kernel needs compute capability 9.0\n");
         GPU->ops->destroy(GPU);

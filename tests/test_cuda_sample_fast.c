@@ -21,7 +21,7 @@
 #include "backend/backend.h"
 #include "backend/backend_module.h"
 #include "math/sample_math.h"
-#include "test_util.h"
+#include "cuda_test_util.h"
 
 typedef struct fast_case {
     const char *name;
@@ -163,19 +163,12 @@ int main(void)
     char err[512];
     bool no_device = false;
     const nctmc_backend_module *cuda = NULL;
-    if (cuda_module_load(&cuda, err, sizeof err) != NCTMC_OK) {
-        fprintf(stderr, "cuda_sample_fast: %s\n", err);
+    if (!cuda_test_load("cuda_sample_fast", &cuda, err, sizeof err))
         return 1;
-    }
     nctmc_backend *gpu = cuda->create(0, false, err, sizeof err, &no_device);
-    if (!gpu) {
-        if (no_device) {
-            printf("cuda_sample_fast: skipped: %s\n", err);
-            return 77;
-        }
-        fprintf(stderr, "cuda_sample_fast: the CUDA backend failed to start: %s\n", err);
-        return 1;
-    }
+    int rc = cuda_test_started("cuda_sample_fast", gpu, no_device, err);
+    if (rc)
+        return rc;
     nctmc_backend *cpu = cpu_backend_create(0, err, sizeof err);
     if (!cpu) {
         fprintf(stderr, "cuda_sample_fast: CPU backend: %s\n", err);
